@@ -1,0 +1,3 @@
+from picasso.cli import main
+
+raise SystemExit(main())

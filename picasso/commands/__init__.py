@@ -1,0 +1,1 @@
+"""One module per `picasso` sub-command: `register(subparsers, common)` and `run(args)`."""

@@ -1,0 +1,119 @@
+"""Model specifications: embedding tables plus the dense architecture, as dataclasses.
+
+Specs are plain data: the planner lowers them to operator graphs and the executor builds
+the torch model from them. Presets live in `planner.presets`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from planner.errors import PlanError
+
+ARCHS = ("dlrm", "deepfm", "dcn", "wide_deep", "din")
+DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}
+POOLINGS = ("sum", "mean", "none")
+OPTIMIZERS = ("sgd", "rowwise_adagrad")
+INITIALIZERS = ("uniform", "normal", "zeros")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One embedding table, looked up by the categorical feature of the same name."""
+
+    name: str
+    num_rows: int
+    dim: int
+    dtype: str = "fp32"
+    pooling: str = "sum"  # "none": a sequence feature kept per item (DIN attention)
+    optimizer: str = "sgd"
+    initializer: str = "uniform"
+    pooling_factor: float = 1.0  # mean IDs per sample when no profile says otherwise
+    max_len: int = 1  # longest bag the model accepts for pooling "none"
+
+    @property
+    def bytes_per_row(self) -> int:
+        return self.dim * DTYPES[self.dtype]
+
+    def attributes(self) -> tuple:
+        """What must be equal for two tables to share one packed table (PICASSO packing)."""
+        return (self.dim, self.dtype, self.optimizer, self.initializer, self.pooling)
+
+    def validate(self) -> None:
+        if self.num_rows <= 0 or self.dim <= 0:
+            raise PlanError(f"table {self.name}: num_rows and dim must be positive")
+        for value, allowed, what in (
+            (self.dtype, DTYPES, "dtype"),
+            (self.pooling, POOLINGS, "pooling"),
+            (self.optimizer, OPTIMIZERS, "optimizer"),
+            (self.initializer, INITIALIZERS, "initializer"),
+        ):
+            if value not in allowed:
+                raise PlanError(f"table {self.name}: {what} {value!r} is not one of {sorted(allowed)}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A wide-and-deep model: dense input width, tables and the dense architecture."""
+
+    name: str
+    arch: str
+    num_dense: int
+    tables: tuple[TableSpec, ...]
+    bottom_mlp: tuple[int, ...] = ()
+    top_mlp: tuple[int, ...] = ()
+    interaction: str = "dot"
+    extra: dict[str, Any] = field(default_factory=dict)  # arch-specific knobs (cross layers, ...)
+
+    def table(self, name: str) -> TableSpec:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise PlanError(f"unknown table {name!r} in model {self.name}")
+
+    @property
+    def table_names(self) -> list[str]:
+        return [t.name for t in self.tables]
+
+    def with_row_cap(self, cap: int) -> ModelSpec:
+        """The same model with every table capped at `cap` rows (IDs hash modulo rows)."""
+        tables = tuple(replace(t, num_rows=min(t.num_rows, cap)) for t in self.tables)
+        return replace(self, name=f"{self.name}@cap{cap}", tables=tables)
+
+    def validate(self) -> None:
+        if self.arch not in ARCHS:
+            raise PlanError(f"model {self.name}: arch {self.arch!r} is not one of {list(ARCHS)}")
+        names = [t.name for t in self.tables]
+        if len(set(names)) != len(names):
+            raise PlanError(f"model {self.name}: duplicate table names")
+        if not self.tables:
+            raise PlanError(f"model {self.name}: no tables")
+        for t in self.tables:
+            t.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tables"] = [asdict(t) for t in self.tables]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
+        try:
+            tables = tuple(TableSpec(**t) for t in d["tables"])
+            spec = cls(
+                name=d["name"],
+                arch=d["arch"],
+                num_dense=int(d["num_dense"]),
+                tables=tables,
+                bottom_mlp=tuple(d.get("bottom_mlp", ())),
+                top_mlp=tuple(d.get("top_mlp", ())),
+                interaction=d.get("interaction", "dot"),
+                extra=dict(d.get("extra", {})),
+            )
+        except KeyError as exc:
+            raise PlanError(f"model spec: missing field {exc.args[0]!r}") from None
+        except TypeError as exc:
+            raise PlanError(f"model spec: {exc}") from None
+        spec.validate()
+        return spec

@@ -1,0 +1,40 @@
+"""Operator names shared by lowering (predicted) and the executor (measured).
+
+A name is `phase/scope/op`, e.g. `fwd/pack0/a2a_ids` or `bwd/dense/allreduce`; with
+several micro-batches the micro-batch index is appended as `@mb1`. A predicted op and
+its measured twin share the name, which is how validation pairs them.
+"""
+
+from __future__ import annotations
+
+PHASES = ("fwd", "bwd", "opt")
+
+# Ops per pack, in execution order.
+PACK_FWD = ("route", "hot_gather", "dedup", "a2a_ids", "cold_gather", "a2a_emb", "pool")
+PACK_BWD = ("pool", "a2a_grad", "hot_allreduce")
+PACK_OPT = ("cold_update", "hot_update")
+# Ops of the dense part and the input.
+INPUT_FWD = ("h2d",)
+DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
+DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", "allreduce")
+DENSE_OPT = ("update",)
+
+
+def op_name(phase: str, scope: str, op: str, micro_batch: int | None = None) -> str:
+    """`op_name("fwd", "pack0", "a2a_ids", 1)` -> `fwd/pack0/a2a_ids@mb1`."""
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}")
+    name = f"{phase}/{scope}/{op}"
+    return name if micro_batch is None else f"{name}@mb{micro_batch}"
+
+
+def split_name(name: str) -> tuple[str, str, str, int | None]:
+    """Inverse of `op_name`: (phase, scope, op, micro_batch or None)."""
+    base, _, mb = name.partition("@mb")
+    phase, scope, op = base.split("/", 2)
+    return phase, scope, op, (int(mb) if mb else None)
+
+
+def base_name(name: str) -> str:
+    """The name without its micro-batch suffix."""
+    return name.partition("@mb")[0]

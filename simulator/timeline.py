@@ -1,0 +1,96 @@
+"""Timeline: the events of one or more iterations, predicted or measured.
+
+Both the simulator and the executor write it; Chrome trace-event JSON (Perfetto) out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Event:
+    rank: int
+    lane: str
+    name: str
+    start_us: float
+    dur_us: float
+    args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass
+class Timeline:
+    events: list[Event] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # source (simulated/measured), hardware, plan ...
+
+    def add(self, rank: int, lane: str, name: str, start_us: float, dur_us: float, **args: Any) -> None:
+        self.events.append(Event(rank, lane, name, float(start_us), float(dur_us), args))
+
+    def makespan_us(self) -> float:
+        if not self.events:
+            return 0.0
+        return max(e.end_us for e in self.events) - min(e.start_us for e in self.events)
+
+    def op_durations(self) -> dict[str, float]:
+        """Mean duration per op name over ranks (and over repeated iterations)."""
+        acc: dict[str, list[float]] = defaultdict(list)
+        for e in self.events:
+            acc[e.name].append(e.dur_us)
+        return {k: sum(v) / len(v) for k, v in acc.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"meta": self.meta, "events": [asdict(e) for e in self.events]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Timeline:
+        return cls([Event(**e) for e in d.get("events", [])], dict(d.get("meta", {})))
+
+    def save(self, path: str | os.PathLike) -> None:
+        _atomic_write_text(path, json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Timeline:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def to_chrome_trace(self) -> dict[str, Any]:
+        """Trace-event JSON: one process per rank, one thread per lane."""
+        lanes = sorted({(e.rank, e.lane) for e in self.events})
+        tid = {key: i for i, key in enumerate(lanes)}
+        out: list[dict[str, Any]] = []
+        for rank in sorted({r for r, _ in lanes}):
+            out.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
+        for (rank, lane), t in tid.items():
+            out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": t, "args": {"name": lane}})
+        for e in self.events:
+            out.append({
+                "ph": "X", "name": e.name, "pid": e.rank, "tid": tid[(e.rank, e.lane)],
+                "ts": e.start_us, "dur": e.dur_us, "args": e.args,
+            })
+        return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": self.meta}
+
+    def save_chrome_trace(self, path: str | os.PathLike) -> None:
+        _atomic_write_text(path, json.dumps(self.to_chrome_trace()))
+
+
+def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
