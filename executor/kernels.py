@@ -4,11 +4,22 @@ csrc/ provides native versions of the same functions (same signatures, same resu
 `executor.kernels` dispatches to them when they are loaded. Conventions: `indices` are
 rows of the (packed, local) `weight`; `offsets` has B+1 entries (CSR), so bag b is
 `indices[offsets[b]:offsets[b+1]]`.
+
+Dispatch: call the module-level names (`kernels.bag_forward(...)`, ...). The first call builds
+or loads the native library (csrc/build.py, cached) and swaps those names for the native
+versions; if it cannot load, one warning is issued and the *_ref functions stay in place.
+`PICASSO_NATIVE=0` forces the reference path. `native_status()` says which path is live.
+The native versions fall back to the reference per call for what they do not cover (autograd
+through `weight`, CUDA tensors without the CUDA build, non-float dtypes).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import os
+import threading
+import warnings
+from types import ModuleType
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -116,9 +127,194 @@ def sparse_update_ref(
         raise ValueError(f"unknown sparse optimizer {optimizer!r}")
 
 
-# Dispatch targets: csrc swaps in native versions when its library loads.
-bag_forward = bag_forward_ref
-bag_backward = bag_backward_ref
-route_ids = route_ids_ref
-unique = unique_ref
-sparse_update = sparse_update_ref
+# ---- native dispatch -----------------------------------------------------------------------
+
+NATIVE_ENV = "PICASSO_NATIVE"
+_FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+_lock = threading.Lock()
+_lib: ModuleType | None = None
+_tried = False
+_reason: str | None = None  # why the native path is not live
+
+
+def _lib_handles(*tensors: torch.Tensor | None) -> bool:
+    """True when every tensor sits where the loaded library can run (CPU, or CUDA if built)."""
+    assert _lib is not None
+    for t in tensors:
+        if t is None:
+            continue
+        if t.is_cuda:
+            if not _lib.has_cuda():
+                return False
+        elif t.device.type != "cpu":
+            return False
+    return True
+
+
+def bag_forward_native(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    mode: str = "sum",
+    per_sample_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Native bag_forward; autograd through `weight` keeps the reference (it records the graph)."""
+    needs_graph = torch.is_grad_enabled() and (
+        weight.requires_grad or (per_sample_weights is not None and per_sample_weights.requires_grad)
+    )
+    if needs_graph or weight.dtype not in _FLOAT_DTYPES or not _lib_handles(weight, indices, offsets):
+        return bag_forward_ref(weight, indices, offsets, mode, per_sample_weights)
+    assert _lib is not None
+    return _lib.bag_forward(weight, indices, offsets, mode, per_sample_weights)
+
+
+def bag_backward_native(
+    grad_out: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    mode: str = "sum",
+    per_sample_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if grad_out.dtype not in _FLOAT_DTYPES or not _lib_handles(grad_out, indices, offsets):
+        return bag_backward_ref(grad_out, indices, offsets, mode, per_sample_weights)
+    assert _lib is not None
+    with torch.no_grad():
+        return _lib.bag_backward(grad_out, indices, offsets, mode, per_sample_weights)
+
+
+def route_ids_native(ids: torch.Tensor, hot_map: torch.Tensor | None, num_owners: int) -> Routing:
+    if ids.dtype.is_floating_point or not _lib_handles(ids, hot_map):
+        return route_ids_ref(ids, hot_map, num_owners)
+    assert _lib is not None
+    return Routing(*_lib.route_ids(ids, hot_map, num_owners))
+
+
+def unique_native(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or not _lib_handles(ids):
+        return unique_ref(ids)
+    assert _lib is not None
+    return _lib.unique(ids)
+
+
+def sparse_update_native(
+    weight: torch.Tensor,
+    state: torch.Tensor | None,
+    rows: torch.Tensor,
+    grads: torch.Tensor,
+    optimizer: str,
+    lr: float,
+    eps: float = 1e-8,
+) -> None:
+    ok = (
+        weight.dtype in _FLOAT_DTYPES
+        and weight.is_contiguous()
+        and grads.dtype == weight.dtype
+        and (state is None or (state.is_contiguous() and state.dtype == weight.dtype))
+        and _lib_handles(weight, state, rows, grads)
+    )
+    if not ok:
+        return sparse_update_ref(weight, state, rows, grads, optimizer, lr, eps)
+    assert _lib is not None
+    with torch.no_grad():
+        _lib.sparse_update(weight, state, rows, grads, optimizer, float(lr), float(eps))
+
+
+_REF = {
+    "bag_forward": bag_forward_ref,
+    "bag_backward": bag_backward_ref,
+    "route_ids": route_ids_ref,
+    "unique": unique_ref,
+    "sparse_update": sparse_update_ref,
+}
+_NATIVE = {
+    "bag_forward": bag_forward_native,
+    "bag_backward": bag_backward_native,
+    "route_ids": route_ids_native,
+    "unique": unique_native,
+    "sparse_update": sparse_update_native,
+}
+
+
+def _install(table: dict[str, Any]) -> None:
+    globals().update(table)
+
+
+def load_native(warn: bool = True) -> bool:
+    """Build/load the native library once and swap the dispatch names; False keeps the reference.
+
+    Only the first call does the work; a failure warns once (unless PICASSO_NATIVE=0 asked for it).
+    """
+    global _lib, _tried, _reason
+    with _lock:
+        if _tried:
+            return _lib is not None
+        _tried = True
+        if os.environ.get(NATIVE_ENV, "").strip().lower() in ("0", "false", "no", "off"):
+            _reason = f"disabled by {NATIVE_ENV}=0"
+            _install(_REF)
+            return False
+        try:
+            from csrc import build
+
+            _lib = build.load()
+        except Exception as exc:  # noqa: BLE001 - any build/import failure means the reference path
+            _reason = f"native kernels unavailable: {exc}"
+            _install(_REF)
+            if warn:
+                warnings.warn(f"picasso: {_reason}; using the pure-PyTorch path", RuntimeWarning, stacklevel=3)
+            return False
+        _reason = None
+        _install(_NATIVE)
+        return True
+
+
+def use_reference() -> None:
+    """Route the dispatch names to the *_ref functions (benchmarks, A/B checks)."""
+    load_native(warn=False)
+    _install(_REF)
+
+
+def use_native() -> bool:
+    """Route the dispatch names to the native functions when the library is loaded."""
+    if load_native():
+        _install(_NATIVE)
+        return True
+    return False
+
+
+def native_status() -> dict[str, Any]:
+    """What `picasso doctor` reports; does not trigger a build."""
+    from csrc import build
+
+    live = globals()["bag_forward"] is bag_forward_native
+    return {
+        "tried": _tried,
+        "loaded": _lib is not None,
+        "active": live,
+        "cuda": bool(_lib is not None and _lib.has_cuda()),
+        "path": getattr(_lib, "__file__", None),
+        "build_seconds": build.build_seconds,
+        "reason": _reason if _tried else "not loaded yet (loads on first kernel call)",
+        "env": os.environ.get(NATIVE_ENV),
+    }
+
+
+def _lazy(name: str) -> Any:
+    """First-call trampoline: load the library, then forward to whatever the name now points to."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        load_native()
+        return globals()[name](*args, **kwargs)
+
+    call.__name__ = name
+    call.__doc__ = _REF[name].__doc__
+    return call
+
+
+# Dispatch targets: the executor calls kernels.<name>; they resolve on first use.
+bag_forward = _lazy("bag_forward")
+bag_backward = _lazy("bag_backward")
+route_ids = _lazy("route_ids")
+unique = _lazy("unique")
+sparse_update = _lazy("sparse_update")

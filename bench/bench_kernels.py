@@ -1,0 +1,203 @@
+"""Embedding forward+backward step: native kernels vs the pure-PyTorch reference, same run.
+
+One step of one pack on one rank, as the executor runs it: route IDs (hot/cold, owners),
+dedup the cold IDs, gather + pool, bag backward, row-wise Adagrad sparse update. Both paths
+see the same inputs; the ratio is the goal (>= 1.5x on CPU). On a CUDA machine the same step
+also runs on the GPU, plus the packed gather's bandwidth against a device-to-device copy.
+
+    python bench/bench_kernels.py [--repeats 15] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from csrc import build
+from executor import kernels as K
+
+RESULTS = Path(__file__).resolve().parent / "results" / "kernels.json"
+STAGES = ("route", "unique", "forward", "backward", "update")
+
+
+def make_case(
+    name: str, tables: int, rows: int, dim: int, batch: int, pooling: int, owners: int, hot_frac: float,
+    device: str, seed: int = 0,
+) -> dict[str, Any]:
+    """A packed table of `tables` tables (`rows` rows in all), Zipf-skewed IDs, a hot map."""
+    gen = torch.Generator().manual_seed(seed)
+    per_table = rows // tables
+    # Bags are table-major: bag (t, b) holds the IDs of table t for sample b; multi-hot bags have
+    # variable lengths (1 .. 2 * pooling - 1), mean `pooling`.
+    if pooling > 1:
+        lengths = torch.randint(1, 2 * pooling, (tables * batch,), generator=gen)
+    else:
+        lengths = torch.ones(tables * batch, dtype=torch.int64)
+    table_of = torch.arange(tables).repeat_interleave(batch).repeat_interleave(lengths)
+    # Zipf(1.05)-like popularity by inverse-CDF sampling, then a random row permutation.
+    u = torch.rand(len(table_of), generator=gen, dtype=torch.float64)
+    rank = ((per_table ** (1 - 1.05) - 1) * u + 1) ** (1 / (1 - 1.05))
+    rank = rank.long().clamp(1, per_table) - 1
+    perm = torch.randperm(per_table, generator=gen)
+    ids = perm[rank] + table_of * per_table
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    hot_map = torch.full((per_table * tables,), -1, dtype=torch.int32)
+    hot_rows = perm[: int(per_table * hot_frac)]
+    hot = (hot_rows.unsqueeze(0) + torch.arange(tables).unsqueeze(1) * per_table).flatten()
+    hot_map[hot] = torch.arange(len(hot), dtype=torch.int32)
+    weight = torch.randn(per_table * tables, dim, generator=gen) * 0.01
+    return {
+        "name": name,
+        "sizes": {"tables": tables, "rows": per_table * tables, "dim": dim, "batch": batch, "pooling": pooling,
+                  "ids": len(ids), "owners": owners, "hot_rows": len(hot)},
+        "ids": ids.to(device),
+        "offsets": offsets.to(device),
+        "hot_map": hot_map.to(device),
+        "owners": owners,
+        "weight": weight.to(device),
+        "state": torch.zeros(per_table * tables, device=device),
+        "grad_out": torch.randn(tables * batch, dim, generator=gen).to(device) * 0.01,
+    }
+
+
+def step(case: dict[str, Any], timings: dict[str, list[float]], sync: Callable[[], None]) -> None:
+    """One embedding step through the module-level dispatch names (native or reference)."""
+
+    def timed(stage: str, fn: Callable[[], Any]) -> Any:
+        sync()
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        timings[stage].append(time.perf_counter() - t0)
+        return out
+
+    ids, offsets = case["ids"], case["offsets"]
+    routing = timed("route", lambda: K.route_ids(ids, case["hot_map"], case["owners"]))
+    timed("unique", lambda: K.unique(ids[routing.cold_pos]))
+    timed("forward", lambda: K.bag_forward(case["weight"], ids, offsets, "sum"))
+    rows, grads = timed("backward", lambda: K.bag_backward(case["grad_out"], ids, offsets, "sum"))
+    timed("update", lambda: K.sparse_update(case["weight"], case["state"], rows, grads, "rowwise_adagrad", 0.01))
+
+
+def measure(case: dict[str, Any], native: bool, repeats: int, sync: Callable[[], None]) -> dict[str, float]:
+    """Median milliseconds per stage and for the whole step."""
+    if native:
+        K.use_native()
+    else:
+        K.use_reference()
+    timings: dict[str, list[float]] = {s: [] for s in STAGES}
+    with torch.no_grad():
+        for _ in range(3):
+            step(case, {s: [] for s in STAGES}, sync)
+        for _ in range(repeats):
+            step(case, timings, sync)
+    out = {s: statistics.median(v) * 1e3 for s, v in timings.items()}
+    out["step"] = statistics.median([sum(x) for x in zip(*timings.values())]) * 1e3
+    return out
+
+
+def gather_bandwidth(case: dict[str, Any], repeats: int) -> dict[str, float]:
+    """GPU only: bytes moved by the packed gather vs a device-to-device copy of the same size."""
+    ids, offsets, weight = case["ids"], case["offsets"], case["weight"]
+    moved = (len(ids) * weight.shape[1] + (len(offsets) - 1) * weight.shape[1]) * weight.element_size()
+    src = torch.empty(moved // 4, device=weight.device)
+    dst = torch.empty_like(src)
+
+    def best(fn: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    K.use_native()
+    gather = best(lambda: K.bag_forward(weight, ids, offsets, "sum"))
+    copy = best(lambda: dst.copy_(src))
+    # A copy reads and writes: 2x bytes.
+    return {"gather_gbps": moved / gather / 1e9, "copy_gbps": 2 * moved / copy / 1e9,
+            "ratio": (moved / gather) / (2 * moved / copy)}
+
+
+def machine() -> dict[str, Any]:
+    info = {
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke run), not recorded")
+    parser.add_argument("-o", "--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    lib = build.load()
+    build_s = time.perf_counter() - started
+    scale = 16 if args.quick else 1
+    configs = [
+        ("one-hot", dict(tables=26, rows=1_000_000 // scale, dim=16, batch=4096 // scale, pooling=1)),
+        ("multi-hot", dict(tables=26, rows=1_000_000 // scale, dim=16, batch=4096 // scale, pooling=8)),
+    ]
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and lib.has_cuda() else [])
+    results = []
+    print(f"native library ready in {build_s:.1f} s ({'CUDA+CPU' if lib.has_cuda() else 'CPU'})")
+    header = f"{'device':6} {'case':10} {'path':9} " + " ".join(f"{s:>9}" for s in (*STAGES, "step")) + "   (ms)"
+    print(header)
+    for device in devices:
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        for name, cfg in configs:
+            case = make_case(name, owners=8, hot_frac=0.02, device=device, **cfg)
+            ref = measure(case, native=False, repeats=args.repeats, sync=sync)
+            nat = measure(case, native=True, repeats=args.repeats, sync=sync)
+            for label, row in (("reference", ref), ("native", nat)):
+                print(f"{device:6} {name:10} {label:9} " + " ".join(f"{row[s]:9.3f}" for s in (*STAGES, "step")))
+            speedup = {s: ref[s] / nat[s] if nat[s] > 0 else float("inf") for s in (*STAGES, "step")}
+            print(f"{device:6} {name:10} {'speedup':9} " + " ".join(f"{speedup[s]:8.2f}x" for s in (*STAGES, "step")))
+            entry = {"device": device, "case": name, "sizes": case["sizes"], "reference_ms": ref,
+                     "native_ms": nat, "speedup": speedup}
+            if device == "cuda":
+                entry["gather_bandwidth"] = gather_bandwidth(case, args.repeats)
+                print(f"cuda   {name:10} gather {entry['gather_bandwidth']}")
+            results.append(entry)
+    goal_cpu = min(r["speedup"]["step"] for r in results if r["device"] == "cpu")
+    print(f"CPU step speedup (worst case): {goal_cpu:.2f}x (goal >= 1.5x)")
+    if not args.quick:
+        write_json(args.out, {"machine": machine(), "native_load_s": build_s, "repeats": args.repeats,
+                              "goal": {"cpu_step_speedup": 1.5, "worst_measured": goal_cpu}, "results": results})
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

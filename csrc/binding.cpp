@@ -1,0 +1,235 @@
+// Python binding of the native kernels: checks arguments, allocates outputs with torch and calls
+// the torch-free kernels of kernels_cpu.cpp (or, for CUDA tensors, binding_cuda.cpp).
+#include <torch/extension.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "binding.h"
+#include "kernels.h"
+
+namespace picasso {
+
+DType dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return DType::F32;
+    case at::kDouble:
+      return DType::F64;
+    case at::kHalf:
+      return DType::F16;
+    case at::kBFloat16:
+      return DType::BF16;
+    default:
+      TORCH_CHECK_TYPE(false, "picasso native: expected a floating tensor, got ", t.scalar_type());
+  }
+}
+
+Pool pool_of(const std::string& mode) {
+  if (mode == "sum") return Pool::Sum;
+  if (mode == "mean") return Pool::Mean;
+  TORCH_CHECK_VALUE(false, "picasso native: mode must be 'sum' or 'mean', got '", mode, "'");
+}
+
+Optim optim_of(const std::string& name) {
+  if (name == "sgd") return Optim::Sgd;
+  if (name == "rowwise_adagrad") return Optim::RowwiseAdagrad;
+  TORCH_CHECK_VALUE(false, "unknown sparse optimizer '", name, "'");
+}
+
+at::Tensor as_long(const at::Tensor& t) { return t.to(at::kLong).contiguous(); }
+
+namespace {
+
+#ifdef PICASSO_WITH_CUDA
+constexpr bool kWithCuda = true;
+#else
+constexpr bool kWithCuda = false;
+#endif
+
+void require_cuda_build(const at::Tensor& t) {
+  TORCH_CHECK(kWithCuda, "picasso native: tensor on ", t.device(), " but the library was built without CUDA");
+}
+
+// Offsets are CSR: non-decreasing, starting at >= 0 and ending inside indices.
+void check_offsets_cpu(const at::Tensor& offsets, int64_t num_indices) {
+  const int64_t* o = offsets.data_ptr<int64_t>();
+  const int64_t nb = offsets.numel() - 1;
+  TORCH_CHECK_INDEX(o[0] >= 0 && o[nb] <= num_indices, "picasso native: offsets must lie in [0, ", num_indices,
+                    "], got first ", o[0], " last ", o[nb]);
+  for (int64_t b = 0; b < nb; ++b)
+    TORCH_CHECK_VALUE(o[b] <= o[b + 1], "picasso native: offsets must be non-decreasing (bag ", b, ")");
+}
+
+void check_bag_args(const at::Tensor& indices, const at::Tensor& offsets, const std::optional<at::Tensor>& psw,
+                    const at::Tensor& values) {
+  TORCH_CHECK_VALUE(indices.dim() == 1, "picasso native: indices must be 1-D");
+  TORCH_CHECK_VALUE(offsets.dim() == 1 && offsets.numel() >= 1,
+                    "picasso native: offsets must be 1-D with num_bags + 1 entries");
+  TORCH_CHECK_VALUE(values.dim() == 2, "picasso native: expected a 2-D float tensor");
+  if (psw) {
+    TORCH_CHECK_VALUE(psw->numel() == indices.numel(), "picasso native: per_sample_weights needs ",
+                      indices.numel(), " entries, got ", psw->numel());
+    TORCH_CHECK_TYPE(psw->scalar_type() == values.scalar_type(),
+                     "picasso native: per_sample_weights dtype must match the embeddings");
+  }
+}
+
+at::Tensor bag_forward(const at::Tensor& weight_in, const at::Tensor& indices_in, const at::Tensor& offsets_in,
+                       const std::string& mode, const std::optional<at::Tensor>& psw_in) {
+  check_bag_args(indices_in, offsets_in, psw_in, weight_in);
+  const Pool pool = pool_of(mode);
+  TORCH_CHECK_VALUE(!(psw_in && pool != Pool::Sum),
+                    "picasso native: per_sample_weights is only supported for mode='sum'");
+  if (weight_in.is_cuda()) {
+    require_cuda_build(weight_in);
+    return cuda_ops::bag_forward(weight_in, indices_in, offsets_in, pool, psw_in);
+  }
+  const at::Tensor weight = weight_in.contiguous();
+  const at::Tensor indices = as_long(indices_in), offsets = as_long(offsets_in);
+  std::optional<at::Tensor> psw;
+  if (psw_in) psw = psw_in->contiguous();
+  check_offsets_cpu(offsets, indices.numel());
+  const int64_t num_bags = offsets.numel() - 1;
+  at::Tensor out = at::empty({num_bags, weight.size(1)}, weight.options());
+  {
+    pybind11::gil_scoped_release nogil;
+    cpu::bag_forward(dtype_of(weight), weight.data_ptr(), weight.size(0), weight.size(1),
+                     indices.data_ptr<int64_t>(), offsets.data_ptr<int64_t>(), num_bags, pool,
+                     psw ? psw->data_ptr() : nullptr, out.data_ptr());
+  }
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> bag_backward(const at::Tensor& grad_in, const at::Tensor& indices_in,
+                                                const at::Tensor& offsets_in, const std::string& mode,
+                                                const std::optional<at::Tensor>& psw_in) {
+  check_bag_args(indices_in, offsets_in, psw_in, grad_in);
+  TORCH_CHECK_VALUE(grad_in.size(0) == offsets_in.numel() - 1, "picasso native: grad_out has ", grad_in.size(0),
+                    " rows for ", offsets_in.numel() - 1, " bags");
+  const Pool pool = pool_of(mode);
+  if (grad_in.is_cuda()) {
+    require_cuda_build(grad_in);
+    return cuda_ops::bag_backward(grad_in, indices_in, offsets_in, pool, psw_in);
+  }
+  const at::Tensor grad = grad_in.contiguous();
+  const at::Tensor indices = as_long(indices_in), offsets = as_long(offsets_in);
+  std::optional<at::Tensor> psw;
+  if (psw_in) psw = psw_in->contiguous();
+  check_offsets_cpu(offsets, indices.numel());
+  const int64_t num_bags = offsets.numel() - 1;
+  const int64_t* o = offsets.data_ptr<int64_t>();
+  const int64_t used = o[num_bags] - o[0];
+  at::Tensor rows = at::empty({used}, indices.options());
+  at::Tensor grads = at::empty({used, grad.size(1)}, grad.options());
+  int64_t u = 0;
+  {
+    pybind11::gil_scoped_release nogil;
+    u = cpu::bag_backward(dtype_of(grad), grad.data_ptr(), grad.size(1), indices.data_ptr<int64_t>(), o, num_bags,
+                          pool, psw ? psw->data_ptr() : nullptr, rows.data_ptr<int64_t>(), grads.data_ptr());
+  }
+  return {rows.narrow(0, 0, u), grads.narrow(0, 0, u)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique(const at::Tensor& ids_in) {
+  TORCH_CHECK_TYPE(!at::isFloatingType(ids_in.scalar_type()) && !at::isComplexType(ids_in.scalar_type()),
+                   "picasso native: unique expects integer ids");
+  if (ids_in.is_cuda()) {
+    require_cuda_build(ids_in);
+    return cuda_ops::unique(ids_in);
+  }
+  const at::Tensor ids = as_long(ids_in).reshape({-1});
+  const int64_t n = ids.numel();
+  at::Tensor uniq = at::empty({n}, ids.options());
+  at::Tensor inverse = at::empty({n}, ids.options());
+  at::Tensor counts = at::empty({n}, ids.options());
+  int64_t u = 0;
+  {
+    pybind11::gil_scoped_release nogil;
+    u = cpu::unique(ids.data_ptr<int64_t>(), n, uniq.data_ptr<int64_t>(), inverse.data_ptr<int64_t>(),
+                    counts.data_ptr<int64_t>());
+  }
+  return {uniq.narrow(0, 0, u).to(ids_in.scalar_type()), inverse.view(ids_in.sizes()), counts.narrow(0, 0, u)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids(
+    const at::Tensor& ids_in, const std::optional<at::Tensor>& hot_map_in, int64_t num_owners) {
+  TORCH_CHECK_VALUE(ids_in.dim() == 1, "picasso native: ids must be 1-D");
+  TORCH_CHECK_VALUE(num_owners >= 1, "picasso native: num_owners must be >= 1, got ", num_owners);
+  if (ids_in.is_cuda()) {
+    require_cuda_build(ids_in);
+    return cuda_ops::route_ids(ids_in, hot_map_in, num_owners);
+  }
+  const at::Tensor ids = as_long(ids_in);
+  std::optional<at::Tensor> hot_map;
+  bool is_int32 = false;
+  if (hot_map_in) {
+    TORCH_CHECK_VALUE(hot_map_in->dim() == 1, "picasso native: hot_map must be 1-D");
+    is_int32 = hot_map_in->scalar_type() == at::kInt;
+    hot_map = is_int32 ? hot_map_in->contiguous() : as_long(*hot_map_in);
+  }
+  const int64_t n = ids.numel();
+  const auto opts = ids.options();
+  at::Tensor hot_pos = at::empty({n}, opts), hot_slot = at::empty({n}, opts);
+  at::Tensor cold_pos = at::empty({n}, opts), cold_local = at::empty({n}, opts);
+  at::Tensor counts = at::empty({num_owners}, opts);
+  int64_t hot = 0;
+  {
+    pybind11::gil_scoped_release nogil;
+    hot = cpu::route_ids(ids.data_ptr<int64_t>(), n, hot_map ? hot_map->data_ptr() : nullptr, is_int32,
+                         hot_map ? hot_map->numel() : 0, num_owners, hot_pos.data_ptr<int64_t>(),
+                         hot_slot.data_ptr<int64_t>(), cold_pos.data_ptr<int64_t>(), cold_local.data_ptr<int64_t>(),
+                         counts.data_ptr<int64_t>());
+  }
+  const int64_t cold = n - hot;
+  return {hot_pos.narrow(0, 0, hot), hot_slot.narrow(0, 0, hot), cold_pos.narrow(0, 0, cold),
+          cold_local.narrow(0, 0, cold).to(ids_in.scalar_type()), counts};
+}
+
+void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, const at::Tensor& rows_in,
+                   const at::Tensor& grads_in, const std::string& optimizer, double lr, double eps) {
+  const Optim opt = optim_of(optimizer);
+  TORCH_CHECK_VALUE(weight.dim() == 2 && weight.is_contiguous(),
+                    "picasso native: sparse_update needs a contiguous 2-D weight");
+  TORCH_CHECK_VALUE(rows_in.dim() == 1, "picasso native: rows must be 1-D");
+  TORCH_CHECK_VALUE(grads_in.dim() == 2 && grads_in.size(0) == rows_in.numel() && grads_in.size(1) == weight.size(1),
+                    "picasso native: grads must be [", rows_in.numel(), ", ", weight.size(1), "]");
+  TORCH_CHECK_TYPE(grads_in.scalar_type() == weight.scalar_type(), "picasso native: grads dtype must match weight");
+  if (rows_in.numel() == 0) return;
+  if (opt == Optim::RowwiseAdagrad) {
+    TORCH_CHECK_VALUE(state.has_value(), "rowwise_adagrad needs a state tensor");
+    TORCH_CHECK_VALUE(state->is_contiguous() && state->numel() == weight.size(0) &&
+                          state->scalar_type() == weight.scalar_type(),
+                      "picasso native: state must be a contiguous [", weight.size(0), "] tensor of the weight dtype");
+  }
+  if (weight.is_cuda()) {
+    require_cuda_build(weight);
+    return cuda_ops::sparse_update(weight, state, rows_in, grads_in, opt, lr, eps);
+  }
+  const at::Tensor rows = as_long(rows_in), grads = grads_in.contiguous();
+  void* state_ptr = opt == Optim::RowwiseAdagrad ? state->data_ptr() : nullptr;
+  pybind11::gil_scoped_release nogil;
+  cpu::sparse_update(dtype_of(weight), weight.data_ptr(), weight.size(0), weight.size(1), state_ptr,
+                     rows.data_ptr<int64_t>(), rows.numel(), grads.data_ptr(), opt, lr, eps);
+}
+
+}  // namespace
+}  // namespace picasso
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "picasso native kernels of the embedding hot path";
+  m.def("bag_forward", &picasso::bag_forward, "packed gather + pool", pybind11::arg("weight"),
+        pybind11::arg("indices"), pybind11::arg("offsets"), pybind11::arg("mode") = "sum",
+        pybind11::arg("per_sample_weights") = pybind11::none());
+  m.def("bag_backward", &picasso::bag_backward, "sparse gradient of bag_forward", pybind11::arg("grad_out"),
+        pybind11::arg("indices"), pybind11::arg("offsets"), pybind11::arg("mode") = "sum",
+        pybind11::arg("per_sample_weights") = pybind11::none());
+  m.def("unique", &picasso::unique, "sorted unique with inverse and counts", pybind11::arg("ids"));
+  m.def("route_ids", &picasso::route_ids, "hot/cold split and owner grouping", pybind11::arg("ids"),
+        pybind11::arg("hot_map"), pybind11::arg("num_owners"));
+  m.def("sparse_update", &picasso::sparse_update, "in-place sparse SGD / row-wise Adagrad", pybind11::arg("weight"),
+        pybind11::arg("state"), pybind11::arg("rows"), pybind11::arg("grads"), pybind11::arg("optimizer"),
+        pybind11::arg("lr"), pybind11::arg("eps") = 1e-8);
+  m.def("has_cuda", []() { return picasso::kWithCuda; }, "whether the CUDA kernels were compiled in");
+}

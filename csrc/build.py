@@ -1,0 +1,103 @@
+"""Build (once, cached) and load the native kernels with torch.utils.cpp_extension + ninja.
+
+The CPU library always builds where a C++ compiler exists; the CUDA kernels are added when
+torch itself has CUDA and a toolkit is found. Builds are cached under csrc/_build (gitignored)
+or $PICASSO_NATIVE_BUILD_DIR, one directory per torch version and build flavour; ninja only
+recompiles changed sources. `python -m csrc.build` builds and prints what it did.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+SRC_DIR = Path(__file__).resolve().parent
+CPU_SOURCES = ("kernels_cpu.cpp", "binding.cpp")
+CUDA_SOURCES = ("binding_cuda.cpp", "kernels_cuda.cu")
+HEADERS = ("kernels.h", "binding.h")
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+build_seconds: float | None = None  # wall time of the last load() that did the work (build or cache hit)
+
+
+class NativeBuildError(RuntimeError):
+    """The native library could not be compiled or imported."""
+
+
+def want_cuda() -> bool:
+    """CUDA kernels are built only against a CUDA torch with a visible GPU and toolkit."""
+    import torch
+
+    if not (torch.version.cuda and torch.cuda.is_available()):
+        return False
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    return CUDA_HOME is not None
+
+
+def build_dir(with_cuda: bool) -> Path:
+    import torch
+
+    flavour = f"cu{torch.version.cuda.replace('.', '')}" if with_cuda else "cpu"
+    tag = f"torch{torch.__version__.split('+')[0]}-{flavour}-py{sys.version_info.major}{sys.version_info.minor}"
+    root = Path(os.environ.get("PICASSO_NATIVE_BUILD_DIR") or SRC_DIR / "_build")
+    return root / tag
+
+
+def load(verbose: bool = False) -> ModuleType:
+    """The compiled extension module (built on first use, then cached); raises NativeBuildError."""
+    global _module, build_seconds
+    with _lock:
+        if _module is not None:
+            return _module
+        started = time.perf_counter()
+        try:
+            from torch.utils import cpp_extension
+        except ImportError as exc:  # pragma: no cover - torch is a dependency
+            raise NativeBuildError(f"torch.utils.cpp_extension unavailable: {exc}") from exc
+        with_cuda = want_cuda()
+        sources = list(CPU_SOURCES) + (list(CUDA_SOURCES) if with_cuda else [])
+        defines = ["-DPICASSO_WITH_CUDA"] if with_cuda else []
+        directory = build_dir(with_cuda)
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            module = cpp_extension.load(
+                name="picasso_native_cuda" if with_cuda else "picasso_native",
+                sources=[str(SRC_DIR / s) for s in sources],
+                extra_include_paths=[str(SRC_DIR)],
+                extra_cflags=["-O3", "-fopenmp", *defines],
+                extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", *defines],
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(directory),
+                with_cuda=with_cuda,
+                verbose=verbose,
+            )
+        except Exception as exc:  # noqa: BLE001 - compiler/ninja/import errors of every kind
+            raise NativeBuildError(f"{type(exc).__name__}: {_last_line(exc)}") from exc
+        build_seconds = time.perf_counter() - started
+        _module = module
+        return module
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def main() -> int:
+    try:
+        module = load(verbose="-v" in sys.argv)
+    except NativeBuildError as exc:
+        print(f"picasso native: build failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"picasso native: loaded {module.__file__} in {build_seconds:.1f} s (cuda: {module.has_cuda()})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+// Native kernels of the embedding hot path, declared without torch headers.
+//
+// The CPU versions live in kernels_cpu.cpp (plain C++ + OpenMP), the CUDA launchers in
+// kernels_cuda.cu; binding.cpp (and binding_cuda.cpp) are the only files that see torch.
+// Conventions follow executor/kernels.py: `indices` are packed rows of `weight`, `offsets`
+// has num_bags + 1 entries (CSR), all index arrays are int64. Errors are reported by
+// throwing std::invalid_argument / std::out_of_range outside of any parallel region.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace picasso {
+
+enum class DType : int { F32 = 0, F64 = 1, F16 = 2, BF16 = 3 };
+enum class Pool : int { Sum = 0, Mean = 1 };
+enum class Optim : int { Sgd = 0, RowwiseAdagrad = 1 };
+
+namespace cpu {
+
+// out[b] = pool over i in [offsets[b], offsets[b+1]) of psw[i] * weight[indices[i]];
+// fp16/bf16 accumulate in fp32. psw may be null.
+void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, const int64_t* indices,
+                 const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw, void* out);
+
+// Sparse gradient of bag_forward: rows_out[0:U] = unique indices ascending, grads_out[u] the sum
+// of the (scaled) grad_out rows of every occurrence. Buffers hold num_indices entries; returns U.
+int64_t bag_backward(DType dt, const void* grad_out, int64_t dim, const int64_t* indices,
+                     const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw,
+                     int64_t* rows_out, void* grads_out);
+
+// Sorted unique with inverse and counts; uniq/counts hold n entries; returns U.
+int64_t unique(const int64_t* ids, int64_t n, int64_t* uniq, int64_t* inverse, int64_t* counts);
+
+// Hot/cold split and owner grouping of route_ids_ref. hot_map (int32 if hot_map_is_int32,
+// else int64; may be null) has hot_map_size entries. hot_pos/hot_slot/cold_pos/cold_local hold n
+// entries, counts num_owners. Returns the number of hot IDs (cold = n - hot).
+int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_map_is_int32,
+                  int64_t hot_map_size, int64_t num_owners, int64_t* hot_pos, int64_t* hot_slot,
+                  int64_t* cold_pos, int64_t* cold_local, int64_t* counts);
+
+// In-place SGD / row-wise Adagrad after summing duplicate rows (sparse_update_ref semantics).
+// state (same dtype as weight, one value per row) is only read for RowwiseAdagrad.
+void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,
+                   int64_t n, const void* grads, Optim opt, double lr, double eps);
+
+}  // namespace cpu
+
+#ifdef PICASSO_WITH_CUDA
+namespace cuda {
+
+// Device memory for temporaries, provided by the binding (torch's caching allocator).
+struct Allocator {
+  void* (*alloc)(size_t bytes, void* ctx);
+  void (*release)(void* ptr, void* ctx);
+  void* ctx;
+};
+
+// Same contracts as the cpu namespace; every pointer is device memory, work is queued on
+// `stream` (a cudaStream_t). Functions returning a count synchronise the stream to read it.
+void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, const int64_t* indices,
+                 const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw, void* out,
+                 int64_t* error_flag, void* stream);
+int64_t bag_backward(DType dt, const void* grad_out, int64_t dim, const int64_t* indices,
+                     const int64_t* offsets, int64_t num_bags, int64_t num_indices, Pool mode, const void* psw,
+                     int64_t* rows_out, void* grads_out, const Allocator& mem, void* stream);
+int64_t unique(const int64_t* ids, int64_t n, int64_t* uniq, int64_t* inverse, int64_t* counts,
+               const Allocator& mem, void* stream);
+int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_map_is_int32,
+                  int64_t num_owners, int64_t* hot_pos, int64_t* hot_slot, int64_t* cold_pos,
+                  int64_t* cold_local, int64_t* counts, const Allocator& mem, void* stream);
+void sparse_update(DType dt, void* weight, int64_t dim, void* state, const int64_t* rows, int64_t n,
+                   const void* grads, Optim opt, double lr, double eps, const Allocator& mem, void* stream);
+
+}  // namespace cuda
+#endif
+
+}  // namespace picasso

@@ -1,0 +1,239 @@
+"""Batches: global batches cut from a click log (or synthetic rows), sliced per rank.
+
+Global batch s holds data rows [s*G, (s+1)*G) (G = batch_size_per_rank * world_size,
+wrapping around at the end of the data); rank r trains on rows [r*B, (r+1)*B) of it and
+the reference on all of it. Raw IDs map to rows as `id % num_rows`; dense features are
+log(1 + max(x, 0)) with missing values as 0; sequence bags keep their first max_len IDs.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from planner.errors import PlanError
+from planner.model_spec import ModelSpec
+
+
+class DataError(ValueError):
+    """The data does not fit the model (a missing feature, too few rows)."""
+
+
+@dataclass
+class RawBatch:
+    """Rows of a click log as read: raw IDs per feature in CSR form."""
+
+    labels: np.ndarray  # float32 [n]
+    dense: np.ndarray  # float32 [n, F] raw
+    sparse: dict[str, tuple[np.ndarray, np.ndarray]]  # feature -> (ids int64, offsets int64 [n+1])
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def slice(self, lo: int, hi: int) -> RawBatch:
+        sp = {}
+        for f, (ids, off) in self.sparse.items():
+            sp[f] = (ids[off[lo] : off[hi]], off[lo : hi + 1] - off[lo])
+        return RawBatch(self.labels[lo:hi], self.dense[lo:hi], sp)
+
+    @staticmethod
+    def concat(parts: list[RawBatch]) -> RawBatch:
+        if len(parts) == 1:
+            return parts[0]
+        sp = {}
+        for f in parts[0].sparse:
+            ids = np.concatenate([p.sparse[f][0] for p in parts])
+            offs, base = [np.zeros(1, np.int64)], 0
+            for p in parts:
+                offs.append(p.sparse[f][1][1:] + base)
+                base += p.sparse[f][1][-1]
+            sp[f] = (ids, np.concatenate(offs))
+        return RawBatch(
+            np.concatenate([p.labels for p in parts]), np.concatenate([p.dense for p in parts]), sp
+        )
+
+
+@dataclass
+class Batch:
+    """Model-ready tensors: table -> (table-local rows, offsets)."""
+
+    labels: torch.Tensor
+    dense: torch.Tensor
+    sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def slice(self, lo: int, hi: int) -> Batch:
+        sp = {}
+        for t, (rows, off) in self.sparse.items():
+            a, b = int(off[lo]), int(off[hi])
+            sp[t] = (rows[a:b], off[lo : hi + 1] - a)
+        return Batch(self.labels[lo:hi], self.dense[lo:hi], sp)
+
+    def to(self, device: torch.device) -> Batch:
+        if device.type == "cpu":
+            return self
+        return Batch(
+            self.labels.to(device, non_blocking=True), self.dense.to(device, non_blocking=True),
+            {t: (r.to(device, non_blocking=True), o.to(device, non_blocking=True)) for t, (r, o) in self.sparse.items()},
+        )
+
+
+def feature_map(model: ModelSpec, features: Iterable[str]) -> dict[str, str]:
+    """The data feature each table reads: its own name, `extra["features"][table]`, or the
+    feature with the same number (`W7` -> `C7`, for wide tables beside deep ones)."""
+    feats = set(features)
+    explicit = dict(model.extra.get("features", {}))
+    out = {}
+    for t in model.table_names:
+        if t in explicit:
+            f = explicit[t]
+        elif t in feats:
+            f = t
+        else:
+            m = re.fullmatch(r"[A-Za-z_]+?(\d+)", t)
+            cands = [f"C{m.group(1)}"] if m else []
+            f = next((c for c in cands if c in feats), None)
+        if f is None or f not in feats:
+            raise DataError(f"the data has no categorical feature for table {t!r} (features: {sorted(feats)[:8]}...)")
+        out[t] = f
+    return out
+
+
+def to_batch(raw: RawBatch, model: ModelSpec, fmap: dict[str, str]) -> Batch:
+    """Raw rows -> tensors the model reads (ID -> row, dense transform, sequence clipping)."""
+    if raw.dense.shape[1] < model.num_dense:
+        raise DataError(f"model {model.name} needs {model.num_dense} dense features, the data has {raw.dense.shape[1]}")
+    dense = np.nan_to_num(raw.dense[:, : model.num_dense], nan=0.0)
+    dense = np.log1p(np.maximum(dense, 0)).astype(np.float32)
+    sparse = {}
+    for t in model.tables:
+        ids, off = raw.sparse[fmap[t.name]]
+        rows = np.asarray(ids, dtype=np.int64) % t.num_rows
+        off = np.asarray(off, dtype=np.int64)
+        if t.pooling == "none":
+            lens = np.minimum(np.diff(off), t.max_len)
+            keep = np.arange(len(rows)) - np.repeat(off[:-1], np.diff(off)) < np.repeat(lens, np.diff(off))
+            rows = rows[keep]
+            off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        sparse[t.name] = (torch.from_numpy(rows), torch.from_numpy(off))
+    return Batch(torch.from_numpy(np.ascontiguousarray(raw.labels, dtype=np.float32)), torch.from_numpy(dense), sparse)
+
+
+def rebatch(chunks: Iterable[RawBatch], size: int) -> Iterator[RawBatch]:
+    """Cut a stream of chunks into batches of exactly `size` rows (the tail is dropped)."""
+    buf: list[RawBatch] = []
+    have = 0
+    for c in chunks:
+        while len(c):
+            take = min(size - have, len(c))
+            buf.append(c.slice(0, take))
+            have += take
+            c = c.slice(take, len(c))
+            if have == size:
+                yield RawBatch.concat(buf)
+                buf, have = [], 0
+
+
+def chunk_from_reader(chunk) -> RawBatch:
+    """traces.readers Chunk -> RawBatch."""
+    return RawBatch(np.asarray(chunk.labels, np.float32), np.asarray(chunk.dense, np.float32), dict(chunk.sparse))
+
+
+def reader_chunks(path: str, fmt: str) -> Iterator[RawBatch]:
+    try:
+        from traces.readers import open_reader
+    except ImportError as exc:  # traces/ not built yet in this checkout
+        raise DataError(f"cannot read {fmt} data: traces.readers is unavailable ({exc})") from None
+    for chunk in open_reader(path, fmt, strict=False):
+        yield chunk_from_reader(chunk)
+
+
+def global_batches(
+    open_chunks, global_batch: int, skip: int = 0, epochs: int | None = None
+) -> Iterator[RawBatch]:
+    """Global batches from `open_chunks()` (called again for each pass over the data), skipping `skip`."""
+    n_epoch = 0
+    produced = 0
+    while epochs is None or n_epoch < epochs:
+        any_batch = False
+        for b in rebatch(open_chunks(), global_batch):
+            any_batch = True
+            if produced >= skip:
+                yield b
+            produced += 1
+        if not any_batch:
+            raise DataError(f"the data has fewer rows than one global batch ({global_batch})")
+        n_epoch += 1
+
+
+def synthetic_raw(model: ModelSpec, rows: int, seed: int = 0, alpha: float = 1.1) -> RawBatch:
+    """Skewed synthetic rows for any model: Zipf IDs per table feature, multi-hot by pooling factor."""
+    rng = np.random.default_rng(seed)
+    dense = rng.lognormal(1.0, 1.5, size=(rows, model.num_dense)).astype(np.float32)
+    sparse = {}
+    for i, t in enumerate(model.tables):
+        if t.pooling == "none":
+            lens = rng.integers(0, t.max_len + 1, size=rows)
+        elif t.pooling_factor == 1.0:
+            lens = np.ones(rows, dtype=np.int64)
+        else:
+            lens = rng.poisson(t.pooling_factor, size=rows)
+        ids = (rng.zipf(alpha, size=int(lens.sum())) - 1 + i * 7919).astype(np.int64)
+        sparse[t.name] = (ids, np.concatenate([[0], np.cumsum(lens)]).astype(np.int64))
+    logit = dense[:, :1].sum(1) * 0.1 - 0.5 if model.num_dense else np.zeros(rows)
+    labels = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    return RawBatch(labels, dense, sparse)
+
+
+class Prefetcher:
+    """Runs an iterator in a background thread so loading overlaps training."""
+
+    _END = object()
+
+    def __init__(self, it: Iterable, depth: int = 4) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(iter(it),), daemon=True)
+        self.thread.start()
+
+    def _run(self, it: Iterator) -> None:
+        try:
+            for x in it:
+                while not self.stop.is_set():
+                    try:
+                        self.q.put(x, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self.stop.is_set():
+                    return
+            self.q.put(self._END)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+            self.q.put(exc)
+
+    def __iter__(self) -> Prefetcher:
+        return self
+
+    def __next__(self):
+        x = self.q.get()
+        if x is self._END:
+            raise StopIteration
+        if isinstance(x, BaseException):
+            raise x
+        return x
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+def check_model_data(model: ModelSpec) -> None:
+    if model.num_dense < 0:
+        raise PlanError("num_dense must be >= 0")

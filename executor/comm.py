@@ -1,0 +1,83 @@
+"""Collectives behind one small interface, with a no-op single-process fallback.
+
+Exchanges of variable size go through `all_to_all_single` on flat 1-D tensors with
+split sizes (gloo does not support the list form with unequal sizes).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+class Done:
+    """Handle of an operation that already completed (single process, or synchronous)."""
+
+    def wait(self) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class Comm:
+    def __init__(self, device: torch.device | None = None) -> None:
+        self.active = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.active else 0
+        self.world = dist.get_world_size() if self.active else 1
+        self.device = device or torch.device("cpu")
+
+    def a2a(
+        self,
+        out: torch.Tensor,
+        inp: torch.Tensor,
+        out_splits: list[int],
+        in_splits: list[int],
+        async_op: bool = False,
+    ):
+        """out gets, from each rank j, the segment rank j sent to this rank."""
+        if self.world == 1:
+            out.copy_(inp)
+            return Done()
+        work = dist.all_to_all_single(out, inp, out_splits, in_splits, async_op=async_op)
+        return work if async_op else Done()
+
+    def exchange_counts(self, send_counts: torch.Tensor) -> torch.Tensor:
+        """send_counts [world, m] (m numbers for each destination) -> the numbers each source sent."""
+        if self.world == 1:
+            return send_counts.clone()
+        out = torch.empty_like(send_counts)
+        dist.all_to_all_single(out, send_counts.contiguous())
+        return out
+
+    def all_reduce(self, t: torch.Tensor, async_op: bool = False):
+        if self.world == 1:
+            return Done()
+        work = dist.all_reduce(t, async_op=async_op)
+        return work if async_op else Done()
+
+    def all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Concatenate every rank's (rows, values) in rank order (padded all_gather)."""
+        if self.world == 1:
+            return rows, values
+        n = torch.tensor([len(rows)], dtype=torch.int64, device=rows.device)
+        sizes = [torch.zeros_like(n) for _ in range(self.world)]
+        dist.all_gather(sizes, n)
+        sizes_l = [int(s.item()) for s in sizes]
+        m = max(sizes_l)
+        pr = torch.zeros(m, dtype=rows.dtype, device=rows.device)
+        pr[: len(rows)] = rows
+        pv = torch.zeros(m, values.shape[1], dtype=values.dtype, device=values.device)
+        pv[: len(rows)] = values
+        gr = [torch.empty_like(pr) for _ in range(self.world)]
+        gv = [torch.empty_like(pv) for _ in range(self.world)]
+        dist.all_gather(gr, pr)
+        dist.all_gather(gv, pv)
+        return (
+            torch.cat([g[:s] for g, s in zip(gr, sizes_l)]),
+            torch.cat([g[:s] for g, s in zip(gv, sizes_l)]),
+        )
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()

@@ -1,0 +1,88 @@
+"""The plain single-process reference: nn.EmbeddingBag per table + the same dense model.
+
+Same initial weights (executor.layout), same global batches, mean BCE over the global
+batch, the same optimizers (kernels.sparse_update_ref for embeddings, torch.optim for
+dense). Any plan must end at the same weights up to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from executor import kernels
+from executor.batches import Batch
+from executor.dense import build_dense
+from executor.layout import init_table_rows, sparse_optimizer
+from executor.trainer import make_dense_optimizer, pad_sequences
+from planner.plan import Plan
+
+
+class Reference:
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        model = plan.model
+        self.bags = nn.ModuleDict()
+        self.states: dict[str, torch.Tensor] = {}
+        self.opt_of = {}
+        for t in model.tables:
+            mode = "sum" if t.pooling == "none" else t.pooling
+            bag = nn.EmbeddingBag(t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True)
+            with torch.no_grad():
+                bag.weight.copy_(init_table_rows(model, t.name, plan.seed))
+            self.bags[t.name] = bag
+            self.opt_of[t.name] = sparse_optimizer(plan, t)
+            if self.opt_of[t.name] == "rowwise_adagrad":
+                self.states[t.name] = torch.zeros(t.num_rows)
+        self.dense = build_dense(model, plan.seed)
+        self.opt = make_dense_optimizer(plan, self.dense.parameters())
+
+    def step(self, batch: Batch) -> float:
+        model = self.plan.model
+        embs, seqs = {}, {}
+        for t in model.tables:
+            rows, off = batch.sparse[t.name]
+            bag = self.bags[t.name]
+            if t.pooling == "none":
+                per_id = bag(rows, torch.arange(len(rows) + 1))
+                seqs[t.name] = pad_sequences(per_id, off, t.max_len)
+            else:
+                embs[t.name] = bag(rows, off)
+        logit = self.dense(batch.dense, embs, seqs)
+        loss = F.binary_cross_entropy_with_logits(logit, batch.labels, reduction="mean")
+        self.opt.zero_grad(set_to_none=False)
+        for bag in self.bags.values():
+            bag.weight.grad = None
+        loss.backward()
+        o = self.plan.optimizer
+        with torch.no_grad():
+            for name, bag in self.bags.items():
+                if bag.weight.grad is None:
+                    continue
+                g = bag.weight.grad.coalesce()
+                kernels.sparse_update_ref(
+                    bag.weight.data, self.states.get(name), g.indices()[0], g.values(), self.opt_of[name],
+                    o.sparse_lr, o.eps,
+                )
+        self.opt.step()
+        return float(loss.detach())
+
+    def tables(self) -> dict[str, torch.Tensor]:
+        return {n: b.weight.detach().clone() for n, b in self.bags.items()}
+
+
+def max_rel_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest over tensors of max|a - b| / max|b| (b is the reference)."""
+    worst = 0.0
+    for k, ref in b.items():
+        if k not in a:
+            raise KeyError(f"{k} is missing from the compared weights")
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        diff = float((a[k].float() - ref.float()).abs().max()) if ref.numel() else 0.0
+        worst = max(worst, diff / scale if scale > 0 else diff)
+    return worst
+
+
+def dense_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {f"dense.{k}": v.detach().cpu().clone() for k, v in module.state_dict().items()}

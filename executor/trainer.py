@@ -1,0 +1,245 @@
+"""One rank's training step: distributed embeddings + replicated dense model.
+
+The loss is the mean BCE over the global batch: each rank adds the BCE sum of its rows
+divided by the global batch size, micro-batches accumulate gradients, and one update
+follows the last micro-batch, so any plan computes the same step as the reference.
+
+Overlap (on when the plan asks for kernel interleaving or micro_batches > 1): all ID
+exchanges are launched before any is waited on, the owners' gathers and row returns
+follow, and each micro-batch's gradient exchange is in flight while the next one
+computes; the dense all-reduce and the hot all-reduce overlap the cold updates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from executor.batches import Batch
+from executor.comm import Comm
+from executor.dense import DenseArch, build_dense
+from executor.embedding import Lookup, ShardedPack, assemble_pieces
+from executor.timing import OpTimer
+from planner.plan import Plan
+
+
+def make_dense_optimizer(plan: Plan, params) -> torch.optim.Optimizer:
+    o = plan.optimizer
+    if o.dense == "sgd":
+        return torch.optim.SGD(params, lr=o.dense_lr)
+    if o.dense == "adagrad":
+        return torch.optim.Adagrad(params, lr=o.dense_lr, eps=o.eps)
+    return torch.optim.Adam(params, lr=o.dense_lr, eps=o.eps)
+
+
+def pad_sequences(flat: torch.Tensor, offsets: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-item embeddings [nnz, D] of CSR bags -> (padded [n, max_len, D], mask [n, max_len])."""
+    lens = offsets[1:] - offsets[:-1]
+    n = len(lens)
+    bag = torch.repeat_interleave(torch.arange(n, device=flat.device), lens)
+    pos = torch.arange(len(flat), device=flat.device) - torch.repeat_interleave(offsets[:-1], lens)
+    padded = torch.zeros(n, max_len, flat.shape[1], dtype=flat.dtype, device=flat.device).index_put((bag, pos), flat)
+    mask = torch.zeros(n, max_len, dtype=flat.dtype, device=flat.device)
+    mask[bag, pos] = 1.0
+    return padded, mask
+
+
+def dense_step_inputs(model, tables: list[str], out: torch.Tensor, mb: Batch, embs: dict, seqs: dict) -> None:
+    """Split one pack's output (bags table-major) into the model's per-table inputs."""
+    n = len(mb)
+    off = 0
+    for t in tables:
+        spec = model.table(t)
+        if spec.pooling == "none":
+            rows, o = mb.sparse[t]
+            seqs[t] = pad_sequences(out[off : off + len(rows)], o, spec.max_len)
+            off += len(rows)
+        else:
+            embs[t] = out[off : off + n]
+            off += n
+
+
+class Trainer:
+    def __init__(self, plan: Plan, hot_ids: dict[str, np.ndarray], comm: Comm, timer: OpTimer | None = None) -> None:
+        plan.validate()
+        if comm.world != plan.world_size:
+            raise ValueError(f"the plan is for {plan.world_size} ranks, this run has {comm.world}")
+        self.plan = plan
+        self.comm = comm
+        self.dev = comm.device
+        self.packs = [ShardedPack(plan, p, hot_ids, comm) for p in plan.packs]
+        self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
+        self.opt = make_dense_optimizer(plan, self.dense.parameters())
+        self.overlap = plan.kernel_interleaving or plan.micro_batches > 1
+        self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
+        self.steps_done = 0
+
+    # ---- one step -------------------------------------------------------------------
+    def step(self, local: Batch) -> float:
+        """Train on this rank's rows of one global batch; returns its share of the mean loss."""
+        plan, T, ov = self.plan, self.timer, self.overlap
+        k = plan.micro_batches
+        if len(local) != plan.batch_size_per_rank:
+            raise ValueError(f"expected {plan.batch_size_per_rank} rows per rank, got {len(local)}")
+        with T.op("fwd", "input", "h2d"):
+            local = local.to(self.dev)
+        m = len(local) // k
+        mbs = [local.slice(i * m, (i + 1) * m) for i in range(k)]
+        self.opt.zero_grad(set_to_none=False)
+        for p in self.packs:
+            p.zero_grad()
+        lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in range(k)]
+        toks: dict = {}
+        # 1. dedup + route + hot reads; launch every ID exchange
+        for i, mb in enumerate(mbs):
+            for j, p in enumerate(self.packs):
+                with T.op("fwd", p.name, "dedup", i):
+                    idx, offs = p.pack_inputs(mb.sparse)
+                with T.op("fwd", p.name, "route", i):
+                    lk = p.prepare(idx, offs)
+                with T.op("fwd", p.name, "hot_gather", i):
+                    p.hot_gather(lk)
+                lks[i][j] = lk
+                if p.local_only:
+                    continue
+                toks[("ids", i, j)] = T.start("fwd", p.name, "a2a_ids", i, lane="comm")
+                counts = self.comm.exchange_counts(torch.tensor(lk.send_splits, dtype=torch.int64))
+                p.send_ids(lk, counts.tolist(), async_op=ov)
+                if not ov:
+                    self._gather(p, lk, toks, i, j)
+        # 2. owners gather and return rows (in overlap mode, while other exchanges fly)
+        if ov:
+            for i in range(k):
+                for j, p in enumerate(self.packs):
+                    if not p.local_only:
+                        self._gather(p, lks[i][j], toks, i, j)
+        # 3. per micro-batch: pool, dense forward/backward, launch the gradient exchange
+        loss_sum = 0.0
+        for i, mb in enumerate(mbs):
+            embs: dict = {}
+            seqs: dict = {}
+            leaves = []
+            for j, p in enumerate(self.packs):
+                lk = lks[i][j]
+                if not p.local_only:
+                    lk.handle.wait()
+                    T.end(toks.pop(("emb", i, j)))
+                with T.op("fwd", p.name, "pool", i):
+                    u = p.assemble(lk)
+                    out = p.pool(lk, u).requires_grad_()
+                leaves.append(out)
+                dense_step_inputs(plan.model, p.layout.tables, out, mb, embs, seqs)
+            loss_sum += self._dense(mb, embs, seqs, i)
+            for j, p in enumerate(self.packs):
+                lk = lks[i][j]
+                g = leaves[j].grad if leaves[j].grad is not None else torch.zeros_like(leaves[j])
+                with T.op("bwd", p.name, "pool", i):
+                    gu = p.unique_grad(lk, g)
+                tok = T.start("bwd", p.name, "a2a_grad", i, lane="comm")
+                p.backward(lk, gu, async_op=ov)
+                toks[("grad", i, j)] = tok
+                lks[i][j] = None  # free the micro-batch's buffers
+        # 4. gradient sync and updates
+        hot_handles = []
+        for p in self.packs:
+            tok = T.start("bwd", p.name, "hot_allreduce", lane="comm") if p.num_hot else None
+            hot_handles.append((p.start_hot_allreduce(async_op=ov), tok))
+        dtok = T.start("bwd", "dense", "allreduce", lane="comm")
+        flat, dwork = self._start_dense_allreduce(ov)
+        for j, p in enumerate(self.packs):
+            p.wait_grads()
+            for i in range(k):
+                T.end(toks.pop(("grad", i, j), None))
+            with T.op("opt", p.name, "cold_update"):
+                p.apply_cold()
+        for p, (h, tok) in zip(self.packs, hot_handles):
+            h.wait()
+            T.end(tok)
+            if p.num_hot:
+                with T.op("opt", p.name, "hot_update"):
+                    p.apply_hot()
+        dwork.wait()
+        T.end(dtok)
+        with T.op("opt", "dense", "update"):
+            self._finish_dense_allreduce(flat)
+            self.opt.step()
+        self.steps_done += 1
+        return loss_sum
+
+    def _gather(self, p: ShardedPack, lk: Lookup, toks: dict, i: int, j: int) -> None:
+        lk.handle.wait()
+        T = self.timer
+        T.end(toks.pop(("ids", i, j)))
+        with T.op("fwd", p.name, "cold_gather", i):
+            tok = T.start("fwd", p.name, "a2a_emb", i, lane="comm")
+            p.gather(lk, async_op=self.overlap)
+        toks[("emb", i, j)] = tok
+
+    def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> float:
+        T, d = self.timer, self.dense
+        with T.op("fwd", "dense", "bottom_mlp", i):
+            b = d.bottom(mb.dense)
+            bd = b.detach().requires_grad_() if b.requires_grad else b
+        with T.op("fwd", "dense", "interaction", i):
+            z = d.interaction(bd, embs, seqs)
+            zd = z.detach().requires_grad_()
+        with T.op("fwd", "dense", "top_mlp", i):
+            logit = d.top(zd)
+        with T.op("fwd", "dense", "loss", i):
+            loss = F.binary_cross_entropy_with_logits(logit, mb.labels, reduction="sum") / self.plan.global_batch
+        with T.op("bwd", "dense", "top_mlp", i):
+            loss.backward()
+        with T.op("bwd", "dense", "interaction", i):
+            z.backward(zd.grad)
+        with T.op("bwd", "dense", "bottom_mlp", i):
+            if b.requires_grad:
+                b.backward(bd.grad)
+        return float(loss.detach())
+
+    def _start_dense_allreduce(self, async_op: bool):
+        params = list(self.dense.parameters())
+        for q in params:
+            if q.grad is None:
+                q.grad = torch.zeros_like(q)
+        flat = torch.cat([q.grad.reshape(-1) for q in params])
+        return flat, self.comm.all_reduce(flat, async_op)
+
+    def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
+        off = 0
+        for q in self.dense.parameters():
+            n = q.numel()
+            q.grad.copy_(flat[off : off + n].view_as(q))
+            off += n
+
+    # ---- whole-model views --------------------------------------------------------------
+    def full_tables(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Every table's full weight and row state, assembled from all ranks (collective)."""
+        mine = [p.shard_state() for p in self.packs]
+        if self.comm.world > 1:
+            import torch.distributed as dist
+
+            everyone: list = [None] * self.comm.world
+            dist.all_gather_object(everyone, mine)
+        else:
+            everyone = [mine]
+        return tables_from_pieces(self.plan, [list(x) for x in zip(*everyone)])
+
+
+def tables_from_pieces(plan: Plan, per_pack: list[list[dict]]) -> tuple[dict, dict]:
+    """Per-table weights/states from each pack's pieces (one list per pack, one piece per rank)."""
+    weights, states = {}, {}
+    for pieces in per_pack:
+        first = pieces[0]
+        model = plan.model
+        rows = sum(model.table(t).num_rows for t in first["tables"])
+        dim = model.table(first["tables"][0]).dim
+        w, s = assemble_pieces(pieces, rows, dim)
+        off = 0
+        for t in first["tables"]:
+            n = model.table(t).num_rows
+            weights[t] = w[off : off + n].clone()
+            if s is not None:
+                states[t] = s[off : off + n].clone()
+            off += n
+    return weights, states

@@ -1,0 +1,239 @@
+"""The worker a rank runs (`python -m executor ...`, started by torchrun or by hand).
+
+It reads the plan, joins the process group (NCCL with CUDA, gloo otherwise, with a
+timeout on collectives), streams its rows of each global batch from the data file in a
+background thread, trains, times every op, and rank 0 writes the result JSON, the
+Chrome trace / Timeline and, with --verify, the comparison with the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from executor.batches import (
+    Prefetcher,
+    feature_map,
+    global_batches,
+    reader_chunks,
+    synthetic_raw,
+    to_batch,
+)
+from executor.comm import Comm
+from executor.timing import OpTimer, percentiles
+from executor.trainer import Trainer
+from executor.verify import compare
+from planner.plan import Plan, atomic_write_bytes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m executor", description="run one rank of a picasso plan")
+    p.add_argument("--plan", required=True, help="plan JSON")
+    p.add_argument("--data", required=True, help="data file, or 'synthetic'")
+    p.add_argument("--format", default="criteo", help="data format for traces.readers (criteo, avazu, ...)")
+    p.add_argument("--synthetic-rows", type=int, default=0, help="rows of synthetic data (default: 4 global batches per step budget)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: min(3, steps // 4))")
+    p.add_argument("--trace", help="write the measured Chrome trace here (rank 0)")
+    p.add_argument("--timeline", help="write the measured Timeline JSON here (rank 0)")
+    p.add_argument("--checkpoint", help="save a checkpoint here at the end")
+    p.add_argument("--resume", help="load this checkpoint before training (any plan/world size of the model)")
+    p.add_argument("--verify", action="store_true", help="compare with the single-process reference (rank 0)")
+    p.add_argument("--result", help="rank 0 writes the result JSON here")
+    p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds")
+    p.add_argument("--no-timing", action="store_true", help="do not record per-op events")
+    return p
+
+
+def setup(timeout: float) -> tuple[Comm, torch.device]:
+    """Join the process group from torchrun's environment (or run alone without one)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout))
+    return Comm(device), device
+
+
+def predicted_samples_per_s(plan: Plan) -> float | None:
+    """The planner's predicted throughput, from the plan's notes when it left one."""
+    n = plan.notes
+    for key in ("predicted_samples_per_s", "samples_per_s"):
+        if isinstance(n.get(key), (int, float)) and n[key] > 0:
+            return float(n[key])
+    for key in ("predicted_iteration_us", "iteration_us", "predicted_step_us"):
+        if isinstance(n.get(key), (int, float)) and n[key] > 0:
+            return plan.global_batch / (float(n[key]) * 1e-6)
+    return None
+
+
+def _fault_hook(rank: int, step: int) -> None:
+    """Test hook: PICASSO_FAULT=RANK:STEP kills that rank at that step (dead-rank tests)."""
+    spec = os.environ.get("PICASSO_FAULT")
+    if spec:
+        r, s = (int(x) for x in spec.split(":"))
+        if r == rank and s == step:
+            os._exit(3)
+
+
+def run_worker(args: argparse.Namespace) -> dict | None:
+    comm, device = setup(args.timeout)
+    rank, world = comm.rank, comm.world
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
+    plan = Plan.load(args.plan)
+    if world != plan.world_size:
+        raise ValueError(f"{args.plan}: the plan is for {plan.world_size} ranks, started with {world}")
+    hot_ids = plan.load_hot_ids(args.plan)
+    timer = OpTimer(rank, device, enabled=not args.no_timing, micro_batches=plan.micro_batches)
+    trainer = Trainer(plan, hot_ids, comm, timer)
+    start_step = 0
+    if args.resume:
+        from executor.checkpoint import load
+
+        start_step = int(load(trainer, args.resume)["data_position"])
+    model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
+    if args.data == "synthetic":
+        raw = synthetic_raw(model, args.synthetic_rows or g * 8, seed=plan.seed + 1)
+
+        def open_chunks():
+            return iter([raw])
+    else:
+        def open_chunks():
+            return reader_chunks(args.data, args.format)
+    fmap: dict[str, str] = {}
+
+    def prepared():
+        for gb in global_batches(open_chunks, g, skip=start_step):
+            if not fmap:
+                fmap.update(feature_map(model, gb.sparse))
+            local = to_batch(gb.slice(rank * b, (rank + 1) * b), model, fmap)
+            keep = to_batch(gb, model, fmap) if (args.verify and rank == 0) else None
+            yield local, keep
+
+    loader = Prefetcher(prepared(), depth=4)
+    warmup = args.warmup if args.warmup is not None else min(3, args.steps // 4)
+    kept, times, losses = [], [], []
+    comm.barrier()
+    timer.reset_origin()
+    try:
+        for s in range(args.steps):
+            _fault_hook(rank, s)
+            local, keep = next(loader)
+            if keep is not None:
+                kept.append(keep)
+            t = time.perf_counter()
+            losses.append(trainer.step(local))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t
+            if s >= warmup:
+                times.append(dt)
+                timer.flush(start_step + s)
+            else:
+                timer.discard()
+    finally:
+        loader.close()
+    # samples/s over the timed steps, from the slowest rank's clock
+    local_t = torch.tensor([sum(times), float(sum(losses[warmup:]) if losses else 0.0)], dtype=torch.float64)
+    tot = local_t.clone()
+    if world > 1:
+        tmax = torch.tensor([local_t[0].item()], dtype=torch.float64)
+        dist.all_reduce(tmax, op=dist.ReduceOp.MAX)
+        lsum = torch.tensor([local_t[1].item()], dtype=torch.float64)
+        dist.all_reduce(lsum)
+        tot = torch.tensor([tmax.item(), lsum.item()], dtype=torch.float64)
+    events = [e for e in timer.timeline.events]
+    gathered = [None] * world
+    if world > 1:
+        dist.all_gather_object(gathered, (events, times))
+    else:
+        gathered = [(events, times)]
+    verify = compare(trainer, kept) if args.verify else None
+    if args.checkpoint:
+        from executor.checkpoint import save
+
+        save(trainer, args.checkpoint, data_position=start_step + args.steps)
+    if rank != 0:
+        return None
+    timed = len(times)
+    result: dict = {
+        "plan": str(args.plan),
+        "model": model.name,
+        "world_size": world,
+        "backend": dist.get_backend() if world > 1 else "none",
+        "device": str(device),
+        "global_batch": g,
+        "micro_batches": plan.micro_batches,
+        "steps": args.steps,
+        "timed_steps": timed,
+        "start_step": start_step,
+        "samples_per_s": (g * timed / float(tot[0])) if timed and float(tot[0]) > 0 else 0.0,
+        "iteration_ms": {k: v * 1e3 for k, v in percentiles(times).items()},
+        "mean_loss": float(tot[1]) / timed if timed else None,
+        "last_loss_rank0_share": losses[-1] if losses else None,
+    }
+    pred = predicted_samples_per_s(plan)
+    if pred:
+        result["predicted_samples_per_s"] = pred
+        result["measured_over_predicted_samples"] = result["samples_per_s"] / pred
+    from simulator.timeline import Timeline
+
+    tl = Timeline(meta={"source": "measured", "plan": str(args.plan), "world_size": world,
+                        "hardware": plan.hardware, "device": str(device)})
+    for evs, _ in gathered:
+        tl.events.extend(evs)
+    result["op_durations_us"] = tl.op_durations()
+    if args.trace:
+        tl.save_chrome_trace(args.trace)
+        result["trace"] = str(args.trace)
+    if args.timeline:
+        tl.save(args.timeline)
+        result["timeline"] = str(args.timeline)
+    if verify is not None:
+        result["verify"] = verify
+        result["max_rel_diff"] = verify["max_rel_diff"]
+    if args.checkpoint:
+        result["checkpoint"] = str(args.checkpoint)
+    if args.result:
+        atomic_write_bytes(Path(args.result), (json.dumps(result, indent=2) + "\n").encode())
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rank = os.environ.get("RANK", "0")
+    try:
+        result = run_worker(args)
+        if result is not None and not args.result:
+            print(json.dumps(result))
+        return 0
+    except Exception as exc:  # noqa: BLE001 - one line per rank, no traceback
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (RuntimeError, dist.DistBackendError)) and not isinstance(exc, ValueError):
+            lowered = msg.lower()
+            if any(w in lowered for w in ("connection", "timed out", "timeout", "peer", "closed", "broken pipe")):
+                msg = f"a collective failed, another rank probably died or hung ({msg})"
+        if os.environ.get("PICASSO_DEBUG"):
+            import traceback
+
+            traceback.print_exc()
+        print(f"executor rank {rank}: error: {msg}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - already failing
+                pass
+

@@ -1,0 +1,72 @@
+"""`picasso run`: train a plan for real with torch.distributed workers started by torchrun."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("run", parents=[common], help="run a plan for real (torchrun workers, gloo or NCCL)")
+    p.add_argument("plan", help="plan JSON (from `picasso plan`)")
+    p.add_argument("--data", required=True, help="click-log file, or 'synthetic' for generated rows")
+    p.add_argument("--format", default="criteo", help="data format: criteo, avazu, csv, parquet, libsvm")
+    p.add_argument("--nproc", type=int, help="workers on this machine (default: the plan's world size / nnodes)")
+    p.add_argument("--nnodes", type=int, default=1, help="machines taking part")
+    p.add_argument("--node-rank", type=int, default=0, help="this machine's index among --nnodes")
+    p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (loopback by default)")
+    p.add_argument("--master-port", type=int, help="rendezvous port (default: a free one; set it for --nnodes > 1)")
+    p.add_argument("--steps", type=int, default=20, help="training steps (global batches)")
+    p.add_argument("--warmup", type=int, help="untimed first steps (default: min(3, steps/4))")
+    p.add_argument("--trace", help="write the measured Chrome trace (Perfetto) here")
+    p.add_argument("--timeline", help="write the measured Timeline JSON here")
+    p.add_argument("--checkpoint", help="save a checkpoint to this folder at the end")
+    p.add_argument("--resume", help="load this checkpoint first (any plan or world size of the same model)")
+    p.add_argument("--verify", action="store_true",
+                   help="compare the trained weights with a single-process reference (keep --steps small)")
+    p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds (a dead rank stops the run)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from executor.launch import launch
+
+    extra = ["--timeout", str(args.timeout)]
+    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume"):
+        v = getattr(args, flag)
+        if v is not None:
+            extra += [f"--{flag}", str(v)]
+    if args.verify:
+        extra.append("--verify")
+    if args.steps < 1:
+        raise ValueError("--steps must be at least 1")
+    res = launch(
+        args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
+        nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+        master_port=args.master_port,
+    )
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    if "samples_per_s" not in res:
+        print(f"node {args.node_rank}: workers finished")
+        return 0
+    it = res["iteration_ms"]
+    print(f"plan {res['plan']} ({res['model']}), {res['world_size']} ranks on {res['backend']}/{res['device']}, "
+          f"global batch {res['global_batch']}, {res['micro_batches']} micro-batch(es)")
+    print(f"throughput   {res['samples_per_s']:,.0f} samples/s over {res['timed_steps']} timed steps")
+    print(f"iteration    p50 {it['p50']:.2f} ms  p90 {it['p90']:.2f} ms  p99 {it['p99']:.2f} ms")
+    if res.get("mean_loss") is not None:
+        print(f"loss         {res['mean_loss']:.4f} (mean over timed steps)")
+    if "predicted_samples_per_s" in res:
+        print(f"prediction   {res['predicted_samples_per_s']:,.0f} samples/s "
+              f"(measured/predicted {res['measured_over_predicted_samples']:.2f})")
+    if "verify" in res:
+        v = res["verify"]
+        print(f"verify       max relative difference to the reference {v['max_rel_diff']:.2e} "
+              f"(embeddings {v['embedding_rel_diff']:.2e}, dense {v['dense_rel_diff']:.2e})")
+    for key in ("trace", "timeline", "checkpoint"):
+        if key in res:
+            print(f"{key:12} {res[key]}")
+    return 0

@@ -1,0 +1,45 @@
+"""`picasso validate`: run a sweep of plans for real and compare with the simulator's predictions."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("validate", parents=[common],
+                       help="run varied plans for real and measure the simulator's error")
+    p.add_argument("--data", required=True, help="click log to train on (and to profile)")
+    p.add_argument("--format", default="criteo", help="data format (default: criteo)")
+    p.add_argument("--hardware", default="local-cpu",
+                   help="hardware spec: `picasso calibrate` output, a preset or a file")
+    p.add_argument("--model", default="dlrm-criteo-kaggle", help="model preset")
+    p.add_argument("--row-cap", type=int, default=50_000, help="cap every table at N rows (CPU runs)")
+    p.add_argument("--plans", type=int, default=24, help="plans in the sweep (validated plus fit)")
+    p.add_argument("--fit-plans", type=int, default=0,
+                   help="of the plans, K form a disjoint fit set that refines the spec before validating")
+    p.add_argument("--nproc-max", type=int, default=4, help="largest world size in the sweep")
+    p.add_argument("--batch-sizes", default="256,512,1024", help="batch sizes per rank, comma-separated")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per plan")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up steps per plan (not timed)")
+    p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take")
+    p.add_argument("--no-planner", action="store_true", help="leave the planner's own plan out of the sweep")
+    p.add_argument("-o", "--out-dir", default="picasso-validate", help="folder for plans, traces and results")
+    p.add_argument("--html", help="write an HTML report here")
+    p.add_argument("--save-refined", help="with --fit-plans: write the refined hardware spec here")
+    p.add_argument("--results", help="also write the JSON result here (e.g. bench/results/validate_local_cpu.json)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from picasso.workflows.validate import run_validate_command
+
+    try:
+        args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b.strip()]
+    except ValueError:
+        raise ValueError(f"--batch-sizes {args.batch_sizes!r}: expected integers separated by commas") from None
+    for name in ("plans", "nproc_max", "steps"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0 or args.fit_plans < 0 or args.fit_plans >= args.plans:
+        raise ValueError("--warmup must be >= 0 and --fit-plans in [0, --plans)")
+    return run_validate_command(args)

@@ -1,0 +1,1 @@
+"""Workflows that span layers (demo, calibrate, validate, report)."""

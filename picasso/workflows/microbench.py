@@ -1,0 +1,250 @@
+"""Microbenchmarks of this machine for `picasso calibrate`.
+
+Every benchmark runs inside a spawned group of `nproc` worker processes (gloo on
+loopback), all ranks doing the same work at the same moment: that is the condition of
+a real `picasso run` with the same number of ranks, so the contention of ranks over the
+cores and the memory bus is in the numbers. Each sample is a plain dict
+`{"kind", <size features>, "us"}` (median over repetitions, slowest rank), which
+`simulator.calibration` fits to the cost model's coefficients.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+Sample = dict[str, Any]
+
+# Sizes kept small: the whole calibration must stay well under two minutes on 2 cores.
+GATHER_ROWS = 200_000
+GATHER_DIMS = (8, 16, 32, 64)
+GATHER_IDS = (256, 2048, 16384, 65536)
+POOL_BAGS = (256, 2048)
+POOL_FACTORS = (1, 4, 16)
+COLL_BYTES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
+GEMM_BATCHES = (128, 512, 2048)
+DEFAULT_MLP = ((13, 512), (512, 256), (256, 16), (367, 512), (512, 256), (256, 1))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _time_us(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None = None) -> float:
+    """Median wall time of `fn` in microseconds, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        if barrier is not None:
+            barrier()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def _reps_for(work_bytes: float) -> int:
+    # Fewer repetitions for big ops: the median is stable and the budget is tight.
+    return 3 if work_bytes > 8e6 else 7 if work_bytes > 5e5 else 15
+
+
+def bench_gather(barrier: Callable[[], Any] | None = None, quick: bool = False) -> list[Sample]:
+    """Row gather (index_select) over ID counts and dims: `bytes` read + written."""
+    import torch
+
+    out = []
+    g = torch.Generator().manual_seed(0)
+    ids_list = GATHER_IDS[:3] if quick else GATHER_IDS
+    for dim in GATHER_DIMS[:2] if quick else GATHER_DIMS:
+        table = torch.randn(GATHER_ROWS, dim)
+        for n in ids_list:
+            ids = torch.randint(0, GATHER_ROWS, (n,), generator=g)
+            nbytes = 2 * n * dim * 4 + n * 8  # rows read, rows written, ids read
+            us = _time_us(lambda t=table, i=ids: torch.index_select(t, 0, i), _reps_for(nbytes), barrier)
+            out.append({"kind": "gather", "rows": GATHER_ROWS, "dim": dim, "n": n, "bytes": nbytes, "us": us})
+    return out
+
+
+def bench_pool(barrier: Callable[[], Any] | None = None, quick: bool = False) -> list[Sample]:
+    """Sum pooling (embedding_bag) over bag counts and pooling factors."""
+    import torch
+    import torch.nn.functional as F
+
+    out = []
+    g = torch.Generator().manual_seed(1)
+    dim = 16
+    table = torch.randn(GATHER_ROWS, dim)
+    for bags in POOL_BAGS:
+        for L in POOL_FACTORS[:2] if quick else POOL_FACTORS:
+            n = bags * L
+            ids = torch.randint(0, GATHER_ROWS, (n,), generator=g)
+            offsets = torch.arange(0, n, L)
+            nbytes = n * dim * 4 + bags * dim * 4 + n * 8
+            us = _time_us(
+                lambda i=ids, o=offsets: F.embedding_bag(i, table, o, mode="sum"), _reps_for(nbytes), barrier
+            )
+            out.append({"kind": "pool", "dim": dim, "bags": bags, "L": L, "n": n, "bytes": nbytes, "us": us})
+    return out
+
+
+def bench_gemm(
+    shapes: tuple[tuple[int, int], ...] = DEFAULT_MLP,
+    barrier: Callable[[], Any] | None = None,
+    quick: bool = False,
+) -> list[Sample]:
+    """Linear layers of the model's MLPs, forward (x @ W^T) and the two backward GEMMs."""
+    import torch
+
+    out = []
+    for batch in GEMM_BATCHES[:2] if quick else GEMM_BATCHES:
+        for k, n in shapes:
+            x = torch.randn(batch, k)
+            w = torch.randn(n, k)
+            gy = torch.randn(batch, n)
+            flops = 2.0 * batch * k * n
+            nbytes = 4.0 * (batch * k + k * n + batch * n)
+            reps = _reps_for(flops / 10)
+            fwd = _time_us(lambda x=x, w=w: torch.nn.functional.linear(x, w), reps, barrier)
+            bwd = _time_us(lambda x=x, w=w, gy=gy: (gy @ w, gy.t() @ x), reps, barrier)
+            out.append({"kind": "gemm", "phase": "fwd", "m": batch, "k": k, "n": n,
+                        "flops": flops, "bytes": nbytes, "us": fwd})
+            out.append({"kind": "gemm", "phase": "bwd", "m": batch, "k": k, "n": n,
+                        "flops": 2 * flops, "bytes": 2 * nbytes, "us": bwd})
+    return out
+
+
+def bench_collectives(world: int, quick: bool = False) -> list[Sample]:
+    """all_to_all_single and all_reduce over sizes (bytes per rank), this rank's view."""
+    import torch
+    import torch.distributed as dist
+
+    out = []
+    sizes = COLL_BYTES[:-1] if quick else COLL_BYTES
+    for nbytes in sizes:
+        n = max(world, nbytes // 4 // world * world)
+        send = torch.randn(n)
+        recv = torch.empty(n)
+        reps = _reps_for(nbytes)
+        us = _time_us(lambda s=send, r=recv: dist.all_to_all_single(r, s), reps, dist.barrier)
+        out.append({"kind": "all_to_all", "world": world, "bytes": n * 4, "us": us})
+        buf = torch.randn(n)
+        us = _time_us(lambda b=buf: dist.all_reduce(b), reps, dist.barrier)
+        out.append({"kind": "all_reduce", "world": world, "bytes": n * 4, "us": us})
+    return out
+
+
+def bench_cuda() -> list[Sample]:
+    """Host-device copies (pinned) and empty-kernel launch overhead, when CUDA exists."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    dev = torch.device("cuda")
+
+    def synced(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> None:
+            fn()
+            torch.cuda.synchronize()
+        return run
+
+    for nbytes in (1 << 16, 1 << 20, 1 << 24, 1 << 27):
+        host = torch.empty(nbytes // 4).pin_memory()
+        devt = torch.empty(nbytes // 4, device=dev)
+        out.append({"kind": "h2d", "bytes": nbytes,
+                    "us": _time_us(synced(lambda h=host, d=devt: d.copy_(h, non_blocking=True)), 10)})
+        out.append({"kind": "d2h", "bytes": nbytes,
+                    "us": _time_us(synced(lambda h=host, d=devt: h.copy_(d, non_blocking=True)), 10)})
+        out.append({"kind": "d2d", "bytes": 2 * nbytes,
+                    "us": _time_us(synced(lambda d=devt: d.clone()), 10)})
+    x = torch.empty(1, device=dev)
+    launches = 200
+
+    def many() -> None:
+        for _ in range(launches):
+            x.add_(0)
+        torch.cuda.synchronize()
+
+    out.append({"kind": "launch", "us": _time_us(many, 5) / launches})
+    return out
+
+
+def _worker(rank: int, world: int, port: int, opts: dict[str, Any], result_dir: str) -> None:
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(int(opts["threads"]))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+    )
+    try:
+        quick = bool(opts.get("quick"))
+        shapes = tuple(tuple(s) for s in opts.get("mlp_shapes") or DEFAULT_MLP)
+        samples: list[Sample] = []
+        barrier = dist.barrier if world > 1 else None
+        samples += bench_gather(barrier, quick)
+        samples += bench_pool(barrier, quick)
+        samples += bench_gemm(shapes, barrier, quick)
+        if world > 1:
+            samples += bench_collectives(world, quick)
+        if rank == 0 and opts.get("cuda", True):
+            samples += bench_cuda()
+        tmp = os.path.join(result_dir, f".rank{rank}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(samples, f)
+        os.replace(tmp, os.path.join(result_dir, f"rank{rank}.json"))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_microbenchmarks(
+    nproc: int = 2,
+    threads: int | None = None,
+    mlp_shapes: tuple[tuple[int, int], ...] | None = None,
+    quick: bool = False,
+    timeout_s: float = 300.0,
+) -> list[Sample]:
+    """Run every microbenchmark in `nproc` spawned gloo ranks; slowest rank per sample.
+
+    `threads` is the intra-op thread count per rank (default: the cores shared out over
+    the ranks, as the executor does).
+    """
+    import json
+
+    import torch.multiprocessing as mp
+
+    if nproc < 1:
+        raise ValueError(f"--nproc must be at least 1, got {nproc}")
+    if threads is None:
+        threads = max(1, (os.cpu_count() or 1) // nproc)
+    opts = {"threads": threads, "quick": quick, "mlp_shapes": [list(s) for s in mlp_shapes or DEFAULT_MLP]}
+    with tempfile.TemporaryDirectory(prefix="picasso-calib-") as d:
+        ctx = mp.start_processes(
+            _worker, args=(nproc, free_port(), opts, d), nprocs=nproc, join=False, start_method="spawn",
+        )
+        deadline = time.monotonic() + timeout_s
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.terminate()
+                raise RuntimeError(f"calibration microbenchmarks did not finish in {timeout_s:.0f} s")
+        per_rank = []
+        for r in range(nproc):
+            with open(os.path.join(d, f"rank{r}.json")) as f:
+                per_rank.append(json.load(f))
+    # Ranks run the same list in the same order; a step is as slow as its slowest rank.
+    merged = []
+    for i, s in enumerate(per_rank[0]):
+        others = [pr[i]["us"] for pr in per_rank if i < len(pr) and pr[i]["kind"] == s["kind"]]
+        merged.append({**s, "us": max(others), "threads": threads, "nproc": nproc})
+    return merged

@@ -1,0 +1,214 @@
+"""One self-contained HTML report: plotly figures (plotly.js embedded once) and tables.
+
+The report is assembled from sections; each section is a title, optional HTML text or
+table, and optional figures. Nothing is fetched when the page opens: plotly.js is
+inlined in the first figure, the rest reuse it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LANE_COLOURS = {
+    "compute": "#4C78A8", "comm": "#F58518", "copy": "#54A24B", "nic": "#F58518",
+    "memory": "#B279A2", "host": "#9D755D",
+}
+
+
+@dataclass
+class Section:
+    title: str
+    html: str = ""
+    figures: list[Any] = field(default_factory=list)  # plotly.graph_objects.Figure
+
+
+def table_html(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, fmt: str = "{:.4g}") -> str:
+    """A plain HTML table of records (numbers formatted, text escaped)."""
+    if not rows:
+        return "<p><em>(none)</em></p>"
+    cols = list(columns or rows[0].keys())
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return fmt.format(v)
+        if isinstance(v, (list, tuple)):
+            return html.escape(", ".join(str(x) for x in v))
+        return html.escape(str(v))
+
+    body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def gantt_figure(timeline: Any, title: str, max_events: int = 4000) -> Any:
+    """A Gantt of a Timeline (rows rank x lane), one bar per event, hover with its args."""
+    import plotly.graph_objects as go
+
+    events = sorted(timeline.events, key=lambda e: (e.rank, e.lane, e.start_us))[:max_events]
+    t0 = min((e.start_us for e in events), default=0.0)
+    rows = sorted({(e.rank, e.lane) for e in events})
+    label = {k: f"rank {k[0]} / {k[1]}" for k in rows}
+    fig = go.Figure()
+    by_lane: dict[str, list[Any]] = {}
+    for e in events:
+        by_lane.setdefault(e.lane, []).append(e)
+    palette = list(LANE_COLOURS.values())
+    for i, (lane, evs) in enumerate(sorted(by_lane.items())):
+        colour = LANE_COLOURS.get(lane.split(":")[0], palette[i % len(palette)])
+        fig.add_trace(go.Bar(
+            orientation="h",
+            y=[label[(e.rank, e.lane)] for e in evs],
+            x=[max(e.dur_us, 1e-3) / 1e3 for e in evs],
+            base=[(e.start_us - t0) / 1e3 for e in evs],
+            name=lane,
+            marker={"color": colour, "line": {"width": 0.5, "color": "white"}},
+            text=[e.name for e in evs],
+            textposition="none",
+            customdata=[[e.name, f"{e.dur_us:.1f}", _args_text(e.args)] for e in evs],
+            hovertemplate="%{customdata[0]}<br>%{customdata[1]} us<br>%{customdata[2]}<extra></extra>",
+        ))
+    end_ms = max(((e.end_us - t0) / 1e3 for e in events), default=1.0)
+    fig.update_layout(
+        title=title, barmode="overlay", xaxis_title="time (ms)", xaxis_range=[0, end_ms * 1.02], height=max(260, 40 * len(rows) + 120),
+        margin={"l": 140, "r": 20, "t": 50, "b": 40}, legend={"orientation": "h"},
+    )
+    fig.update_yaxes(categoryorder="array", categoryarray=[label[k] for k in reversed(rows)])
+    return fig
+
+
+def _args_text(args: dict[str, Any]) -> str:
+    parts = []
+    for k, v in list(args.items())[:6]:
+        parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+    return html.escape(", ".join(parts))
+
+
+def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str) -> Any:
+    """Coverage curves: fraction of accesses covered by the top x of IDs, one line per feature."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name, (x, y) in curves.items():
+        fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines", name=name))
+    fig.update_layout(
+        title=title, xaxis_title="top fraction of distinct IDs", yaxis_title="fraction of accesses covered",
+        xaxis_type="log", height=420, margin={"t": 50},
+    )
+    return fig
+
+
+def scatter_figure(points: Sequence[dict[str, Any]], title: str) -> Any:
+    """Predicted against measured iteration time, the y = x line and +-10% band."""
+    import plotly.graph_objects as go
+
+    xs = [p["measured_us"] / 1e3 for p in points]
+    ys = [p["predicted_us"] / 1e3 for p in points]
+    hi = max(xs + ys + [1e-3]) * 1.1
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", name="y = x", line={"color": "grey"}))
+    fig.add_trace(go.Scatter(x=[0, hi], y=[0, 1.1 * hi], mode="lines", name="+10%",
+                             line={"color": "lightgrey", "dash": "dot"}))
+    fig.add_trace(go.Scatter(x=[0, hi], y=[0, 0.9 * hi], mode="lines", name="-10%",
+                             line={"color": "lightgrey", "dash": "dot"}))
+    fig.add_trace(go.Scatter(
+        x=xs, y=ys, mode="markers", name="plans", marker={"size": 9},
+        text=[p.get("name", "") for p in points],
+        hovertemplate="%{text}<br>measured %{x:.2f} ms<br>predicted %{y:.2f} ms<extra></extra>",
+    ))
+    fig.update_layout(title=title, xaxis_title="measured iteration (ms)", yaxis_title="predicted iteration (ms)",
+                      height=480, margin={"t": 50})
+    return fig
+
+
+def bar_figure(labels: Sequence[str], series: dict[str, Sequence[float]], title: str, yaxis: str) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name, vals in series.items():
+        fig.add_trace(go.Bar(x=list(labels), y=list(vals), name=name))
+    fig.update_layout(title=title, yaxis_title=yaxis, barmode="group", height=380, margin={"t": 50})
+    return fig
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1280px;
+color:#222;padding:0 16px}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:2em}
+table{border-collapse:collapse;margin:8px 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}
+.side{display:flex;gap:12px;flex-wrap:wrap}.side>div{flex:1 1 600px;min-width:0}
+pre{background:#f7f7f7;padding:8px;overflow-x:auto;font-size:.85em}
+.fail{color:#b00020;font-weight:bold}.ok{color:#2e7d32;font-weight:bold}
+"""
+
+# Runs after the page loads: a figure that did not render is reported as a console
+# error, which the headless-browser test treats as a failure.
+CHECK_JS = """
+<script>
+window.addEventListener('load', function () {
+  var divs = document.querySelectorAll('.plotly-graph-div');
+  var bad = 0;
+  divs.forEach(function (d) { if (!d.querySelector('.main-svg')) { bad += 1; } });
+  if (typeof Plotly === 'undefined') { console.error('picasso-report: plotly.js is missing'); }
+  else if (bad) { console.error('picasso-report: ' + bad + ' figure(s) did not render'); }
+  else { console.log('picasso-report: ' + divs.length + ' figures rendered'); }
+  document.body.setAttribute('data-figures', String(divs.length - bad));
+});
+</script>
+"""
+
+
+def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_side: Sequence[int] = ()) -> str:
+    """The whole page. Figures of sections whose index is in `side_by_side` share a row."""
+    from picasso.workflows.browser import ERROR_HOOK_JS
+
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             ERROR_HOOK_JS,
+             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    if subtitle:
+        parts.append(f"<p>{subtitle}</p>")
+    first = True
+    for i, sec in enumerate(sections):
+        parts.append(f"<h2>{html.escape(sec.title)}</h2>")
+        if sec.html:
+            parts.append(sec.html)
+        figs = []
+        for fig in sec.figures:
+            figs.append(fig.to_html(full_html=False, include_plotlyjs=bool(first), config={"responsive": True}))
+            first = False
+        if figs:
+            if i in side_by_side:
+                parts.append("<div class='side'>" + "".join(f"<div>{f}</div>" for f in figs) + "</div>")
+            else:
+                parts.extend(figs)
+    parts.append(CHECK_JS)
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(path: str | os.PathLike, page: str) -> Path:
+    """Write the page atomically (temp + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def json_block(obj: Any) -> str:
+    return f"<pre>{html.escape(json.dumps(obj, indent=2, default=str))}</pre>"

@@ -1,0 +1,434 @@
+"""`picasso validate`: run a sweep of plans for real and hold the simulator's predictions against them.
+
+Per plan: the executor runs it (`picasso run`, a few steps after warm-up) and writes a
+measured Timeline; lowering + the simulator predict it with the calibrated spec (the
+factors of the plan's world size, `simulator.calibration.spec_for_world`). Compared:
+iteration time (median measured step against the simulated iteration) and, for the ops
+that dominate the measured step, per-op durations. Summary: MAPE and Spearman rank
+correlation over the validated plans.
+
+With `--fit-plans K`, K plans of the sweep (every n-th, so they span the knobs) form a
+fit set: the simulator's coefficients are refined on them by least squares
+(`simulator.calibration.refine_on_runs`) and the others are validated with the refined
+spec; the microbenchmark-only figures are reported beside them. Fit and validated
+plans never overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from picasso.workflows.sweep import Case, build_sweep
+
+DOMINANT_SHARE = 0.8  # per-op errors for the ops making up this share of measured op time
+MAX_DOMINANT = 6
+
+
+class ValidateError(ValueError):
+    """A stage of validation could not run; one line saying which and why."""
+
+
+@dataclass
+class Measured:
+    iteration_us: float
+    samples_per_s: float
+    op_us: dict[str, float]  # mean duration per op name over ranks and timed steps
+    timeline: Any  # simulator.timeline.Timeline (timed steps only)
+    raw: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+@dataclass
+class Predicted:
+    iteration_us: float
+    op_us: dict[str, float]
+    timeline: Any
+    graph: Any = None
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def run_measured(
+    plan_path: Path, data: str, fmt: str, world: int, steps: int, warmup: int, out_dir: Path,
+    timeout_s: float = 300.0, extra: list[str] | None = None,
+) -> Measured:
+    """Run one saved plan through the executor (`picasso run`) and read its measurements."""
+    trace = out_dir / f"{plan_path.stem}.measured.json"
+    cmd = [sys.executable, "-m", "picasso", "run", str(plan_path), "--data", data, "--format", fmt,
+           "--nproc", str(world), "--steps", str(steps + warmup), "--warmup", str(warmup),
+           "--timeline", str(trace), "--json", *(extra or [])]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    except subprocess.TimeoutExpired:
+        raise ValidateError(f"picasso run {plan_path.name}: no result in {timeout_s:.0f} s") from None
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ValidateError(f"picasso run {plan_path.name} failed (exit {proc.returncode}): {tail}")
+    try:
+        out = json.loads(proc.stdout[proc.stdout.index("{"):])
+    except (ValueError, json.JSONDecodeError):
+        raise ValidateError(f"picasso run {plan_path.name}: --json printed no JSON object") from None
+    timeline = load_timeline(trace)
+    timed = drop_warmup(timeline, warmup)
+    op_us = mean_op_durations(timed)
+    it = iteration_from_run(out, timed)
+    sps = next((float(v) for k, v in out.items() if "samples" in k and isinstance(v, (int, float))), 0.0)
+    return Measured(it, sps, op_us, timed, out, wall)
+
+
+def load_timeline(path: Path) -> Any:
+    """A Timeline JSON, or a Chrome trace (traceEvents) turned back into a Timeline."""
+    from simulator.timeline import Timeline
+
+    if not path.is_file():
+        raise ValidateError(f"{path}: the executor wrote no trace")
+    d = json.loads(path.read_text())
+    if "events" in d:
+        return Timeline.from_dict(d)
+    tl = Timeline(meta=dict(d.get("otherData", {})))
+    lanes: dict[tuple[int, int], str] = {}
+    for e in d.get("traceEvents", []):
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            lanes[(e["pid"], e["tid"])] = e["args"]["name"]
+    for e in d.get("traceEvents", []):
+        if e.get("ph") == "X":
+            tl.add(int(e["pid"]), lanes.get((e["pid"], e["tid"]), str(e["tid"])), e["name"], float(e["ts"]),
+                   float(e["dur"]), **dict(e.get("args", {})))
+    return tl
+
+
+def drop_warmup(tl: Any, warmup: int) -> Any:
+    """Events of the timed steps only (events carry `step`; those without are kept)."""
+    from simulator.timeline import Timeline
+
+    keep = [e for e in tl.events if int(e.args.get("step", warmup)) >= warmup]
+    return Timeline(keep, dict(tl.meta))
+
+
+def mean_op_durations(tl: Any) -> dict[str, float]:
+    """Per op name: the mean over ranks of the per-step duration (summed within a step)."""
+    acc: dict[tuple[str, int, int], float] = defaultdict(float)
+    for e in tl.events:
+        acc[(e.name, e.rank, int(e.args.get("step", 0)))] += e.dur_us
+    per: dict[str, list[float]] = defaultdict(list)
+    for (name, _r, _s), v in acc.items():
+        per[name].append(v)
+    return {k: float(np.mean(v)) for k, v in per.items()}
+
+
+def step_times_us(tl: Any) -> list[float]:
+    """Per timed step: from the first op start to the last op end over all ranks."""
+    lo: dict[int, float] = {}
+    hi: dict[int, float] = {}
+    for e in tl.events:
+        s = int(e.args.get("step", 0))
+        lo[s] = min(lo.get(s, e.start_us), e.start_us)
+        hi[s] = max(hi.get(s, e.end_us), e.end_us)
+    return [hi[s] - lo[s] for s in sorted(lo)]
+
+
+def iteration_from_run(out: dict[str, Any], timed: Any) -> float:
+    """The measured iteration: the executor's median step time when it reports one, else
+    the median span of the timed steps in its trace."""
+    it = out.get("iteration_ms")
+    if isinstance(it, dict) and isinstance(it.get("p50"), (int, float)) and it["p50"] > 0:
+        return float(it["p50"]) * 1e3
+    for key in ("iteration_us_p50", "step_us_p50", "iteration_p50_us", "p50_us"):
+        v = out.get(key)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    for key in ("iteration_ms_p50", "step_ms_p50", "p50_ms"):
+        v = out.get(key)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v) * 1e3
+    spans = step_times_us(timed)
+    if not spans:
+        raise ValidateError("the executor reported no step time and its trace has no timed steps")
+    return float(np.median(spans))
+
+
+def predict(plan: Any, hw: Any, profile: Any = None, access: Any = None, engine: str = "fast") -> Predicted:
+    """Lower the plan on `hw` (already set to the plan's world size) and simulate one iteration."""
+    from planner.lowering import lower
+    from simulator.engine import simulate
+
+    low = lower(plan, hw, profile=profile, access=access, check_memory=False)
+    res = simulate(low.graph, hw, engine=engine)
+    tl = res.timeline
+    return Predicted(float(res.iteration_us), mean_op_durations(tl), tl, low.graph)
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def dominant_ops(measured: dict[str, float], share: float = DOMINANT_SHARE, most: int = MAX_DOMINANT) -> list[str]:
+    """The ops that make up `share` of the measured op time, largest first."""
+    total = sum(measured.values()) or 1.0
+    out, acc = [], 0.0
+    for name, v in sorted(measured.items(), key=lambda kv: -kv[1]):
+        if acc >= share * total or len(out) >= most:
+            break
+        out.append(name)
+        acc += v
+    return out
+
+
+def compare(case: Case, m: Measured, p: Predicted) -> dict[str, Any]:
+    err = (p.iteration_us - m.iteration_us) / m.iteration_us
+    ops = []
+    for name in dominant_ops(m.op_us):
+        pred = p.op_us.get(name)
+        ops.append({
+            "op": name, "measured_us": round(m.op_us[name], 1),
+            "predicted_us": None if pred is None else round(pred, 1),
+            "error": None if pred is None else round((pred - m.op_us[name]) / m.op_us[name], 4),
+        })
+    return {
+        "name": case.name, "role": case.role, "knobs": case.knobs,
+        "measured_us": round(m.iteration_us, 1), "predicted_us": round(p.iteration_us, 1),
+        "error": round(err, 4), "abs_error": round(abs(err), 4),
+        "samples_per_s": round(m.samples_per_s, 1), "dominant_ops": ops,
+        "run_wall_s": round(m.wall_s, 2),
+    }
+
+
+def summary(records: list[dict[str, Any]], key_pred: str = "predicted_us") -> dict[str, Any]:
+    """MAPE, Spearman and Pearson over records (predicted vs measured iteration)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    meas = np.array([r["measured_us"] for r in records], dtype=float)
+    pred = np.array([r[key_pred] for r in records], dtype=float)
+    if len(meas) == 0:
+        return {"plans": 0, "mape": None, "spearman": None}
+    ape = np.abs(pred - meas) / meas
+    out: dict[str, Any] = {
+        "plans": int(len(meas)),
+        "mape": float(ape.mean()),
+        "median_ape": float(np.median(ape)),
+        "max_ape": float(ape.max()),
+        "within_10pct": int((ape <= 0.10).sum()),
+    }
+    if len(meas) >= 3 and np.ptp(meas) > 0 and np.ptp(pred) > 0:
+        out["spearman"] = float(spearmanr(pred, meas).statistic)
+        out["pearson"] = float(pearsonr(pred, meas).statistic)
+    else:
+        out["spearman"] = None
+    return out
+
+
+def op_error_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per base op (micro-batch suffix dropped, pack names generalised): mean signed and
+    absolute error over the plans where it dominated."""
+    from planner.op_names import base_name, split_name
+
+    acc: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        for o in r["dominant_ops"]:
+            if o["error"] is None:
+                continue
+            phase, scope, op, _ = split_name(base_name(o["op"]))
+            scope = scope if scope in ("dense", "input") else "pack"
+            acc[f"{phase}/{scope}/{op}"].append(o["error"])
+    return {k: {"n": len(v), "mean_error": round(float(np.mean(v)), 4),
+                "mean_abs_error": round(float(np.mean(np.abs(v))), 4)} for k, v in sorted(acc.items())}
+
+
+# ----------------------------------------------------------------------------- the workflow
+
+
+def load_profile(data: str, fmt: str, out_dir: Path, log: Any = None) -> Any:
+    """Profile the data with traces/ (cached as profile.json beside the results)."""
+    import traces
+
+    path = out_dir / "profile.json"
+    if path.exists() and hasattr(traces, "load_profile"):
+        return traces.load_profile(path)
+    if not hasattr(traces, "profile_file"):
+        raise ValidateError("traces.profile_file is not available: the traces layer is missing")
+    if log:
+        log(f"validate: profiling {data} ...")
+    prof = traces.profile_file(data, fmt)
+    if hasattr(prof, "save"):
+        prof.save(path)
+    return prof
+
+
+def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
+    """The sweep: build plans, run each, predict each, compare. Returns (result, cases)."""
+    from planner.access import table_access
+    from planner.presets import get_model
+    from simulator.calibration import spec_for_world
+    from simulator.hardware import load_hardware
+
+    log = args.log if getattr(args, "log", None) else (lambda m: None)
+    out_dir = Path(args.out_dir)
+    (out_dir / "plans").mkdir(parents=True, exist_ok=True)
+    if not Path(args.data).is_file():
+        raise ValidateError(f"{args.data}: no such data file")
+    hw = load_hardware(args.hardware)
+    model = get_model(args.model)
+    if args.row_cap:
+        model = model.with_row_cap(args.row_cap)
+    profile = load_profile(args.data, args.format, out_dir, log)
+    access = table_access(model, profile)
+    worlds = tuple(n for n in (1, 2, 4, 8) if n <= args.nproc_max)
+    batches = tuple(int(b) for b in args.batch_sizes)
+    fit_every = 0
+    if args.fit_plans:
+        fit_every = max(2, args.plans // args.fit_plans)
+    cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=args.plans, worlds=worlds,
+                        batches=batches, include_planner=not args.no_planner, fit_every=fit_every)
+    results, runs = [], []
+    t_start = time.perf_counter()
+    for i, case in enumerate(cases):
+        plan_path = out_dir / "plans" / f"{i:02d}-{case.name}.json"
+        case.plan.save(plan_path, hot_ids=case.hot_ids or None)
+        log(f"validate: [{i + 1}/{len(cases)}] {case.name} ({case.role}) ...")
+        m = run_measured(plan_path, args.data, args.format, case.plan.world_size, args.steps, args.warmup,
+                         out_dir / "plans", timeout_s=args.run_timeout)
+        p = predict(case.plan, spec_for_world(hw, case.plan.world_size), profile=profile, access=access)
+        rec = compare(case, m, p)
+        rec["plan_file"] = str(plan_path)
+        results.append(rec)
+        runs.append((case, m, p))
+        log(f"validate:   measured {m.iteration_us / 1e3:8.2f} ms  predicted {p.iteration_us / 1e3:8.2f} ms  "
+            f"error {rec['error']:+.1%}")
+    result: dict[str, Any] = {"hardware": hw.name, "model": model.name, "data": str(args.data),
+                              "steps": args.steps, "warmup": args.warmup, "worlds": list(worlds)}
+    validated = [r for r in results if r["role"] == "validate"]
+    if args.fit_plans:
+        from simulator.calibration import refine_on_runs
+
+        fit = [(c, m, p) for c, m, p in runs if c.role == "fit"]
+        refined, fit_report = refine_on_runs(
+            hw, [(p.graph, c.plan.world_size, m.iteration_us, m.op_us) for c, m, p in fit])
+        for rec, (c, m, _p) in zip(results, runs):
+            p2 = predict(c.plan, spec_for_world(refined, c.plan.world_size), profile=profile, access=access)
+            rec["predicted_us_microbench"] = rec["predicted_us"]
+            rec["predicted_us"] = round(p2.iteration_us, 1)
+            rec["error"] = round((p2.iteration_us - m.iteration_us) / m.iteration_us, 4)
+            rec["abs_error"] = abs(rec["error"])
+            for o in rec["dominant_ops"]:
+                v = p2.op_us.get(o["op"])
+                o["predicted_us"] = None if v is None else round(v, 1)
+                o["error"] = None if v is None else round((v - o["measured_us"]) / o["measured_us"], 4)
+        result["refit"] = fit_report
+        result["microbench_only"] = summary(validated, "predicted_us_microbench")
+        if getattr(args, "save_refined", None):
+            refined.save(args.save_refined)
+            result["refined_hardware"] = str(args.save_refined)
+    s = summary(validated)
+    result.update({
+        "plans": len(validated), "plans_fit": len(results) - len(validated), "plans_total": len(results),
+        "mape": s["mape"], "spearman": s["spearman"], "summary": s,
+        "goal": {"mape_max": 0.10, "spearman_min": 0.9,
+                 "met": bool(s["mape"] is not None and s["mape"] <= 0.10 and (s["spearman"] or 0) >= 0.9)},
+        "op_errors": op_error_summary(validated),
+        "per_plan": results,
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    })
+    return result, runs
+
+
+# ----------------------------------------------------------------------------- report and command
+
+
+def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
+    """Report sections: summary, scatter, per-plan table, per-op errors, one timeline pair."""
+    from picasso.workflows.report import Section, bar_figure, gantt_figure, scatter_figure, table_html
+
+    s = result["summary"]
+    met = result["goal"]["met"]
+    lines = [
+        f"<p>{s['plans']} validated plans ({result.get('plans_fit', 0)} more used to fit). "
+        f"MAPE <b>{s['mape']:.1%}</b>, Spearman <b>{(s['spearman'] or float('nan')):.3f}</b>, "
+        f"{s['within_10pct']} of {s['plans']} within 10%. Goal (MAPE &le; 10%, Spearman &ge; 0.9): "
+        f"<span class='{'ok' if met else 'fail'}'>{'met' if met else 'not met'}</span>.</p>"
+    ]
+    if "microbench_only" in result:
+        mb = result["microbench_only"]
+        lines.append(f"<p>With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
+                     f"{(mb['spearman'] or float('nan')):.3f}. Refit factors: "
+                     + ", ".join(f"{k} x{v:.3g}" for k, v in result["refit"]["factors"].items()) + "</p>")
+    rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
+             "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
+             "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
+             "samples/s": r["samples_per_s"]} for r in result["per_plan"]]
+    ops = [{"op": k, **v} for k, v in result["op_errors"].items()]
+    secs = [
+        Section("Predicted against measured", "".join(lines),
+                [scatter_figure([{"name": r["name"], "measured_us": r["measured_us"],
+                                  "predicted_us": r["predicted_us"]} for r in result["per_plan"]
+                                 if r["role"] == "validate"], "Iteration time, validated plans")]),
+        Section("Per plan", table_html(rows)),
+        Section("Per-op errors of the dominant ops (signed: predicted - measured, over measured)",
+                table_html(ops),
+                [bar_figure(list(result["op_errors"]),
+                            {"mean abs error": [v["mean_abs_error"] for v in result["op_errors"].values()],
+                             "mean error": [v["mean_error"] for v in result["op_errors"].values()]},
+                            "Per-op error", "relative error")] if ops else []),
+    ]
+    if runs:
+        # The plan with the median error: a typical case, not the best one.
+        order = sorted(range(len(runs)), key=lambda i: abs(result["per_plan"][i]["error"]))
+        c, m, p = runs[order[len(order) // 2]]
+        secs.append(Section(f"Timelines of a typical plan: {c.name}", "",
+                            [gantt_figure(p.timeline, "simulated"), gantt_figure(m.timeline, "measured (timed steps)")]))
+    return secs
+
+
+def run_validate_command(args: Any) -> int:
+    import sys
+
+    from picasso.workflows.report import render, write_report
+
+    args.log = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    result, runs = run_validate(args)
+    out_dir = Path(args.out_dir)
+    text = json.dumps(result, indent=1, default=_json_default)
+    write_report(out_dir / "validate.json", text)
+    if args.results:
+        write_report(args.results, text)
+    if args.html:
+        secs = validation_sections(result, runs)
+        write_report(args.html, render("picasso validate", secs, side_by_side=[len(secs) - 1]))
+    if args.json:
+        print(text)
+        return 0
+    s = result["summary"]
+    print(f"{'plan':<34} {'role':<8} {'measured ms':>11} {'predicted ms':>12} {'error':>8}")
+    for r in result["per_plan"]:
+        print(f"{r['name']:<34} {r['role']:<8} {r['measured_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
+              f"{r['error']:+8.1%}")
+    sp = s["spearman"]
+    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {sp if sp is None else round(sp, 3)}  "
+          f"goal {'met' if result['goal']['met'] else 'not met'} (MAPE <= 10%, Spearman >= 0.9)")
+    if "microbench_only" in result:
+        mb = result["microbench_only"]
+        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman']}")
+    print(f"results in {out_dir / 'validate.json'}" + (f", report {args.html}" if args.html else ""))
+    return 0
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)

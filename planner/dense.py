@@ -1,0 +1,93 @@
+"""Cost of the dense part of a model per sample: FLOPs, parameters, activation bytes.
+
+One entry per dense op of op_names.DENSE_FWD (bottom_mlp, interaction, top_mlp, loss);
+the backward of each costs twice its forward FLOPs (grad w.r.t. input and weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class DenseOp:
+    flops: float  # forward FLOPs per sample
+    params: int  # parameters (fp32)
+    act_bytes: float  # activations kept for backward, per sample
+
+
+@dataclass(frozen=True)
+class DenseCost:
+    ops: dict[str, DenseOp]  # "bottom_mlp", "interaction", "top_mlp", "loss"
+    feature_width: int  # floats per sample entering the interaction from the tables
+
+    @property
+    def params(self) -> int:
+        return sum(op.params for op in self.ops.values())
+
+    @property
+    def act_bytes(self) -> float:
+        return sum(op.act_bytes for op in self.ops.values())
+
+
+def mlp(width_in: int, layers: tuple[int, ...] | list[int]) -> DenseOp:
+    flops, params, acts, w = 0.0, 0, 0.0, width_in
+    for out in layers:
+        flops += 2.0 * w * out
+        params += w * out + out
+        acts += 4.0 * out * 2  # pre- and post-activation
+        w = out
+    return DenseOp(flops, params, acts)
+
+
+def dense_cost(model: ModelSpec) -> DenseCost:
+    """Per-sample cost of the dense layers of `model`, by architecture."""
+    pooled = [t for t in model.tables if t.pooling != "none"]
+    seq = [t for t in model.tables if t.pooling == "none"]
+    emb_width = sum(t.dim for t in pooled) + sum(t.dim for t in seq)
+    bottom = mlp(model.num_dense, model.bottom_mlp) if model.bottom_mlp else DenseOp(0.0, 0, 0.0)
+    arch = model.arch
+    if arch == "dlrm":
+        d = model.tables[0].dim
+        f = len(model.tables) + (1 if model.bottom_mlp else 0)
+        if model.interaction == "dot":
+            inter = DenseOp(2.0 * f * f * d, 0, 4.0 * f * f)
+            top_in = f * (f - 1) // 2 + (model.bottom_mlp[-1] if model.bottom_mlp else 0)
+        else:  # concatenation
+            inter = DenseOp(0.0, 0, 0.0)
+            top_in = emb_width + (model.bottom_mlp[-1] if model.bottom_mlp else model.num_dense)
+    elif arch == "deepfm":
+        f = len(model.tables)
+        d = model.tables[0].dim
+        inter = DenseOp(4.0 * f * d, 0, 4.0 * d)  # FM: (sum v)^2 - sum v^2
+        top_in = emb_width + model.num_dense
+    elif arch == "dcn":
+        width = emb_width + model.num_dense
+        layers = int(model.extra.get("cross_layers", 3))
+        inter = DenseOp(layers * (2.0 * width * width + 3.0 * width), layers * (width * width + width),
+                        layers * 4.0 * width)
+        top_in = width
+    elif arch == "wide_deep":
+        wide = set(model.extra.get("wide_tables", []))
+        deep_width = sum(t.dim for t in model.tables if t.name not in wide)
+        inter = DenseOp(float(sum(t.dim for t in model.tables if t.name in wide)), 0, 4.0)
+        top_in = deep_width + model.num_dense
+    elif arch == "din":
+        att = list(model.extra.get("attention_mlp", [80, 40])) + [1]
+        flops, params, acts = 0.0, 0, 0.0
+        for t in seq:
+            unit = mlp(4 * t.dim, att)  # [query, item, query-item, query*item] per item
+            items = min(t.pooling_factor, t.max_len)
+            flops += unit.flops * items
+            params += unit.params
+            acts += unit.act_bytes * items
+        inter = DenseOp(flops, params, acts)
+        top_in = emb_width + model.num_dense
+    else:  # validated upstream; keep a sane default
+        inter = DenseOp(0.0, 0, 0.0)
+        top_in = emb_width + model.num_dense
+    top = mlp(top_in, model.top_mlp) if model.top_mlp else DenseOp(0.0, 0, 0.0)
+    loss = DenseOp(8.0, 0, 4.0)
+    return DenseCost({"bottom_mlp": bottom, "interaction": inter, "top_mlp": top, "loss": loss}, emb_width)

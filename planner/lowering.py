@@ -1,0 +1,358 @@
+"""Lowering: model + plan + access statistics + hardware -> the OpGraph of one iteration.
+
+Entry point: `lower(plan, hw, profile=None, access=None, symmetric=None) -> Lowered`.
+
+The iteration, per rank and micro-batch (op names from planner.op_names):
+  fwd/input/h2d; per pack: route, hot_gather, dedup, a2a_ids, cold_gather, a2a_emb, pool;
+  fwd/dense: bottom_mlp, interaction, top_mlp, loss;
+  bwd/dense: top_mlp, interaction; per pack: bwd pool, a2a_grad; bwd/dense/bottom_mlp;
+then once per iteration: per pack bwd hot_allreduce, bwd/dense/allreduce, opt updates.
+Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
+(all-reduces, optimizer updates) never do.
+
+Overlap is expressed by dependencies and lanes ("copy", "compute", "comm"):
+- no interleaving (1 micro-batch, kernel_interleaving off): every op of a rank depends on
+  the previous one: the serial program of a plain model-parallel script;
+- data interleaving (k > 1 micro-batches): the ops of a micro-batch are chained, different
+  micro-batches are not, so one's all-to-all overlaps another's gather;
+- kernel interleaving: the packs of a micro-batch are not chained to each other either,
+  and ops are issued stage by stage over packs, so the shuffle of one pack runs on the
+  comm lane while the gather of the next runs on the compute lane.
+A rank's graph is built for every rank; with `symmetric` one representative rank carries,
+for each op, the largest demand over ranks (collectives make every rank wait for the
+slowest, so per-op maxima are what an iteration pays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from planner import op_names as on
+from planner.access import TableAccess, table_access
+from planner.dense import DenseCost, dense_cost
+from planner.errors import PlanError
+from planner.plan import Plan
+from planner.volumes import ID_BYTES, MemoryReport, PackVolumes, memory_report, pack_volumes
+
+SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
+LANES = ("copy", "compute", "comm")
+
+
+@dataclass
+class Op:
+    """One op of the per-rank program before it becomes OpGraph nodes."""
+
+    name: str
+    lane: str
+    kind: str  # "compute" | "copy" | "collective"
+    demand: dict[str, Any]  # flops, hbm_bytes, host_bytes, pcie_bytes: scalar or per-rank array
+    deps: list[str] = field(default_factory=list)
+    collective: tuple[str, Any] | None = None  # (type, bytes per rank: scalar or array)
+    ranks: np.ndarray | None = None  # ranks that run it; None: every rank
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Lowered:
+    plan: Plan
+    graph: Any  # simulator.opgraph.OpGraph
+    ops: list[Op]
+    packs: list[PackVolumes]  # per pack, one micro-batch
+    memory: MemoryReport
+    dense: DenseCost
+    symmetric: bool
+
+    def op(self, name: str) -> Op:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+
+def lower(
+    plan: Plan,
+    hw: Any,
+    profile: Any | None = None,
+    access: dict[str, TableAccess] | None = None,
+    symmetric: bool | None = None,
+    check_memory: bool = True,
+) -> Lowered:
+    """The OpGraph of one training iteration of `plan` on `hw`.
+
+    Raises PlanError when the plan does not fit in memory (which rank, by how much), or
+    when the hardware has a different number of ranks than the plan.
+    """
+    if hw.world_size != plan.world_size:
+        raise PlanError(
+            f"plan is for {plan.world_size} ranks but hardware {hw.name} has {hw.world_size} "
+            f"({hw.nodes} nodes x {hw.gpus_per_node}); use --set nodes=... --set gpus_per_node=..."
+        )
+    access = access if access is not None else table_access(plan.model, profile)
+    packs, memory, dense = analyze(plan, hw, access)
+    if check_memory and (msg := memory.problem()):
+        raise PlanError(msg)
+    ops = build_program(plan, packs, dense, hw)
+    if symmetric is None:
+        symmetric = plan.world_size > SYMMETRIC_ABOVE
+    graph = emit_graph(ops, plan.world_size, symmetric)
+    return Lowered(plan, graph, ops, packs, memory, dense, symmetric)
+
+
+def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> tuple[list[PackVolumes], MemoryReport, DenseCost]:
+    """Per-pack volumes for one micro-batch, peak memory per rank, dense costs."""
+    samples = plan.batch_size_per_rank / plan.micro_batches
+    packs = [pack_volumes(plan, p, access, samples) for p in plan.packs]
+    dense = dense_cost(plan.model)
+    return packs, memory_report(plan, packs, hw, dense), dense
+
+
+# ---- the per-rank program ----------------------------------------------------------------
+
+
+def _compute(name: str, deps: list[str], *, flops: Any = 0.0, hbm: Any = 0.0, host: Any = 0.0,
+             pcie: Any = 0.0, ranks: np.ndarray | None = None, **args: Any) -> Op:
+    return Op(name, "compute", "compute",
+              {"flops": flops, "hbm_bytes": hbm, "host_bytes": host, "pcie_bytes": pcie},
+              deps, ranks=ranks, args=args)
+
+
+def _collective(name: str, deps: list[str], ctype: str, nbytes: Any, **args: Any) -> Op:
+    return Op(name, "comm", "collective", {}, deps, collective=(ctype, nbytes), args=args)
+
+
+def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Op]:
+    """Forward stages of one pack for one micro-batch, each depending on the previous.
+
+    Same order as the executor: dedup (unique IDs of the batch), route (hot/cold split,
+    owners), hot_gather, then the exchange.
+    """
+    def n(op: str) -> str:
+        return on.op_name("fwd", pv.name, op, mb)
+
+    unique = pv.hot_unique + pv.cold_unique
+    ops = [_compute(n("dedup"), [], hbm=pv.lookups * ID_BYTES * 6,
+                    flops=pv.lookups * max(np.log2(max(pv.lookups, 2.0)), 1.0), stage=0),
+           _compute(n("route"), [n("dedup")], hbm=unique * ID_BYTES * 4, flops=unique * 4, stage=1)]
+    if pv.hot_rows:
+        ops.append(_compute(n("hot_gather"), [n("route")], hbm=pv.hot_unique * (pv.row_bytes * 2 + ID_BYTES),
+                            stage=2))
+    gather_dep = ops[-1].name
+    if pv.sharding != "replicated":
+        # the ID exchange is preceded by an exchange of counts: one more collective latency
+        ops.append(_collective(n("a2a_ids"), [gather_dep], "all_to_all", pv.a2a_ids_bytes, stage=3,
+                               fixed_us=count_us))
+        gather_dep = n("a2a_ids")
+    rows = pv.gather_rows
+    nbytes = rows * pv.slice_bytes
+    owners = np.nonzero(rows > 0)[0]
+    if pv.placement == "host" and pv.sharding != "replicated":
+        ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes + rows * ID_BYTES, host=nbytes,
+                            pcie=nbytes, ranks=owners, stage=4))
+    else:
+        ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes * 2 + rows * ID_BYTES,
+                            ranks=owners, stage=4))
+    last = n("cold_gather")
+    if pv.sharding != "replicated":
+        ops.append(_collective(n("a2a_emb"), [last], "all_to_all", pv.a2a_emb_bytes, stage=5))
+        last = n("a2a_emb")
+    ops.append(_compute(n("pool"), [last], hbm=pv.lookups * pv.row_bytes + pv.samples * pv.pooled_width * 4,
+                        flops=pv.lookups * pv.dim, stage=6))
+    return ops
+
+
+def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[Op]:
+    def n(op: str) -> str:
+        return on.op_name("bwd", pv.name, op, mb)
+
+    ops = [_compute(n("pool"), [after], hbm=pv.samples * pv.pooled_width * 4 + pv.lookups * pv.row_bytes * 2,
+                    flops=pv.lookups * pv.dim, stage=0)]
+    if pv.sharding != "replicated":
+        ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", pv.a2a_grad_bytes, stage=1))
+    return ops
+
+
+def _dense_fwd(dense: DenseCost, samples: float, mb: int | None, pools: list[str]) -> list[Op]:
+    ops = []
+    bottom = dense.ops["bottom_mlp"]
+    inter_deps = list(pools) + [on.op_name("fwd", "input", "h2d", mb)]
+    if bottom.flops:
+        ops.append(_compute(on.op_name("fwd", "dense", "bottom_mlp", mb), list(inter_deps),
+                            flops=samples * bottom.flops, hbm=bottom.params * 4 + samples * bottom.act_bytes,
+                            eff_key="gemm"))
+        inter_deps = [ops[-1].name]
+    prev = None
+    for op in ("interaction", "top_mlp", "loss"):
+        c = dense.ops[op]
+        name = on.op_name("fwd", "dense", op, mb)
+        ops.append(_compute(name, inter_deps if prev is None else [prev], flops=samples * c.flops,
+                            hbm=c.params * 4 + samples * (c.act_bytes + dense.feature_width * 4 * (op == "interaction")),
+                            eff_key="gemm" if op != "interaction" else None))
+        prev = name
+    return ops
+
+
+def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str) -> list[Op]:
+    ops, prev = [], after
+    for op in ("top_mlp", "interaction"):
+        c = dense.ops[op]
+        name = on.op_name("bwd", "dense", op, mb)
+        ops.append(_compute(name, [prev], flops=2 * samples * c.flops,
+                            hbm=2 * c.params * 4 + samples * (c.act_bytes + dense.feature_width * 4 * (op == "interaction")),
+                            eff_key="gemm" if op != "interaction" else None))
+        prev = name
+    return ops
+
+
+def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
+    if plan.kernel_interleaving:
+        return (stage, mb, pack)
+    if plan.micro_batches > 1:
+        return (pack, stage, mb)
+    return (pack, stage)
+
+
+def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Any) -> list[Op]:
+    """The ops of one iteration in issue order, with their dependencies (per rank)."""
+    multi_node = plan.world_size > hw.gpus_per_node
+    count_us = hw.nic_latency_us if multi_node else hw.intra_latency_us
+    k = plan.micro_batches
+    mbs: list[int | None] = list(range(k)) if k > 1 else [None]
+    samples = plan.batch_size_per_rank / k
+    serial = k == 1 and not plan.kernel_interleaving
+    model = plan.model
+    in_bytes = samples * (4 * model.num_dense + 4 + ID_BYTES * sum(pv.lookups for pv in packs) / samples)
+    ops: list[Op] = []
+    for mb in mbs:
+        prev_h2d = [ops[-1].name] if ops else []
+        ops.append(Op(on.op_name("fwd", "input", "h2d", mb), "copy", "copy",
+                      {"pcie_bytes": in_bytes, "hbm_bytes": in_bytes}, prev_h2d))
+
+    # forward of the packs, issued in the interleaving order
+    fwd: list[tuple[tuple, Op]] = []
+    for mi, mb in enumerate(mbs):
+        h2d = on.op_name("fwd", "input", "h2d", mb)
+        prev_pool: str | None = None
+        for pi, pv in enumerate(packs):
+            stages = _pack_fwd(plan, pv, mb, count_us)
+            first = stages[0]
+            first.deps.append(h2d)
+            if prev_pool is not None and not plan.kernel_interleaving:
+                first.deps.append(prev_pool)  # packs run one after another
+            prev_pool = stages[-1].name
+            for op in stages:
+                fwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
+    fwd.sort(key=lambda x: x[0])
+    ops.extend(op for _, op in fwd)
+    # as in the executor, a micro-batch's dense step starts once its embeddings are pooled
+    dense_ops = {mb: _dense_fwd(dense, samples, mb, [on.op_name("fwd", pv.name, "pool", mb) for pv in packs])
+                 for mb in mbs}
+
+    bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
+    grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
+    dense_grads: list[str] = []
+    for mi, mb in enumerate(mbs):
+        head = dense_ops[mb]
+        ops.extend(head)
+        bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name)
+        ops.extend(bwd_head)
+        inter_bwd = bwd_head[-1].name
+        dense_grads.append(bwd_head[0].name)
+        bottom = dense.ops["bottom_mlp"]
+        if bottom.flops:
+            name = on.op_name("bwd", "dense", "bottom_mlp", mb)
+            ops.append(_compute(name, [inter_bwd], flops=2 * samples * bottom.flops,
+                                hbm=2 * bottom.params * 4 + samples * bottom.act_bytes, eff_key="gemm"))
+            dense_grads.append(name)
+        pack_bwd: list[tuple[tuple, Op]] = []
+        prev_last: str | None = None
+        for pi, pv in enumerate(packs):
+            stages = _pack_bwd(plan, pv, mb, inter_bwd)
+            if prev_last is not None and not plan.kernel_interleaving:
+                stages[0].deps.append(prev_last)
+            prev_last = stages[-1].name
+            bwd_by_pack[pv.name].append(stages[0].name)
+            grads_by_pack[pv.name].append(stages[-1].name)
+            for op in stages:
+                pack_bwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
+        pack_bwd.sort(key=lambda x: x[0])
+        ops.extend(op for _, op in pack_bwd)
+
+    # once per iteration: gradient all-reduces and optimizer updates
+    sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
+    for pv in packs:
+        if pv.allreduce_bytes:
+            ops.append(_collective(on.op_name("bwd", pv.name, "hot_allreduce"), bwd_by_pack[pv.name],
+                                   "all_reduce", pv.allreduce_bytes))
+    ops.append(_collective(on.op_name("bwd", "dense", "allreduce"), dense_grads, "all_reduce",
+                           float(dense.params * 4)))
+    for pv in packs:
+        passes = sparse_state.get(plan.model.table(pv.tables[0]).optimizer, 3)
+        if pv.sharding == "replicated":
+            # every replica all-gathers the sparse gradients of all ranks and applies them all
+            rows = pv.cold_unique * k * plan.world_size
+            apply_us = rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES) / hw.gpu.hbm_bw * 1e6
+            ops.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
+                                   pv.allgather_bytes(k), fixed_us=apply_us))
+        else:
+            rows = pv.recv_ids * k
+            ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
+                                hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES),
+                                flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
+        if pv.allreduce_bytes:
+            rows = pv.hot_rows
+            ops.append(_compute(on.op_name("opt", pv.name, "hot_update"),
+                                [on.op_name("bwd", pv.name, "hot_allreduce")],
+                                hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
+    n_params = dense.params
+    states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
+    ops.append(_compute(on.op_name("opt", "dense", "update"), [on.op_name("bwd", "dense", "allreduce")],
+                        hbm=n_params * 4 * states, flops=n_params * 4))
+    if serial:
+        for a, b in zip(ops, ops[1:]):
+            if a.name not in b.deps:
+                b.deps.append(a.name)
+    return ops
+
+
+# ---- OpGraph emission ----------------------------------------------------------------------
+
+
+def _at(v: Any, rank: int | None) -> float:
+    """Value of a demand for one rank (None: the maximum over ranks)."""
+    if isinstance(v, np.ndarray):
+        return float(v.max() if rank is None else v[rank])
+    return float(v)
+
+
+def emit_graph(ops: list[Op], world: int, symmetric: bool) -> Any:
+    """Turn the per-rank program into simulator OpGraph nodes."""
+    from simulator.opgraph import Collective, OpGraph
+
+    graph = OpGraph(world, symmetric=symmetric)
+    group = tuple(range(world))
+    ranks = [0] if symmetric else list(range(world))
+    for rank in ranks:
+        ids: dict[str, list[int]] = {}
+        for op in ops:
+            deps = [d for name in op.deps for d in ids.get(name, [])]
+            if op.ranks is not None and not symmetric and rank not in op.ranks:
+                ids[op.name] = deps  # skipped here: pass its dependencies through
+                continue
+            if op.ranks is not None and symmetric and len(op.ranks) == 0:
+                ids[op.name] = deps
+                continue
+            where = None if symmetric else rank
+            kw: dict[str, Any] = {k: _at(v, where) for k, v in op.demand.items()}
+            if op.collective is not None:
+                # the parts of a collective must agree on bytes, and it ends with its slowest
+                # rank: every rank carries the largest buffer
+                ctype, nbytes = op.collective
+                kw["collective"] = Collective(ctype, group, _at(nbytes, None))
+            args = {k: v for k, v in op.args.items() if k != "stage" and v is not None}
+            node = graph.add_op(op.name, rank, op.lane, kind=op.kind, dtype="fp32",
+                                deps=tuple(dict.fromkeys(deps)), **kw, **args)
+            ids[op.name] = [node]
+    return graph

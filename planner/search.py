@@ -1,0 +1,364 @@
+"""Plan search: packing groups, sharding per pack, hot-set sizes, micro-batches, interleaving.
+
+Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> SearchResult`.
+
+1. Packing: tables are grouped by packing attributes; in each group the tables whose
+   full replication costs less than exchanging their rows go to one replicated pack, the
+   rest are split into 1, 2 or 4 row-wise packs balanced by exchange cost (several packs
+   give kernel interleaving something to overlap).
+2. Hot sets (P2RES): a row is worth replicating when the all-to-all bytes it would cost as
+   a cold row exceed the all-reduce bytes of its gradient as a hot row. For a row with
+   per-lookup probability p, present in a rank's micro-batch with probability
+   q = 1-(1-p)^L, cold it moves k*q*(8 + 2*row_bytes) bytes per iteration (ID, row, grad;
+   k micro-batches) at the all-to-all's cost per byte; hot it moves row_bytes in the
+   gradient all-reduce at its cost per byte. The threshold q* = row_bytes*c_ar /
+   (k*(8+2*row_bytes)*c_a2a) gives p* and the hot size per table is the number of rows
+   above p*; the sizes are then scaled (x0 .. x4) and the best scale kept by simulation.
+3. Micro-batches (1, 2, 4, 8 dividing the batch) and kernel interleaving on/off.
+4. Per pack, column-wise, table-wise and replicated are tried in place of row-wise, and
+   host placement when device memory runs out.
+Every candidate is lowered and scored with the fast evaluator on a one-rank symmetric graph;
+the best few are re-simulated with the simpy engine and the best of those is returned.
+Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from planner.access import TableAccess, table_access
+from planner.baselines import attribute_groups, table_cost
+from planner.errors import PlanError
+from planner.lowering import SYMMETRIC_ABOVE, Lowered, lower
+from planner.model_spec import ModelSpec, TableSpec
+from planner.plan import PackPlan, Plan
+from planner.volumes import ID_BYTES, STATE_BYTES
+
+MICRO_BATCHES = (1, 2, 4, 8)
+SPLITS = (1, 2, 4)
+HOT_SCALES = (0.0, 0.25, 0.5, 2.0, 4.0)
+HOT_MEMORY_SHARE = 0.5  # at most this share of the free device memory goes to hot caches
+
+
+@dataclass
+class Evaluation:
+    """A plan with its predicted iteration time (None when it does not fit) and lowering."""
+
+    label: str
+    plan: Plan
+    iteration_us: float | None
+    engine: str
+    lowered: Lowered | None = None
+    result: Any = None  # simulator SimResult
+    problem: str | None = None
+
+
+@dataclass
+class SearchResult:
+    plan: Plan
+    hot_ids: dict[str, np.ndarray]
+    best: Evaluation  # simulated with the simpy engine
+    candidates: list[Evaluation] = field(default_factory=list)  # every candidate scored (fast)
+    elapsed_s: float = 0.0
+
+    def log(self) -> list[dict[str, Any]]:
+        return [{"label": e.label, "engine": e.engine, "iteration_us": e.iteration_us, "problem": e.problem}
+                for e in self.candidates]
+
+
+# ---- scoring -----------------------------------------------------------------------------
+
+
+def evaluate(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = "fast",
+             symmetric: bool | None = True, label: str = "") -> Evaluation:
+    """Lower and simulate `plan`; a plan that does not fit gets iteration_us None and the reason."""
+    from simulator.engine import simulate
+
+    try:
+        lowered = lower(plan, hw, access=access, symmetric=symmetric)
+    except PlanError as exc:
+        return Evaluation(label, plan, None, engine, problem=str(exc))
+    result = simulate(lowered.graph, hw, engine=engine)
+    return Evaluation(label, plan, float(result.iteration_us), engine, lowered, result)
+
+
+def full_symmetry(plan: Plan) -> bool | None:
+    """Graph shape for a final simulation: every rank when small, one representative when large."""
+    return None if plan.world_size <= SYMMETRIC_ABOVE else True
+
+
+# ---- cost per byte of the two exchange paths ----------------------------------------------
+
+
+def byte_costs(hw: Any, world: int) -> tuple[float, float]:
+    """(us per byte of all-to-all buffer, us per byte of all-reduce buffer) over all ranks."""
+    from simulator.cost import collective_cost
+    from simulator.opgraph import Collective
+
+    if world <= 1:
+        return 1.0, 1.0
+    group = tuple(range(world))
+    n = 64e6  # large enough that latency terms vanish
+    _, a2a, _ = collective_cost(Collective("all_to_all", group, n), hw)
+    _, ar, _ = collective_cost(Collective("all_reduce", group, n), hw)
+    return a2a / n, ar / n
+
+
+def hot_threshold_rows(t: TableSpec, acc: TableAccess, samples_per_mb: float, micro_batches: int,
+                       c_a2a: float, c_ar: float) -> int:
+    """Closed-form P2RES hot-set size of one table (rows worth replicating)."""
+    rb = t.bytes_per_row
+    theta = rb * c_ar / (micro_batches * (ID_BYTES + 2 * rb) * c_a2a)
+    if theta >= 1.0:
+        return 0
+    lookups = max(samples_per_mb * acc.pooling, 1.0)
+    p_min = -math.expm1(math.log1p(-theta) / lookups)
+    return int(min(acc.rows_above(p_min), t.num_rows))
+
+
+def hot_sizes(model: ModelSpec, tables: list[str], access: dict[str, TableAccess], batch: int, k: int,
+              c_a2a: float, c_ar: float, scale: float, budget_bytes: float) -> dict[str, int]:
+    """Hot rows per table at `scale` times the closed-form size, within `budget_bytes`."""
+    sizes = {}
+    for name in tables:
+        t = model.table(name)
+        n = hot_threshold_rows(t, access[name], batch / k, k, c_a2a, c_ar)
+        n = min(int(round(n * scale)), t.num_rows)
+        if n > 0:
+            sizes[name] = n
+    used = sum(sizes[n] * _hot_row_bytes(model.table(n)) for n in sizes)
+    if used > budget_bytes > 0:
+        shrink = budget_bytes / used
+        sizes = {n: int(v * shrink) for n, v in sizes.items() if int(v * shrink) > 0}
+    return sizes
+
+
+def _hot_row_bytes(t: TableSpec) -> int:
+    return 2 * t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0)
+
+
+# ---- packing ------------------------------------------------------------------------------
+
+
+def replication_worthwhile(t: TableSpec, acc: TableAccess, batch: int, world: int, c_a2a: float, c_ar: float,
+                           hbm: float) -> bool:
+    """Replicating the whole table costs less than exchanging its rows, and it is small."""
+    if world <= 1:
+        return False
+    ar_us = t.num_rows * t.bytes_per_row * c_ar
+    a2a_us = acc.distinct(batch * acc.pooling) * (ID_BYTES + 2 * t.bytes_per_row) * c_a2a
+    return ar_us < a2a_us and t.num_rows * _hot_row_bytes(t) < 0.01 * hbm
+
+
+def balanced_split(tables: list[TableSpec], costs: dict[str, float], parts: int) -> list[list[str]]:
+    """Split tables into `parts` groups of similar cost (greedy, deterministic), model order kept inside."""
+    parts = max(1, min(parts, len(tables)))
+    load = [0.0] * parts
+    bins: list[list[str]] = [[] for _ in range(parts)]
+    for t in sorted(tables, key=lambda t: (-costs[t.name], t.name)):
+        i = min(range(parts), key=lambda i: (load[i], i))
+        load[i] += costs[t.name]
+        bins[i].append(t.name)
+    order = {t.name: i for i, t in enumerate(tables)}
+    return [sorted(b, key=order.__getitem__) for b in bins if b]
+
+
+def pack_layout(model: ModelSpec, access: dict[str, TableAccess], world: int, batch: int, split: int,
+                replicate_small: bool, c_a2a: float, c_ar: float, hbm: float) -> list[PackPlan]:
+    packs: list[PackPlan] = []
+    for group in attribute_groups(model):
+        costs = {t.name: table_cost(t, access[t.name], world, batch) for t in group}
+        rep = [t for t in group if replicate_small and
+               replication_worthwhile(t, access[t.name], batch, world, c_a2a, c_ar, hbm)]
+        rest = [t for t in group if t not in rep]
+        if rep:
+            packs.append(PackPlan("", [t.name for t in rep], "replicated"))
+        for names in balanced_split(rest, costs, split) if rest else []:
+            packs.append(PackPlan("", names, "row_wise"))
+    for i, p in enumerate(packs):
+        p.name = f"pack{i}"
+    return packs
+
+
+# ---- the search ---------------------------------------------------------------------------
+
+
+def search(
+    model: ModelSpec,
+    hw: Any,
+    profile: Any | None = None,
+    batch_size_per_rank: int = 4096,
+    *,
+    access: dict[str, TableAccess] | None = None,
+    time_budget_s: float = 20.0,
+    top_k: int = 3,
+    micro_batch_options: tuple[int, ...] = MICRO_BATCHES,
+    progress: Callable[[float, float], None] | None = None,
+) -> SearchResult:
+    """The best plan found for `model` on `hw` within `time_budget_s` (see module docstring)."""
+    t0 = time.perf_counter()
+    world = hw.world_size
+    access = access if access is not None else table_access(model, profile)
+    batch = int(batch_size_per_rank)
+    c_a2a, c_ar = byte_costs(hw, world)
+    hbm = float(hw.gpu.hbm_bytes)
+    seen: dict[str, Evaluation] = {}
+    log: list[Evaluation] = []
+
+    def over_budget() -> bool:
+        return time.perf_counter() - t0 > time_budget_s
+
+    def score(label: str, plan: Plan) -> Evaluation:
+        key = _plan_key(plan)
+        if key not in seen:
+            ev = evaluate(plan, hw, access, "fast", True, label)
+            seen[key] = ev
+            log.append(ev)
+        return seen[key]
+
+    def better(a: Evaluation | None, b: Evaluation) -> bool:
+        return b.iteration_us is not None and (a is None or a.iteration_us is None or b.iteration_us < a.iteration_us)
+
+    def make(packs: list[PackPlan], k: int, ki: bool, scale: float) -> Plan:
+        plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
+                    micro_batches=k, kernel_interleaving=ki, hardware=hw.name)
+        # memory left for hot caches once everything else is placed
+        free = _free_hbm(plan, hw, access)
+        cold = [t for p in plan.packs if p.sharding != "replicated" for t in p.tables]
+        plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free)
+        return plan
+
+    ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]
+    layouts = []
+    for split in SPLITS:
+        for rep in (True, False):
+            packs = pack_layout(model, access, world, batch, split, rep, c_a2a, c_ar, hbm)
+            sig = tuple((p.sharding, tuple(p.tables)) for p in packs)
+            if sig not in [s for s, _, _ in layouts]:
+                layouts.append((sig, f"split{split}{'+rep' if rep else ''}", packs))
+    steps = len(layouts) * len(ks) * 2 + len(HOT_SCALES) + 8
+    done = 0
+    best: Evaluation | None = None
+    # stage 1: packing layout x micro-batches x interleaving, closed-form hot sizes
+    for _, lname, packs in layouts:
+        for k in ks:
+            for ki in (False, True):
+                if over_budget() and best is not None:
+                    break
+                ev = score(f"{lname} k={k} ki={int(ki)} hot=x1", make(packs, k, ki, 1.0))
+                done += 1
+                if progress:
+                    progress(done, steps)
+                if better(best, ev):
+                    best = ev
+    if best is None:
+        best = _fit_by_host_placement(log, score)
+    # stage 2: hot-set scale, refined by simulation
+    base_label = best.label.rsplit(" hot=", 1)[0]
+    for s in HOT_SCALES:
+        if over_budget():
+            break
+        plan = make(best.plan.packs, best.plan.micro_batches, best.plan.kernel_interleaving, s)
+        ev = score(f"{base_label} hot=x{s:g}", plan)
+        done += 1
+        if progress:
+            progress(done, steps)
+        if better(best, ev):
+            best = ev
+    # stage 3: per-pack sharding alternatives
+    for i in range(len(best.plan.packs)):
+        for sharding in ("column_wise", "table_wise", "replicated", "row_wise"):
+            if over_budget():
+                break
+            cur = best.plan
+            pack = cur.packs[i]
+            if pack.sharding == sharding or not _sharding_ok(cur, pack, sharding):
+                continue
+            plan = _with_pack(cur, i, sharding, access, batch)
+            ev = score(f"{best.label} {pack.name}={sharding}", plan)
+            if better(best, ev):
+                best = ev
+    if progress:
+        progress(steps, steps)
+    # stage 4: re-simulate the best few with the discrete-event engine
+    ranked = sorted((e for e in log if e.iteration_us is not None), key=lambda e: (e.iteration_us, e.label))
+    finals = []
+    for ev in ranked[: max(1, top_k if not over_budget() else 1)]:
+        finals.append(evaluate(ev.plan, hw, access, "simpy", full_symmetry(ev.plan), ev.label))
+    finals = [f for f in finals if f.iteration_us is not None] or finals
+    chosen = min(finals, key=lambda e: (e.iteration_us if e.iteration_us is not None else math.inf, e.label))
+    plan = chosen.plan
+    hot_ids = {t: access[t].hot_rows(n) for t, n in sorted(plan.hot_rows.items()) if n > 0}
+    plan.hot_rows = {t: len(v) for t, v in hot_ids.items()}
+    fast_us = seen[_plan_key(plan)].iteration_us
+    plan.notes.update({
+        "planner": "picasso.search", "label": chosen.label, "predicted_iteration_us": chosen.iteration_us,
+        "predicted_engine": chosen.engine, "fast_iteration_us": fast_us,
+        "candidates_scored": len(log), "access_source": sorted({a.source for a in access.values()}),
+    })
+    return SearchResult(plan, hot_ids, chosen, log, time.perf_counter() - t0)
+
+
+def _plan_key(plan: Plan) -> str:
+    packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement) for p in plan.packs)
+    return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving))
+
+
+def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:
+    from planner.lowering import analyze
+
+    saved = plan.hot_rows
+    plan.hot_rows = {}
+    try:
+        _, mem, _ = analyze(plan, hw, access)
+    finally:
+        plan.hot_rows = saved
+    return float(max(mem.hbm_capacity - mem.hbm_total.max(), 0.0))
+
+
+def _sharding_ok(plan: Plan, pack: PackPlan, sharding: str) -> bool:
+    dim = plan.model.table(pack.tables[0]).dim
+    if sharding == "column_wise":
+        return dim >= plan.world_size and plan.world_size > 1
+    return True
+
+
+def _with_pack(plan: Plan, i: int, sharding: str, access: dict[str, TableAccess], batch: int) -> Plan:
+    packs = [replace(p) for p in plan.packs]
+    p = packs[i]
+    p.sharding = sharding
+    p.ranks = None
+    if sharding == "table_wise":
+        # on the rank that owns the least exchange work among table-wise packs
+        load = [0.0] * plan.world_size
+        for q in packs:
+            if q.sharding == "table_wise" and q is not p and q.ranks:
+                load[q.ranks[0]] += sum(table_cost(plan.model.table(t), access[t], plan.world_size, batch)
+                                        for t in q.tables)
+        p.ranks = [min(range(plan.world_size), key=lambda r: (load[r], r))]
+    hot = dict(plan.hot_rows)
+    if sharding == "replicated":
+        for t in p.tables:
+            hot.pop(t, None)  # a replicated pack is all hot already
+    new = replace(plan, packs=packs, hot_rows=hot, notes={})
+    return new
+
+
+def _fit_by_host_placement(log: list[Evaluation], score: Callable[[str, Plan], Evaluation]) -> Evaluation:
+    """No candidate fits in device memory: move cold rows to host memory, largest packs first."""
+    first = log[0]
+    plan = first.plan
+    packs = [replace(p) for p in plan.packs]
+    for p in sorted((p for p in packs if p.sharding != "replicated"),
+                    key=lambda p: -plan.pack_rows(p) * plan.model.table(p.tables[0]).bytes_per_row):
+        p.placement = "host"
+        ev = score(f"{first.label} host={p.name}", replace(plan, packs=[replace(q) for q in packs], notes={}))
+        if ev.iteration_us is not None:
+            return ev
+    raise PlanError(first.problem or "no plan fits in memory")

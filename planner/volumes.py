@@ -1,0 +1,272 @@
+"""Per-pack traffic and memory of a plan, from the access statistics (no graph yet).
+
+For one micro-batch of `B` samples per rank and each table t of a pack:
+- lookups L_t = B * pooling_t per rank;
+- hot hits: coverage_at(hot_t) of them, read from the local replica; their distinct
+  rows U_hot = distinct(L) - distinct(L, skip=hot);
+- cold distinct rows U_cold = distinct(L, skip=hot) (sum over rows of 1-(1-p)^L): the
+  IDs a rank sends to owners after dedup, and the rows it gets back;
+- per owner, the IDs arriving from all W ranks: an even share of the tail plus the
+  exact owner (packed row % n, the cyclic row-wise rule of planner.plan) of the hottest
+  cold rows, which is where the row partition is imbalanced.
+Everything is per rank, as numpy arrays of length world_size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from planner.access import TableAccess
+from planner.dense import DenseCost, dense_cost
+from planner.model_spec import DTYPES
+from planner.plan import PackPlan, Plan
+
+ID_BYTES = 8  # int64 IDs on the wire
+HEAD_ROWS = 64  # hottest cold rows placed exactly on their owner (imbalance)
+STATE_BYTES = {"sgd": 0, "rowwise_adagrad": 4}  # optimizer state per row
+
+
+@dataclass
+class PackVolumes:
+    """Traffic of one pack for one micro-batch (per rank) and its memory (per rank)."""
+
+    name: str
+    tables: list[str]
+    sharding: str
+    ranks: list[int]
+    placement: str
+    dim: int
+    row_bytes: int  # dim * dtype size
+    state_bytes: int  # optimizer state per row
+    samples: float  # samples per rank per micro-batch
+    pooled_width: int  # floats per sample the pack outputs (sum of dims)
+    rows: int  # rows of the packed table
+    lookups: float  # per rank
+    hot_lookups: float
+    hot_unique: float
+    cold_unique: float  # distinct cold rows per rank (after dedup)
+    cold_unique_nohot: float  # the same with no hot set (what the hot set saves)
+    hot_rows: int  # replicated hot rows (sum over tables)
+    recv_ids: np.ndarray  # IDs arriving at each rank as owner
+    shard_rows: np.ndarray  # rows of the pack stored on each rank
+    slice_bytes: float  # bytes of one row held by one owner (row_bytes / n for column_wise)
+    coverage: dict[str, float] = field(default_factory=dict)  # per table hot coverage
+
+    @property
+    def world(self) -> int:
+        return len(self.recv_ids)
+
+    @cached_property
+    def a2a_ids_bytes(self) -> np.ndarray:
+        """Whole ID all-to-all buffer per rank, max(send, recv), own share included.
+
+        The simulator's all_to_all takes the whole send buffer and charges the remote part;
+        an owner that receives more than it sends (table-wise, a hot owner) pays for that.
+        """
+        if self.sharding == "replicated":
+            return np.zeros(self.world)
+        fanout = len(self.ranks) if self.sharding == "column_wise" else 1
+        return np.maximum(self.cold_unique * ID_BYTES * fanout, self.recv_ids * ID_BYTES)
+
+    @cached_property
+    def a2a_emb_bytes(self) -> np.ndarray:
+        """Whole embedding all-to-all buffer per rank (the gradient all-to-all mirrors it)."""
+        if self.sharding == "replicated":
+            return np.zeros(self.world)
+        return np.maximum(self.cold_unique * self.row_bytes, self.recv_ids * self.slice_bytes)
+
+    @property
+    def gather_rows(self) -> np.ndarray:
+        """Rows each rank reads as owner (replicated: its own cold rows from its replica)."""
+        if self.sharding == "replicated":
+            return np.full(self.world, self.cold_unique)
+        return self.recv_ids
+
+    @property
+    def hot_bytes(self) -> int:
+        return self.hot_rows * self.row_bytes
+
+    @property
+    def allreduce_bytes(self) -> float:
+        """Hot-gradient all-reduce per iteration: the whole hot cache's gradient buffer."""
+        return float(self.hot_bytes)
+
+    @property
+    def a2a_grad_bytes(self) -> np.ndarray:
+        """Gradient all-to-all buffer; column-wise with row-wise Adagrad sends full rows to every owner
+        (the row's state needs the whole gradient)."""
+        if self.sharding == "column_wise" and self.state_bytes:
+            return np.maximum(self.cold_unique * self.row_bytes * len(self.ranks), self.recv_ids * self.row_bytes)
+        return self.a2a_emb_bytes
+
+    def allgather_bytes(self, micro_batches: int) -> float:
+        """Replicated packs: each rank's contribution to the sparse gradient all-gather (rows + IDs)."""
+        return self.cold_unique * micro_batches * (self.row_bytes + ID_BYTES)
+
+    def bytes_saved_per_step(self, micro_batches: int) -> float:
+        """All-to-all bytes per rank per iteration the hot set saves (ids, rows, gradients)."""
+        per_row = ID_BYTES + 2 * self.row_bytes
+        return (self.cold_unique_nohot - self.cold_unique) * per_row * micro_batches
+
+
+def pack_volumes(
+    plan: Plan, pack: PackPlan, access: dict[str, TableAccess], samples: float
+) -> PackVolumes:
+    """Traffic of `pack` when each rank looks up `samples` samples."""
+    model = plan.model
+    world = plan.world_size
+    ranks = plan.pack_ranks(pack)
+    n = len(ranks)
+    specs = [model.table(t) for t in pack.tables]
+    first = specs[0]
+    row_bytes = first.dim * DTYPES[first.dtype]
+    state = STATE_BYTES.get(first.optimizer, 0)
+    offsets = plan.table_offsets(pack)
+    rows = plan.pack_rows(pack)
+
+    lookups = hot_l = hot_u = cold_u = cold_u0 = 0.0
+    hot_rows = 0
+    head_load = np.zeros(n)  # expected distinct head rows per owner index, per requester
+    tail = 0.0
+    coverage = {}
+    for spec in specs:
+        acc = access[spec.name]
+        hot = int(plan.hot_rows.get(spec.name, 0))
+        L = samples * acc.pooling
+        cov = acc.coverage_at(hot) if hot else 0.0
+        d_all = acc.distinct(L, 0)
+        d_cold = acc.distinct(L, hot) if hot else d_all
+        lookups += L
+        hot_l += L * cov
+        hot_u += max(d_all - d_cold, 0.0)
+        cold_u += d_cold
+        cold_u0 += d_all
+        hot_rows += hot
+        coverage[spec.name] = cov
+        if pack.sharding == "row_wise" and n > 1:
+            head_rows, p = acc.head(hot, HEAD_ROWS)
+            q = -np.expm1(L * np.log1p(-np.minimum(p, 1 - 1e-15)))
+            owner = (offsets[spec.name] + head_rows) % n
+            np.add.at(head_load, owner, q)
+            tail += max(d_cold - q.sum(), 0.0)
+        else:
+            tail += d_cold
+
+    recv = np.zeros(world)
+    shard = np.zeros(world)
+    idx = np.asarray(ranks)
+    if pack.sharding == "row_wise":
+        recv[idx] = world * (head_load + tail / n)
+        shard[idx] = [len(range(i, rows, n)) for i in range(n)]
+        slice_bytes = float(row_bytes)
+    elif pack.sharding == "table_wise":
+        recv[idx] = world * cold_u
+        shard[idx] = rows
+        slice_bytes = float(row_bytes)
+    elif pack.sharding == "column_wise":
+        recv[idx] = world * cold_u
+        shard[idx] = rows / n  # each owner holds dim/n columns of every row, counted in rows
+        slice_bytes = row_bytes / n
+    else:  # replicated
+        shard[:] = rows
+        slice_bytes = float(row_bytes)
+    return PackVolumes(
+        name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
+        placement=pack.placement, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
+        samples=samples, pooled_width=sum(s.dim for s in specs), rows=rows, lookups=lookups,
+        hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
+        hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
+    )
+
+
+# ---- memory ---------------------------------------------------------------------------
+
+DENSE_STATES = {"sgd": 0, "adagrad": 1, "adam": 2}
+GPU_RESERVE = 1 << 30  # CUDA context, allocator slack, NCCL buffers
+
+
+@dataclass
+class MemoryReport:
+    """Peak bytes per rank by component, and the capacity it must fit in."""
+
+    hbm: dict[str, np.ndarray]  # component -> bytes per rank
+    host: dict[str, np.ndarray]
+    hbm_capacity: float
+    host_capacity: float  # per rank (node DRAM / devices per node)
+
+    @property
+    def hbm_total(self) -> np.ndarray:
+        return sum(self.hbm.values())
+
+    @property
+    def host_total(self) -> np.ndarray:
+        return sum(self.host.values())
+
+    def fits(self) -> bool:
+        return bool(self.hbm_total.max() <= self.hbm_capacity and self.host_total.max() <= self.host_capacity)
+
+    def problem(self) -> str | None:
+        """One line naming the rank and the excess, or None when the plan fits."""
+        for what, total, cap in (("device memory", self.hbm_total, self.hbm_capacity),
+                                 ("host memory", self.host_total, self.host_capacity)):
+            r = int(np.argmax(total))
+            if total[r] > cap:
+                return (f"plan does not fit in {what}: rank {r} needs {gib(total[r])} but has "
+                        f"{gib(cap)} (over by {gib(total[r] - cap)})")
+        return None
+
+    def to_dict(self) -> dict:
+        return {
+            "hbm_capacity": self.hbm_capacity, "host_capacity": self.host_capacity,
+            "hbm_peak": float(self.hbm_total.max()), "host_peak": float(self.host_total.max()),
+            "hbm_by_component": {k: float(np.max(v)) for k, v in self.hbm.items()},
+            "host_by_component": {k: float(np.max(v)) for k, v in self.host.items()},
+            "hbm_per_rank": [float(x) for x in self.hbm_total],
+        }
+
+
+def gib(x: float) -> str:
+    return f"{x / 2**30:.2f} GiB"
+
+
+def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | None = None) -> MemoryReport:
+    """Peak memory per rank: tables, hot cache, optimizer state, activations, buffers."""
+    world = plan.world_size
+    dense = dense or dense_cost(plan.model)
+    k = plan.micro_batches
+    zeros = np.zeros(world)
+    tables, hot, host = zeros.copy(), zeros.copy(), zeros.copy()
+    buffers = zeros.copy()
+    for pv in packs:
+        per_row = pv.slice_bytes + pv.state_bytes
+        if pv.sharding == "replicated":
+            tables += pv.rows * (pv.row_bytes + pv.state_bytes)
+            # the all-gathered sparse gradients of every rank
+            buffers += pv.allgather_bytes(k) * world
+        elif pv.placement == "host":
+            host += pv.shard_rows * per_row
+        else:
+            tables += pv.shard_rows * per_row
+        hot += pv.hot_rows * (pv.row_bytes * 2 + pv.state_bytes)  # cache, gradient, state
+        # exchange buffers of one micro-batch: ids out/in, rows out/in, gradients
+        buffers += (pv.cold_unique * (ID_BYTES + 2 * pv.row_bytes) + pv.lookups * ID_BYTES * 3
+                    + pv.recv_ids * (ID_BYTES + 2 * pv.slice_bytes))
+    if plan.kernel_interleaving or k > 1:
+        buffers *= 2  # two micro-batches / packs in flight
+    samples = plan.batch_size_per_rank
+    width = sum(pv.pooled_width for pv in packs)
+    # pooled embeddings of every micro-batch wait for their dense step; dense activations
+    # live for one micro-batch at a time
+    acts = samples * width * 4 * 2 + (samples / k) * dense.act_bytes * 2
+    dense_bytes = dense.params * 4 * (2 + DENSE_STATES.get(plan.optimizer.dense, 0))
+    hbm = {
+        "tables": tables, "hot_cache": hot, "dense_model": zeros + dense_bytes,
+        "activations": zeros + acts, "buffers": buffers,
+        "reserve": zeros + (GPU_RESERVE if hw.kind == "gpu" else 0),
+    }
+    host_cap = hw.host.dram_bytes / hw.gpus_per_node
+    return MemoryReport(hbm=hbm, host={"cold_tables": host}, hbm_capacity=float(hw.gpu.hbm_bytes),
+                        host_capacity=float(host_cap))

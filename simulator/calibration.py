@@ -1,0 +1,426 @@
+"""Fit the cost model's coefficients to measurements by least squares (scipy).
+
+Measurements are plain dicts `{"kind": ..., <size features>, "us": measured}` (from
+`picasso calibrate`'s microbenchmarks, or per-op timings of executed plans). Each kind
+of work is fitted to the cost model's form for it:
+
+- memory-bound ops (gather, pooling, copies):  t = latency + bytes / bandwidth
+- compute-bound ops (GEMM):                    t = latency + flops / flop_rate
+- all_to_all over n ranks (direct):             t = alpha + (n-1)/n * bytes / bw
+- all_reduce over n ranks (ring):               t = 2 (n-1) * alpha + 2 (n-1)/n * bytes / bw
+(the closed forms of simulator.cost on one node; `bytes` per rank, the whole send buffer)
+
+Residuals are relative ((predicted - measured) / measured), so small and large sizes
+weigh the same and the fit reports its error as a percentage. A soft-L1 loss keeps one
+noisy sample (a shared machine) from pulling the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+
+class CalibrationError(ValueError):
+    """Too few or malformed measurements to fit."""
+
+
+@dataclass
+class AffineFit:
+    """t_us = latency_us + work * scale / rate, fitted on `n` samples of one kind."""
+
+    kind: str
+    latency_us: float
+    rate: float  # work units per second: bytes/s or FLOP/s (the bus bandwidth for collectives)
+    unit: str  # "B/s" or "FLOP/s"
+    n: int
+    rel_rms: float  # root mean square of the relative residuals
+    rel_max: float  # largest absolute relative residual
+    residuals: list[float]  # per sample, in the order given
+    per_item_us: float = 0.0  # cost per item (a gathered row: one cache miss), when fitted
+
+    def predict_us(self, work: np.ndarray | float, scale: np.ndarray | float = 1.0,
+                   latency_scale: np.ndarray | float = 1.0, items: np.ndarray | float = 0.0) -> np.ndarray:
+        return (latency_scale * self.latency_us + np.asarray(items, dtype=float) * self.per_item_us
+                + np.asarray(work, dtype=float) * scale / self.rate * 1e6)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["residuals"] = [round(r, 5) for r in self.residuals]
+        return d
+
+
+def fit_affine(
+    kind: str,
+    work: Sequence[float],
+    t_us: Sequence[float],
+    unit: str,
+    scale: Sequence[float] | float = 1.0,
+    latency_scale: Sequence[float] | float = 1.0,
+    items: Sequence[float] | None = None,
+) -> AffineFit:
+    """Least-squares fit of `t = latency_scale * L [+ items * c] + scale * work / rate` (all >= 0)."""
+    w = np.asarray(work, dtype=float)
+    t = np.asarray(t_us, dtype=float)
+    if w.ndim != 1 or w.shape != t.shape:
+        raise CalibrationError(f"{kind}: work and times must be equal-length 1-D sequences")
+    s = np.broadcast_to(np.asarray(scale, dtype=float), t.shape)
+    ls = np.broadcast_to(np.asarray(latency_scale, dtype=float), t.shape)
+    cols = [ls, w * s] + ([np.asarray(items, dtype=float)] if items is not None else [])
+    coef, r = fit_linear(kind, np.stack(cols, axis=1), t)
+    return AffineFit(
+        kind=kind, latency_us=float(coef[0]), rate=1e6 / max(float(coef[1]), 1e-15), unit=unit, n=len(t),
+        rel_rms=float(np.sqrt(np.mean(r**2))), rel_max=float(np.max(np.abs(r))),
+        residuals=[float(v) for v in r], per_item_us=float(coef[2]) if items is not None else 0.0,
+    )
+
+
+def fit_linear(kind: str, X: np.ndarray, t_us: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative coefficients p of `t = X @ p` minimising relative residuals.
+
+    Returns (p, relative residuals). Linear in p, so an ordinary least-squares solve on
+    the relative form gives the start of the robust (soft-L1) fit.
+    """
+    X = np.asarray(X, dtype=float)
+    t = np.asarray(t_us, dtype=float)
+    if X.ndim != 2 or X.shape[0] != t.shape[0]:
+        raise CalibrationError(f"{kind}: features and times disagree in length")
+    if len(t) < X.shape[1]:
+        raise CalibrationError(f"{kind}: need at least {X.shape[1]} measurements to fit, got {len(t)}")
+    if np.any(~np.isfinite(t)) or np.any(t <= 0) or np.any(X < 0):
+        raise CalibrationError(f"{kind}: times must be positive and work non-negative")
+    A = X / t[:, None]
+    # Columns scaled to unit norm so that bytes (1e7) and counts (1) condition alike.
+    norm = np.maximum(np.linalg.norm(A, axis=0), 1e-30)
+    start, *_ = np.linalg.lstsq(A / norm, np.ones_like(t), rcond=None)
+    start = np.maximum(start, 1e-9)
+
+    def resid(q: np.ndarray) -> np.ndarray:
+        return (A / norm) @ q - 1.0
+
+    sol = least_squares(resid, start, bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.1)
+    return sol.x / norm, resid(sol.x)
+
+
+# How each microbenchmark kind maps to a fitted form.
+MEMORY_KINDS = ("gather", "pool", "h2d", "d2h", "d2d")
+COMPUTE_KINDS = ("gemm",)
+COLLECTIVE_KINDS = ("all_to_all", "all_reduce")
+
+
+def collective_factors(kind: str, world: int) -> tuple[float, float]:
+    """(bandwidth factor, latency steps) of a collective's algorithm over `world` ranks."""
+    n = max(int(world), 1)
+    if kind == "all_to_all":
+        return (n - 1) / n, 1.0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n, 2.0 * (n - 1)
+    raise CalibrationError(f"unknown collective kind {kind!r}")
+
+
+def fit_samples(samples: Iterable[dict[str, Any]]) -> dict[str, AffineFit]:
+    """One fit per measurement kind present (at least two samples of it)."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for i, s in enumerate(samples):
+        try:
+            by_kind.setdefault(str(s["kind"]), []).append(s)
+            float(s["us"])
+        except (KeyError, TypeError, ValueError):
+            raise CalibrationError(f"measurement {i}: needs 'kind' and a numeric 'us'") from None
+    fits: dict[str, AffineFit] = {}
+    for kind, rows in sorted(by_kind.items()):
+        t = [float(r["us"]) for r in rows]
+        if kind in MEMORY_KINDS:
+            if len(rows) >= 2:
+                fits[kind] = fit_affine(kind, [float(r["bytes"]) for r in rows], t, "B/s")
+            if kind in ("gather", "pool") and len(rows) >= 4:
+                # Random rows cost a cache miss each on top of the bytes: the two-term form.
+                fits[f"{kind}_rows"] = fit_affine(
+                    f"{kind}_rows", [float(r["bytes"]) for r in rows], t, "B/s",
+                    items=[float(r["n"]) for r in rows],
+                )
+        elif kind in COMPUTE_KINDS:
+            for phase in sorted({r.get("phase", "fwd") for r in rows}):
+                sub = [r for r in rows if r.get("phase", "fwd") == phase]
+                if len(sub) >= 2:
+                    fits[f"{kind}_{phase}"] = fit_affine(
+                        f"{kind}_{phase}", [float(r["flops"]) for r in sub], [float(r["us"]) for r in sub],
+                        "FLOP/s",
+                    )
+        elif kind == "launch":
+            fits[kind] = AffineFit(kind, float(np.median(t)), float("inf"), "-", len(t), 0.0, 0.0, [0.0] * len(t))
+    coll = {k: by_kind[k] for k in COLLECTIVE_KINDS if k in by_kind}
+    if coll:
+        fits.update(fit_collectives(coll, launch_of(fits)))
+    if not fits:
+        raise CalibrationError("no measurement kind had enough samples to fit")
+    return fits
+
+
+def launch_of(fits: dict[str, AffineFit]) -> float:
+    """The per-op fixed cost: measured launch overhead, else the median fixed part of local ops."""
+    if "launch" in fits:
+        return fits["launch"].latency_us
+    fixed = [f.latency_us for k, f in fits.items() if k.startswith("gemm") or k in ("gather", "pool")]
+    return float(np.median(fixed)) if fixed else 0.0
+
+
+def fit_collectives(rows_by_kind: dict[str, list[dict[str, Any]]], launch_us: float = 0.0) -> dict[str, AffineFit]:
+    """Joint fit of the collectives as simulator.cost prices them on one node: every op pays
+    `launch_us`, a step latency `alpha` shared by all collective types (the spec has one,
+    intra_latency_us) times the algorithm's steps, and a bus bandwidth per type."""
+    kinds = sorted(rows_by_kind)
+    rows = [(k, r) for k in kinds for r in rows_by_kind[k]]
+    if len(rows) < len(kinds) + 1:
+        raise CalibrationError(f"collectives: need at least {len(kinds) + 1} measurements, got {len(rows)}")
+    t = np.array([float(r["us"]) for _, r in rows])
+    X = np.zeros((len(rows), 1 + len(kinds)))
+    for i, (k, r) in enumerate(rows):
+        bw_factor, steps = collective_factors(k, int(r["world"]))
+        X[i, 0] = steps
+        X[i, 1 + kinds.index(k)] = bw_factor * float(r["bytes"])
+    # The launch part is known from the local ops; never let it eat a whole sample.
+    target = np.maximum(t - launch_us, 0.2 * t)
+    coef, _ = fit_linear("collectives", X, target)
+    pred = X @ coef + (t - target)
+    rel = (pred - t) / t
+    out = {}
+    for j, k in enumerate(kinds):
+        idx = [i for i, (kk, _) in enumerate(rows) if kk == k]
+        r = rel[idx]
+        out[k] = AffineFit(
+            kind=k, latency_us=float(coef[0]), rate=1e6 / max(float(coef[1 + j]), 1e-15), unit="B/s", n=len(idx),
+            rel_rms=float(np.sqrt(np.mean(r**2))), rel_max=float(np.max(np.abs(r))),
+            residuals=[float(v) for v in r],
+        )
+    return out
+
+
+def fit_op_coefficients(
+    ops: Sequence[dict[str, Any]],
+) -> dict[str, AffineFit]:
+    """Fit per-op-class coefficients from executed ops: `{"cls", "work", "us"}` each.
+
+    Used when calibrating against a fit set of executed plans instead of (or on top of)
+    microbenchmarks: each op class gets its own fixed cost and rate.
+    """
+    by_cls: dict[str, list[dict[str, Any]]] = {}
+    for o in ops:
+        by_cls.setdefault(str(o["cls"]), []).append(o)
+    out = {}
+    for cls, rows in sorted(by_cls.items()):
+        work = [float(r["work"]) for r in rows]
+        if len(rows) < 2 or len(set(work)) < 2:
+            continue
+        out[cls] = fit_affine(cls, work, [float(r["us"]) for r in rows], str(rows[0].get("unit", "")))
+    return out
+
+
+def summarize(fits: dict[str, AffineFit]) -> dict[str, Any]:
+    """Residual summary over all fits: the worst relative RMS and the overall one."""
+    allr = np.concatenate([np.asarray(f.residuals) for f in fits.values() if f.residuals] or [np.zeros(1)])
+    return {
+        "kinds": sorted(fits),
+        "rel_rms_overall": float(np.sqrt(np.mean(allr**2))),
+        "rel_rms_worst": max((f.rel_rms for f in fits.values()), default=0.0),
+        "samples": int(sum(f.n for f in fits.values())),
+    }
+
+
+# ----------------------------------------------------------------------------- hardware spec
+
+WORLD_PREFIX = "w{n}."  # efficiency keys measured at a given world size: "w4.compute"
+
+
+def efficiency_from_fits(hw: Any, fits: dict[str, AffineFit]) -> dict[str, float]:
+    """Efficiency factors (fitted rate / the spec's peak rate) for the keys the simulator reads.
+
+    simulator.cost multiplies a resource key by an op's own `eff_key`, so each measured
+    rate goes to exactly one key: compute (GEMMs; ops naming eff_key "gemm" then run at
+    the measured GEMM rate), hbm (random-row gather: a worker's memory), and the
+    collective keys all_to_all, all_reduce (bus bandwidth against the loopback link).
+    """
+    eff: dict[str, float] = {}
+    peak = hw.flops_for("fp32")
+    gemm = [f for k, f in fits.items() if k.startswith("gemm")]
+    if gemm:
+        # One compute factor: the harmonic mean rate over phases (backward counts as much).
+        rate = len(gemm) / sum(1.0 / f.rate for f in gemm)
+        eff["compute"] = rate / peak
+    if "gather" in fits:
+        eff["hbm"] = fits["gather"].rate / hw.gpu.hbm_bw
+    link = hw.intra_bw()
+    for kind in COLLECTIVE_KINDS:
+        if kind in fits:
+            eff[kind] = fits[kind].rate / link
+    if "h2d" in fits or "d2h" in fits:
+        rates = [fits[k].rate for k in ("h2d", "d2h") if k in fits]
+        eff["pcie"] = min(rates) / hw.pcie_bw
+    return {k: float(np.clip(v, 1e-4, 1e4)) for k, v in eff.items()}
+
+
+def latencies_from_fits(fits: dict[str, AffineFit]) -> dict[str, float]:
+    """Per-op fixed cost (launch_us) and the collective step latency (intra_latency_us)."""
+    out: dict[str, float] = {}
+    if any(k == "launch" or k.startswith("gemm") or k in ("gather", "pool") for k in fits):
+        out["launch_us"] = launch_of(fits)
+    steps = [fits[k].latency_us for k in COLLECTIVE_KINDS if k in fits]
+    if steps:
+        out["intra_latency_us"] = float(steps[0])  # shared by the joint fit
+    return out
+
+
+def calibrated_spec(base: Any, fits_by_world: dict[int, dict[str, AffineFit]], world: int) -> Any:
+    """`base` (a HardwareSpec) with the coefficients fitted at `world` ranks, and the other
+    world sizes' factors kept under `w{n}.` keys (see `spec_for_world`)."""
+    from simulator.hardware import HardwareSpec
+
+    if world not in fits_by_world:
+        raise CalibrationError(f"no fit for world size {world} (have {sorted(fits_by_world)})")
+    d = base.to_dict()
+    d["gpus_per_node"] = int(world)
+    d["nodes"] = 1
+    eff: dict[str, float] = {}
+    for n, fits in sorted(fits_by_world.items()):
+        for k, v in efficiency_from_fits(base, fits).items():
+            eff[WORLD_PREFIX.format(n=n) + k] = v
+        for k, v in latencies_from_fits(fits).items():
+            eff[WORLD_PREFIX.format(n=n) + k] = max(v, 1e-3)  # positive, as the spec requires
+    d["efficiency"] = eff
+    spec = HardwareSpec.from_dict(d, where="calibrated hardware")
+    return spec_for_world(spec, world)
+
+
+def calibrated_worlds(hw: Any) -> list[int]:
+    """World sizes that have calibrated factors in `hw.efficiency`."""
+    out = set()
+    for k in hw.efficiency:
+        if k.startswith("w") and "." in k and k[1:k.index(".")].isdigit():
+            out.add(int(k[1:k.index(".")]))
+    return sorted(out)
+
+
+def spec_for_world(hw: Any, world: int) -> Any:
+    """The spec for `world` ranks on one node: the factors measured at that world size (or
+    the nearest measured one) become the live efficiency keys and latencies."""
+    from simulator.hardware import HardwareSpec
+
+    worlds = calibrated_worlds(hw)
+    d = hw.to_dict()
+    d["gpus_per_node"] = int(world)
+    d["nodes"] = 1
+    if worlds:
+        near = min(worlds, key=lambda n: (abs(n - world), -n))
+        prefix = WORLD_PREFIX.format(n=near)
+        eff = {k: v for k, v in hw.efficiency.items() if k.startswith("w") and "." in k}
+        for k, v in hw.efficiency.items():
+            if k.startswith(prefix):
+                leaf = k[len(prefix):]
+                if leaf == "launch_us":
+                    d["gpu"]["launch_us"] = v
+                elif leaf == "intra_latency_us":
+                    d["intra_latency_us"] = v
+                else:
+                    eff[leaf] = v
+        if world > 1 and near == 1:
+            # Collectives were never measured below 2 ranks; use the smallest world that has them.
+            coll = [n for n in worlds if n > 1]
+            if coll:
+                p2 = WORLD_PREFIX.format(n=min(coll))
+                for k in (*COLLECTIVE_KINDS, "intra_latency_us"):
+                    if p2 + k in hw.efficiency:
+                        if k == "intra_latency_us":
+                            d["intra_latency_us"] = hw.efficiency[p2 + k]
+                        else:
+                            eff[k] = hw.efficiency[p2 + k]
+        d["efficiency"] = eff
+    return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
+
+
+# ----------------------------------------------------------------------------- refining on runs
+
+REFINE_KEYS = ("launch_us", "compute", "hbm", "all_to_all", "all_reduce", "intra_latency_us")
+OP_WEIGHT = 0.25  # per-op residuals count for less than iteration residuals (gaps between ops)
+
+
+def scale_spec(hw: Any, factors: dict[str, float]) -> Any:
+    """`hw` with coefficients multiplied by `factors` (efficiencies: > 1 is faster; launch_us
+    and intra_latency_us: > 1 is slower), live keys and every world's `w{n}.` keys alike."""
+    from simulator.hardware import HardwareSpec
+
+    d = hw.to_dict()
+    eff = dict(d["efficiency"])
+    for key, f in factors.items():
+        if key == "launch_us":
+            d["gpu"]["launch_us"] = d["gpu"]["launch_us"] * f
+        elif key == "intra_latency_us":
+            d["intra_latency_us"] = d["intra_latency_us"] * f
+        else:
+            eff[key] = eff.get(key, 1.0) * f
+        for k in list(eff):
+            if k.startswith("w") and "." in k and k.split(".", 1)[1] == key:
+                eff[k] = eff[k] * f
+    d["efficiency"] = eff
+    return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
+
+
+def _op_durations(res: Any) -> dict[str, float]:
+    acc: dict[str, list[float]] = {}
+    for i, a in enumerate(res.st.attrs):
+        acc.setdefault(a["name"], []).append(float(res.end_us[i] - res.start_us[i]))
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def refine_on_runs(
+    hw: Any,
+    runs: Sequence[tuple[Any, int, float, dict[str, float]]],
+    keys: Sequence[str] = REFINE_KEYS,
+    engine: str = "fast",
+) -> tuple[Any, dict[str, Any]]:
+    """Refine coefficients on executed plans: `runs` = (OpGraph, world size, measured
+    iteration us, measured per-op us). Multiplicative corrections (log-parametrised) of
+    `keys` minimise the relative errors of the simulated iterations (and, with a lower
+    weight, of the per-op durations) by robust least squares. Returns (spec, report)."""
+    from simulator.engine import simulate
+
+    if not runs:
+        raise CalibrationError("refine_on_runs: no executed plans to fit")
+    keys = list(keys)
+    worlds = sorted({int(w) for _, w, _, _ in runs})
+
+    it_pos: list[int] = []  # where each run's iteration residual sits (same on every call)
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        spec = scale_spec(hw, dict(zip(keys, np.exp(theta))))
+        per_world = {w: spec_for_world(spec, w) for w in worlds}
+        out = []
+        it_pos.clear()
+        for graph, w, meas_it, meas_ops in runs:
+            res = simulate(graph, per_world[int(w)], engine=engine)
+            it_pos.append(len(out))
+            out.append((res.iteration_us - meas_it) / meas_it)
+            pred = _op_durations(res)
+            common = [k for k in meas_ops if k in pred and meas_ops[k] > 0]
+            wgt = OP_WEIGHT / np.sqrt(max(len(common), 1))
+            out.extend(wgt * (pred[k] - meas_ops[k]) / meas_ops[k] for k in common)
+        return np.asarray(out, dtype=float)
+
+    theta0 = np.zeros(len(keys))
+    r0 = residuals(theta0)
+    sol = least_squares(residuals, theta0, bounds=(-4.0, 4.0), loss="soft_l1", f_scale=0.1,
+                        diff_step=0.05, max_nfev=60 * (len(keys) + 1))
+    factors = {k: float(np.exp(v)) for k, v in zip(keys, sol.x)}
+    refined = scale_spec(hw, factors)
+    before = np.abs(r0[it_pos])
+    after = np.abs(residuals(sol.x)[it_pos])
+    report = {
+        "fit_plans": len(runs), "keys": keys, "factors": factors,
+        "fit_mape_before": float(before.mean()), "fit_mape_after": float(after.mean()),
+        "evaluations": int(sol.nfev), "status": str(sol.message),
+    }
+    return refined, report
+

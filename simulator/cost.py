@@ -1,0 +1,157 @@
+"""Per-op cost: roofline plus launch overhead; collectives by algorithm (closed forms).
+
+Every op costs `fixed_us + flow_us`: a fixed part (launch overhead, collective latency terms)
+that does not use bandwidth, then a flow part during which it keeps resources busy. `busy[k]`
+is the time the op would occupy resource k running alone (flow_us = max over k for ordinary
+ops: the roofline). When ops overlap, the engines share each resource among them.
+
+Resources, one set per rank (RESOURCES): compute (FLOP/s of `dtype`), hbm (device memory; DRAM
+for kind "cpu"), host (host DRAM: the node's bandwidth split evenly among its devices, since all
+ranks of a step load it alike), pcie (per direction), intra (NVLink/NVSwitch, PCIe P2P, loopback),
+nic (per device, or the node's NIC split among its devices).
+
+Collective closed forms (p ranks, n = bytes_per_rank, g ranks per node, m nodes, a = latency,
+B = bandwidth of the link used; `intra` inside a node, `nic` across nodes):
+  ring all_reduce     2(p-1) a + 2 (p-1)/p n / B
+  tree all_reduce     2 ceil(log2 p) a + 2 n / B
+  hierarchical all_reduce (m > 1, g > 1; the default there): intra reduce-scatter, inter ring
+                      all-reduce of n/g over m nodes, intra all-gather:
+                      2(g-1) a_i + 2(m-1) a_e + 2 (g-1)/g n / B_i + 2 (m-1)/m (n/g) / B_e
+  all_to_all          a + max(n (g-1)/p / B_i, n (p-g)/p / B_e)    (intra and inter parts overlap)
+  all_gather (ring)   (p-1) a + (p-1) n / B
+  reduce_scatter      (p-1) a + (p-1)/p n / B
+  broadcast           ceil(log2 p) a + n / B
+Flat algorithms across nodes use B = min(B_i, B_e) and a = a_e.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from simulator.hardware import HardwareSpec
+from simulator.opgraph import Collective
+
+RESOURCES = ("compute", "hbm", "host", "pcie", "intra", "nic")
+R_COMPUTE, R_HBM, R_HOST, R_PCIE, R_INTRA, R_NIC = range(6)
+N_RES = len(RESOURCES)
+
+
+def resource_capacity(hw: HardwareSpec) -> dict[str, float]:
+    """Peak rate of each per-rank resource (B/s; compute in FLOP/s of fp32), efficiencies applied."""
+    return {
+        "compute": hw.flops_for("fp32") * hw.eff("compute"),
+        "hbm": hw.gpu.hbm_bw * hw.eff("hbm"),
+        "host": hw.host.dram_bw / hw.gpus_per_node * hw.eff("host"),
+        "pcie": hw.pcie_bw * hw.eff("pcie"),
+        "intra": hw.intra_bw() * hw.eff("intra"),
+        "nic": hw.nic_bw_per_device() * hw.eff("nic"),
+    }
+
+
+def fixed_us(attrs: Mapping[str, Any], hw: HardwareSpec) -> float:
+    args = attrs.get("args") or {}
+    launch = hw.gpu.launch_us if args.get("launch", True) else 0.0
+    return launch + float(args.get("fixed_us", 0.0))
+
+
+def op_busy(attrs: Mapping[str, Any], hw: HardwareSpec) -> tuple[float, float, list[float]]:
+    """(fixed_us, flow_us, busy_us per resource in RESOURCES order) for one op."""
+    coll = attrs.get("collective")
+    eff_key = (attrs.get("args") or {}).get("eff_key")
+    if coll is not None:
+        lat, bw, busy = collective_cost(coll, hw, eff_key)
+        return fixed_us(attrs, hw) + lat, bw, busy
+    cap = resource_capacity(hw)
+    k = hw.eff(eff_key)
+    flops_rate = hw.flops_for(attrs.get("dtype", "fp32")) * hw.eff("compute") * k
+    busy = [
+        attrs.get("flops", 0.0) / flops_rate * 1e6,
+        attrs.get("hbm_bytes", 0.0) / (cap["hbm"] * k) * 1e6,
+        attrs.get("host_bytes", 0.0) / (cap["host"] * k) * 1e6,
+        attrs.get("pcie_bytes", 0.0) / (cap["pcie"] * k) * 1e6,
+        0.0,
+        attrs.get("nic_bytes", 0.0) / (cap["nic"] * k) * 1e6,
+    ]
+    return fixed_us(attrs, hw), max(busy), busy
+
+
+def op_cost_us(attrs: Mapping[str, Any], hw: HardwareSpec) -> float:
+    """Time of one op running alone: launch + max(compute, memory, transfer) or a collective's closed form."""
+    f, flow, _ = op_busy(attrs, hw)
+    return f + flow
+
+
+def _topology(group: tuple[int, ...], hw: HardwareSpec) -> tuple[int, int, int]:
+    """(p, g, m): ranks, most ranks on one node, nodes spanned."""
+    per_node = Counter(r // hw.gpus_per_node for r in group)
+    return len(group), max(per_node.values()), len(per_node)
+
+
+def collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None = None) -> tuple[float, float, list[float]]:
+    """(latency_us, bandwidth_us, busy_us per resource) of one collective, for each of its ranks."""
+    p, g, m = _topology(c.group, hw)
+    busy = [0.0] * N_RES
+    if p <= 1:
+        return 0.0, 0.0, busy
+    k = hw.eff(c.type) * hw.eff(eff_key)
+    bi = hw.intra_bw() * hw.eff("intra") * k / 1e6  # bytes per us
+    be = hw.nic_bw_per_device() * hw.eff("nic") * k / 1e6
+    ai, ae = hw.intra_latency_us, hw.nic_latency_us
+    n = float(c.bytes_per_rank)
+    algo = c.algorithm
+    if algo is None:
+        algo = "hierarchical" if (m > 1 and g > 1 and c.type in ("all_reduce", "all_gather", "reduce_scatter")) else (
+            "direct" if c.type == "all_to_all" else "ring")
+    if m > 1:
+        b_flat, a_flat = (min(bi, be) if g > 1 else be), ae
+    else:
+        b_flat, a_flat = bi, ai
+
+    def flat(t: float) -> None:  # a flat algorithm keeps every link it crosses busy for t
+        if m > 1:
+            busy[R_NIC] = t
+            if g > 1:
+                busy[R_INTRA] = t * b_flat / bi
+        else:
+            busy[R_INTRA] = t
+
+    t = c.type
+    if t == "all_to_all":
+        ti = n * (g - 1) / p / bi
+        te = n * (p - g) / p / be if m > 1 else 0.0
+        busy[R_INTRA], busy[R_NIC] = ti, te
+        return (ae if m > 1 else ai), max(ti, te), busy
+    if algo == "hierarchical" and m > 1 and g > 1:
+        if t == "all_reduce":
+            ti = 2 * (g - 1) / g * n / bi
+            te = 2 * (m - 1) / m * (n / g) / be
+            lat = 2 * (g - 1) * ai + 2 * (m - 1) * ae
+        elif t == "reduce_scatter":
+            ti = (g - 1) / g * n / bi
+            te = (m - 1) / m * (n / g) / be
+            lat = (g - 1) * ai + (m - 1) * ae
+        elif t == "all_gather":
+            ti = (g - 1) * m * n / bi
+            te = (m - 1) * n / be
+            lat = (g - 1) * ai + (m - 1) * ae
+        else:  # broadcast: tree over nodes, then inside
+            ti, te = n / bi, n / be
+            lat = math.ceil(math.log2(m)) * ae + math.ceil(math.log2(g)) * ai
+        busy[R_INTRA], busy[R_NIC] = ti, te
+        return lat, ti + te, busy  # phases run one after the other
+    if t == "all_reduce":
+        if algo == "tree":
+            lat, bw = 2 * math.ceil(math.log2(p)) * a_flat, 2 * n / b_flat
+        else:
+            lat, bw = 2 * (p - 1) * a_flat, 2 * (p - 1) / p * n / b_flat
+    elif t == "all_gather":
+        lat, bw = (p - 1) * a_flat, (p - 1) * n / b_flat
+    elif t == "reduce_scatter":
+        lat, bw = (p - 1) * a_flat, (p - 1) / p * n / b_flat
+    else:  # broadcast
+        lat, bw = math.ceil(math.log2(p)) * a_flat, n / b_flat
+    flat(bw)
+    return lat, bw, busy

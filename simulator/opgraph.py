@@ -1,0 +1,271 @@
+"""OpGraph: the operators of one training iteration on every rank, and their dependencies.
+
+A node is one op on one rank (id `f"{rank}:{name}"`), on a lane (a stream: "compute", "comm",
+"copy", "host" ...). Ops of one lane run one at a time in the order they were added (like a
+CUDA stream). An op demands resources (FLOPs, HBM/host/PCIe/NIC bytes) or is one rank's part
+of a collective; the parts of one collective are the ops with the same name and group on the
+ranks of the group, and they start together.
+
+Symmetric graphs hold representative ranks only: rank r stands for `rank_weights[r]` identical
+ranks. Collectives keep their full group (costs use the full group size) but synchronise only
+among the held ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from simulator.timeline import _atomic_write_text
+
+COLLECTIVE_TYPES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter", "broadcast")
+ALGORITHMS = (None, "ring", "tree", "hierarchical", "direct")
+DEMANDS = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes")
+FORMAT_VERSION = 1
+_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "launch", "fixed_us", "flops", "hbm_bytes", "host_bytes",
+            "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
+
+
+class OpGraphError(ValueError):
+    """A malformed graph: cycle, unknown op, bad demand, collective mismatch. One line."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One rank's view of a collective. bytes_per_rank: all_reduce/reduce_scatter/broadcast:
+    the buffer size; all_gather: each rank's contribution; all_to_all: the rank's whole send
+    buffer (a 1/p slice of it goes to each rank, itself included)."""
+
+    type: str
+    group: tuple[int, ...]
+    bytes_per_rank: float
+    algorithm: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group", tuple(int(r) for r in self.group))
+        if self.type not in COLLECTIVE_TYPES:
+            raise OpGraphError(f"collective type {self.type!r}: expected one of {', '.join(COLLECTIVE_TYPES)}")
+        if not self.group or len(set(self.group)) != len(self.group):
+            raise OpGraphError(f"collective group {self.group!r}: expected distinct ranks, at least one")
+        if not self.bytes_per_rank >= 0:
+            raise OpGraphError(f"collective bytes_per_rank {self.bytes_per_rank!r}: expected >= 0")
+        if self.algorithm not in ALGORITHMS:
+            raise OpGraphError(f"collective algorithm {self.algorithm!r}: expected one of {ALGORITHMS[1:]} or None")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "group": list(self.group), "bytes_per_rank": self.bytes_per_rank,
+                "algorithm": self.algorithm}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Collective:
+        return cls(d["type"], tuple(d["group"]), float(d["bytes_per_rank"]), d.get("algorithm"))
+
+
+class OpGraph:
+    """A networkx DiGraph of ops (`self.g`); node attributes are the op's fields."""
+
+    def __init__(self, world_size: int, symmetric: bool = False, rank_weights: dict[int, int] | None = None):
+        if not isinstance(world_size, int) or world_size < 1:
+            raise OpGraphError(f"world_size: expected a positive integer, got {world_size!r}")
+        self.world_size = world_size
+        self.symmetric = bool(symmetric)
+        self._rank_weights = {int(r): int(w) for r, w in (rank_weights or {}).items()}
+        for r, w in self._rank_weights.items():
+            if not (0 <= r < world_size) or w < 1:
+                raise OpGraphError(f"rank_weights[{r}] = {w}: expected a rank in [0, {world_size}) and weight >= 1")
+        if self._rank_weights and sum(self._rank_weights.values()) > world_size:
+            raise OpGraphError(f"rank_weights sum to {sum(self._rank_weights.values())} > world_size {world_size}")
+        self.g = nx.DiGraph()
+        self.meta: dict[str, Any] = {}
+        # Columns kept alongside the networkx graph so engines compile without walking it.
+        # Ops and edges must therefore be added through add_op/add_dep only.
+        self._ids: list[str] = []
+        self._idx: dict[str, int] = {}
+        self._cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
+        self._codes: dict[str, dict[Any, int]] = {"lane": {}, "dtype": {}, "eff_key": {}, "coll": {}}
+        self._esrc: list[int] = []
+        self._edst: list[int] = []
+        self._version = 0  # bumped on every change; engines cache compiled structure per version
+        self._cache: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ building
+    def add_op(self, name: str, rank: int, lane: str, kind: str = "compute", *, flops: float = 0.0,
+               hbm_bytes: float = 0.0, host_bytes: float = 0.0, pcie_bytes: float = 0.0, nic_bytes: float = 0.0,
+               dtype: str = "fp32", collective: Collective | None = None, mem_alloc: float = 0.0,
+               mem_free: float = 0.0, deps: Iterable[str] = (), **args: Any) -> str:
+        """Add one op; returns its id `f"{rank}:{name}"`. `args` are free annotations; engines read
+        `eff_key` (efficiency factor), `fixed_us` (extra fixed time) and `launch` (False: no launch cost)."""
+        if not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise OpGraphError(f"op {name!r}: rank {rank!r} outside [0, {self.world_size})")
+        if self.symmetric and self._rank_weights and rank not in self._rank_weights:
+            raise OpGraphError(f"op {name!r}: rank {rank} is not a representative rank (rank_weights)")
+        nid = f"{rank}:{name}"
+        if nid in self.g:
+            raise OpGraphError(f"op {nid!r} added twice")
+        vals = {"flops": flops, "hbm_bytes": hbm_bytes, "host_bytes": host_bytes, "pcie_bytes": pcie_bytes,
+                "nic_bytes": nic_bytes, "mem_alloc": mem_alloc, "mem_free": mem_free}
+        for k, v in vals.items():
+            if not isinstance(v, (int, float)) or not v >= 0:
+                raise OpGraphError(f"op {nid!r}: {k} = {v!r}, expected a number >= 0")
+        if collective is not None:
+            if isinstance(collective, dict):
+                collective = Collective.from_dict(collective)
+            if rank not in collective.group:
+                raise OpGraphError(f"op {nid!r}: rank {rank} not in its collective group {collective.group}")
+            if max(collective.group) >= self.world_size:
+                raise OpGraphError(f"op {nid!r}: collective group has rank >= world_size {self.world_size}")
+            kind = "collective"
+        self.g.add_node(nid, name=name, rank=rank, lane=str(lane), kind=kind, dtype=dtype,
+                        collective=collective, args=dict(args), **{k: float(v) for k, v in vals.items()})
+        codes, cols = self._codes, self._cols
+        self._idx[nid] = len(self._ids)
+        self._ids.append(nid)
+        cols["rank"].append(rank)
+        cols["lane"].append(codes["lane"].setdefault(str(lane), len(codes["lane"])))
+        cols["dtype"].append(codes["dtype"].setdefault(dtype, len(codes["dtype"])))
+        eff_key = args.get("eff_key")
+        cols["eff_key"].append(codes["eff_key"].setdefault(eff_key, len(codes["eff_key"])))
+        cols["coll"].append(-1 if collective is None else
+                            codes["coll"].setdefault((name, collective.group), len(codes["coll"])))
+        cols["launch"].append(0.0 if args.get("launch", True) is False else 1.0)
+        cols["fixed_us"].append(float(args.get("fixed_us", 0.0)))
+        for k in ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free"):
+            cols[k].append(float(vals[k]))
+        for d in deps:
+            self.add_dep(d, nid)
+        self._touch()
+        return nid
+
+    def add_dep(self, before: str, after: str) -> None:
+        for x in (before, after):
+            if x not in self.g:
+                raise OpGraphError(f"dependency {before!r} -> {after!r}: unknown op {x!r}")
+        if before == after:
+            raise OpGraphError(f"dependency {before!r} -> {after!r}: an op cannot depend on itself")
+        if not self.g.has_edge(before, after):
+            self.g.add_edge(before, after)
+            self._esrc.append(self._idx[before])
+            self._edst.append(self._idx[after])
+        self._touch()
+
+    def _touch(self) -> None:
+        self._version += 1
+        if self._cache:
+            self._cache.clear()
+
+    # ------------------------------------------------------------------ reading
+    def ops(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(id, attributes) in insertion order."""
+        return iter(self.g.nodes(data=True))
+
+    def op(self, op_id: str) -> dict[str, Any]:
+        return self.g.nodes[op_id]
+
+    def __len__(self) -> int:
+        return self.g.number_of_nodes()
+
+    def __contains__(self, op_id: object) -> bool:
+        return op_id in self.g
+
+    def ranks(self) -> list[int]:
+        """The ranks held in the graph (representatives when symmetric)."""
+        if self.symmetric and self._rank_weights:
+            return sorted(self._rank_weights)
+        return sorted(set(self._cols["rank"]))
+
+    @property
+    def rank_weights(self) -> dict[int, int]:
+        """How many ranks each held rank stands for (1 each unless symmetric)."""
+        held = self.ranks()
+        if not self.symmetric:
+            return {r: 1 for r in held}
+        if self._rank_weights:
+            return dict(self._rank_weights)
+        w, extra = divmod(self.world_size, max(len(held), 1))
+        return {r: w + (1 if i < extra else 0) for i, r in enumerate(held)}
+
+    def collectives(self) -> dict[tuple[str, tuple[int, ...]], list[str]]:
+        """(name, group) -> the op ids that take part (held ranks only)."""
+        out: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+        for nid, a in self.g.nodes(data=True):
+            c = a["collective"]
+            if c is not None:
+                out.setdefault((a["name"], c.group), []).append(nid)
+        return out
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        """Raise OpGraphError naming a cycle or a collective whose held ranks do not all take part."""
+        try:
+            cyc = nx.find_cycle(self.g)
+        except nx.NetworkXNoCycle:
+            cyc = None
+        if cyc:
+            path = " -> ".join([u for u, _ in cyc] + [cyc[0][0]])
+            raise OpGraphError(f"dependency cycle: {path}")
+        held = set(self.ranks())
+        for (name, group), members in self.collectives().items():
+            first = self.g.nodes[members[0]]["collective"]
+            have = {self.g.nodes[m]["rank"] for m in members}
+            missing = sorted((set(group) & held) - have)
+            if missing:
+                raise OpGraphError(f"collective {name!r} (group {list(group)[:8]}...): rank {missing[0]} has no op {name!r}")
+            for m in members[1:]:
+                c = self.g.nodes[m]["collective"]
+                if (c.type, c.bytes_per_rank, c.algorithm) != (first.type, first.bytes_per_rank, first.algorithm):
+                    raise OpGraphError(f"collective {name!r}: op {m!r} disagrees with {members[0]!r} on type/bytes/algorithm")
+            if not self.symmetric and len(members) != len(group):
+                raise OpGraphError(f"collective {name!r}: group has {len(group)} ranks but {len(members)} ops")
+
+    # ------------------------------------------------------------------ files
+    def to_json(self) -> dict[str, Any]:
+        ops = []
+        for nid, a in self.g.nodes(data=True):
+            d = {k: v for k, v in a.items() if k != "collective"}
+            d["collective"] = a["collective"].to_dict() if a["collective"] is not None else None
+            d["deps"] = list(self.g.predecessors(nid))
+            ops.append(d)
+        return {"version": FORMAT_VERSION, "world_size": self.world_size, "symmetric": self.symmetric,
+                "rank_weights": {str(k): v for k, v in self._rank_weights.items()}, "meta": self.meta, "ops": ops}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], where: str = "opgraph") -> OpGraph:
+        try:
+            g = cls(int(d["world_size"]), bool(d.get("symmetric", False)),
+                    {int(k): int(v) for k, v in (d.get("rank_weights") or {}).items()})
+            ops = d["ops"]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise OpGraphError(f"{where}: malformed op graph JSON header ({type(e).__name__}: {e})") from None
+        g.meta = dict(d.get("meta", {}))
+        pending = []
+        for i, o in enumerate(ops):
+            try:
+                o = dict(o)
+                deps = o.pop("deps", [])
+                coll = o.pop("collective", None)
+                args = o.pop("args", {})
+                nid = g.add_op(o.pop("name"), int(o.pop("rank")), o.pop("lane"), o.pop("kind", "compute"),
+                               collective=Collective.from_dict(coll) if coll else None, **o, **args)
+            except (KeyError, TypeError) as e:
+                raise OpGraphError(f"{where}: ops[{i}]: malformed op ({type(e).__name__}: {e})") from None
+            pending.extend((dep, nid) for dep in deps)
+        for before, after in pending:
+            g.add_dep(before, after)
+        return g
+
+    def save(self, path: str | os.PathLike) -> None:
+        _atomic_write_text(path, json.dumps(self.to_json()))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> OpGraph:
+        try:
+            d = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as e:
+            raise OpGraphError(f"{path}: not valid JSON (line {e.lineno}): {e.msg}") from None
+        return cls.from_json(d, str(path))

@@ -1,0 +1,200 @@
+"""Sample-to-full extrapolation of a feature's ID distribution.
+
+Model: ID ranks r = 1..V have probabilities proportional to (r + q)^-s (Zipf-Mandelbrot on
+a finite vocabulary V). It is fitted to the sample's fingerprint (how many IDs were seen
+once, twice, ... in log-spaced classes) by maximum likelihood under Poisson sampling:
+E[#IDs with count in class] = sum_r P(Poisson(n p_r) in class). The unseen mass is what
+the fit implies for ranks whose expected count is below one (Good-Turing, F1/n, is
+reported next to it as a check).
+
+Prediction at N accesses: IDs with at least HEAD_MIN sightings keep their empirical share
+c/n (accurate, and the planner needs their identities); the rest of the mass follows the
+fitted model beyond those ranks. Then E[distinct] = sum_r 1 - exp(-N p_r), and the counts
+of the seen IDs (count per seen ID lambda / (1 - exp(-lambda)), lambda = N p_r) give the
+coverage curve. A feature whose sample has no singleton is treated as complete: its
+distinct count stays and its counts scale by N/n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import pdtr
+
+from traces.profile import FeatureProfile
+
+HEAD_MIN = 10  # sightings from which an ID's empirical share is trusted
+EXACT_RANKS = 256
+RANK_BINS = 320
+MAX_VOCAB = 1e11
+
+
+def _rank_bins(V: float, start: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) inclusive rank ranges covering start..V: single ranks first, then geometric."""
+    V = int(max(V, start))
+    k = min(V, start + EXACT_RANKS - 1)
+    lo = list(range(start, k + 1))
+    hi = list(lo)
+    if V > k:
+        edges = np.unique(np.round(np.geomspace(k + 1, V + 1, RANK_BINS)).astype(np.int64))
+        edges = edges[edges > k]
+        if edges[0] != k + 1:
+            edges = np.concatenate(([k + 1], edges))
+        if edges[-1] != V + 1:
+            edges = np.concatenate((edges, [V + 1]))
+        lo.extend(edges[:-1].tolist())
+        hi.extend((edges[1:] - 1).tolist())
+    return np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+
+
+def _bin_weights(lo: np.ndarray, hi: np.ndarray, s: float, q: float) -> np.ndarray:
+    """Mean of (r + q)^-s over each rank range (integral of the continuous law for wide bins)."""
+    a, b = lo - 0.5 + q, hi + 0.5 + q
+    if abs(s - 1.0) < 1e-9:
+        integral = np.log(b / a)
+    else:
+        integral = (b ** (1 - s) - a ** (1 - s)) / (1 - s)
+    w = integral / (hi - lo + 1)
+    single = lo == hi
+    w[single] = (lo[single] + q) ** -s
+    return w
+
+
+def fingerprint_classes(max_count: int) -> np.ndarray:
+    """Class lower edges: 1..8 then x1.5 steps; the last class is open-ended."""
+    edges = list(range(1, 9))
+    while edges[-1] * 1.5 < max_count:
+        edges.append(int(np.ceil(edges[-1] * 1.5)))
+    return np.asarray(edges, np.int64)
+
+
+def observed_fingerprint(counts: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    idx = np.searchsorted(edges, counts, side="right") - 1
+    return np.bincount(idx[idx >= 0], minlength=len(edges)).astype(np.float64)
+
+
+def expected_fingerprint(lam: np.ndarray, sizes: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """E[#IDs with count in each class] when ID i's count is Poisson(lam[i]) (sizes[i] alike)."""
+    cdf_lo = pdtr(edges[None, :] - 1, lam[:, None])  # P(X <= a-1)
+    cdf_hi = np.concatenate([pdtr(edges[None, 1:] - 1, lam[:, None]), np.ones((len(lam), 1))], axis=1)
+    return sizes @ np.clip(cdf_hi - cdf_lo, 0.0, 1.0)
+
+
+class ZipfMandelbrotFit:
+    """Fit of (s, q, V) to a sample fingerprint; see the module docstring."""
+
+    def __init__(self, counts: np.ndarray) -> None:
+        self.counts = np.asarray(counts, np.int64)
+        self.counts = self.counts[self.counts > 0]
+        self.n = int(self.counts.sum())
+        self.D = len(self.counts)
+        self.f1 = int(np.count_nonzero(self.counts == 1))
+        self.edges = fingerprint_classes(int(self.counts.max()) if self.D else 1)
+        self.obs = observed_fingerprint(self.counts, self.edges)
+        self.s = self.q = self.V = None
+        self.deviance = None
+
+    def _probs(self, s: float, q: float, V: float) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = _rank_bins(V)
+        w = _bin_weights(lo, hi, s, q)
+        m = hi - lo + 1
+        return w / np.dot(m, w), m
+
+    def _deviance(self, theta: np.ndarray) -> float:
+        s, logq, logv = theta
+        if not (0.05 <= s <= 5.0 and -3 <= logq <= 14 and 0.0 <= logv <= np.log(MAX_VOCAB / max(self.D, 1))):
+            return 1e18
+        V = self.D * np.exp(logv)
+        p, m = self._probs(s, float(np.exp(logq)), V)
+        e = np.maximum(expected_fingerprint(self.n * p, m, self.edges), 1e-12)
+        o = self.obs
+        # Poisson deviance of the class counts (0 log 0 = 0).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(o > 0, o * np.log(o / e), 0.0)
+        return float(2.0 * np.sum(t - (o - e)))
+
+    def fit(self) -> ZipfMandelbrotFit:
+        best = None
+        for s0 in (0.6, 1.0, 1.5):
+            for logv0 in (0.1, 1.5, 4.0):
+                r = minimize(self._deviance, np.array([s0, 0.0, logv0]), method="Nelder-Mead",
+                             options={"xatol": 1e-3, "fatol": 1e-4, "maxiter": 400})  # fmt: skip
+                if best is None or r.fun < best.fun:
+                    best = r
+        r = minimize(self._deviance, best.x, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 800})
+        if r.fun < best.fun:
+            best = r
+        s, logq, logv = best.x
+        self.s, self.q, self.V = float(s), float(np.exp(logq)), float(self.D * np.exp(logv))
+        self.deviance = float(best.fun)
+        return self
+
+    def params(self) -> dict:
+        return {
+            "kind": "zipf-mandelbrot",
+            "s": self.s, "q": self.q, "vocabulary": self.V, "deviance": self.deviance,
+            "classes": len(self.edges), "sample_accesses": self.n, "sample_distinct": self.D,
+            "good_turing_unseen_mass": self.f1 / self.n if self.n else 0.0,
+        }  # fmt: skip
+
+
+def predict(fp: FeatureProfile, target_accesses: float, fit: ZipfMandelbrotFit | None):
+    """(distinct, group_values, group_sizes, head_counts) expected at `target_accesses`."""
+    counts = fp.counts.astype(np.float64)
+    n = float(fp.accesses)
+    scale = target_accesses / n
+    if fit is None:
+        gv, gs = fp.group_values * scale, fp.group_sizes.copy()
+        return float(fp.distinct), gv, gs, counts * scale
+    head = counts[counts >= HEAD_MIN]
+    k = len(head)
+    head_mass = head.sum() / n
+    lo, hi = _rank_bins(fit.V, start=k + 1) if fit.V > k else (np.zeros(0), np.zeros(0))
+    if len(lo):
+        w = _bin_weights(lo, hi, fit.s, fit.q)
+        m = hi - lo + 1
+        p = w * ((1.0 - head_mass) / np.dot(m, w))
+    else:
+        m = p = np.zeros(0)
+    lam = target_accesses * p
+    seen = -np.expm1(-lam)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_id = np.where(seen > 0, lam / seen, 0.0)
+    head_vals = head * scale
+    gv = np.concatenate([head_vals, per_id])
+    gs = np.concatenate([np.ones(k), m * seen])
+    keep = gs > 0
+    gv, gs = gv[keep], gs[keep]
+    order = np.argsort(-gv, kind="stable")
+    distinct = float(k + np.dot(m, seen))
+    return distinct, gv[order], gs[order], head_vals
+
+
+def needs_model(fp: FeatureProfile) -> bool:
+    """False when the sample looks complete (no singleton) or is too small to fit."""
+    if fp.distinct < 3 or fp.accesses < 20:
+        return False
+    return bool(np.any(fp.counts == 1)) and fp.exact
+
+
+def scale_feature(fp: FeatureProfile, rows: int) -> FeatureProfile:
+    """The feature's expected profile at `rows` rows (same pooling factor and missing rate)."""
+    rows = int(rows)
+    if rows <= 0:
+        raise ValueError(f"scale_to: rows must be positive, got {rows}")
+    if fp.rows == 0 or fp.accesses == 0:
+        return FeatureProfile(name=fp.name, rows=rows, missing=rows, distinct=0, accesses=0,
+                              ids=fp.ids[:0], counts=fp.counts[:0], exact=False, extrapolated_to=rows)  # fmt: skip
+    target = fp.accesses * rows / fp.rows
+    fit = ZipfMandelbrotFit(fp.counts).fit() if needs_model(fp) else None
+    distinct, gv, gs, head_vals = predict(fp, target, fit)
+    model = fit.params() if fit else {"kind": "complete", "reason": "no singleton in the sample: every ID seen"}
+    model = dict(model, source_rows=fp.rows, head_min=HEAD_MIN)
+    head_n = len(head_vals) if fit else len(fp.ids)
+    return FeatureProfile(
+        name=fp.name, rows=rows, missing=int(round(fp.missing * rows / fp.rows)),
+        distinct=int(round(distinct)), accesses=int(round(target)),
+        ids=fp.ids[:head_n], counts=np.round(head_vals[:head_n]).astype(np.int64),
+        exact=False, extrapolated_to=rows, group_values=gv, group_sizes=gs,
+        batch_size=fp.batch_size, model=model,
+    )  # fmt: skip

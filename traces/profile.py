@@ -1,0 +1,493 @@
+"""AccessProfile: per-feature access statistics of a click log, the planner's input.
+
+Per categorical feature: rows, missing values, distinct IDs, accesses, pooling factor,
+counts sorted descending (exact up to a cap, else heavy head + sampled tail), the coverage
+curve, the batch-presence histogram for a batch size (P2RES: in how many sampled batches
+each ID appears), and hot-set stability (coverage on the later part of the data of a hot
+set chosen on the earlier part). Saved as a JSON summary plus an .npz of arrays.
+
+All distribution queries go through "frequency groups": (count value, number of IDs with
+that count), sorted by count descending. Exact profiles have one group per distinct count
+value (a few thousand at most), sketched and extrapolated ones a binned summary, so the
+planner's many calls to `expected_distinct_per_batch` cost microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from traces.counting import IdCounter
+from traces.errors import TraceError
+from traces.readers import open_reader
+
+PROFILE_VERSION = 1
+COVERAGE_X = np.concatenate([np.logspace(-6, -2, 25)[:-1], np.linspace(0.01, 1.0, 100)])
+STABILITY_FRACTIONS = (0.001, 0.01, 0.1)
+DEFAULT_BATCH = 4096
+
+
+def groups_from_counts(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of IDs -> (distinct count values descending, number of IDs with each)."""
+    if len(counts) == 0:
+        return np.zeros(0), np.zeros(0)
+    vals, mult = np.unique(np.asarray(counts), return_counts=True)
+    return vals[::-1].astype(np.float64), mult[::-1].astype(np.float64)
+
+
+@dataclass
+class FeatureProfile:
+    name: str
+    rows: int
+    missing: int
+    distinct: int
+    accesses: int
+    ids: np.ndarray  # int64 raw IDs of the head, hottest first
+    counts: np.ndarray  # int64 counts aligned with ids (descending)
+    exact: bool = True  # ids/counts cover every distinct ID
+    extrapolated_to: int | None = None
+    group_values: np.ndarray | None = None  # count per ID in each group, descending (float)
+    group_sizes: np.ndarray | None = None  # number of IDs in each group (float)
+    count_error_bound: int = 0  # past the exact cap: head counts may be low by this much
+    batch_size: int | None = None
+    presence_batches: int = 0  # sampled batches behind presence_hist
+    presence_hist: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # [j]: IDs in j batches
+    stability_fractions: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    stability_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    stability_early: np.ndarray = field(default_factory=lambda: np.zeros(0))  # in-sample coverage
+    stability_later: np.ndarray = field(default_factory=lambda: np.zeros(0))  # on the later part
+    stability_oracle: np.ndarray = field(default_factory=lambda: np.zeros(0))  # best set of that size, later
+    model: dict[str, Any] | None = None  # fitted tail model (see traces/extrapolate.py)
+
+    def __post_init__(self) -> None:
+        self.ids = np.asarray(self.ids, dtype=np.int64)
+        self.counts = np.asarray(self.counts, dtype=np.int64)
+        if self.group_values is None or self.group_sizes is None:
+            self.group_values, self.group_sizes = groups_from_counts(self.counts)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        v = np.asarray(self.group_values, dtype=np.float64)
+        m = np.asarray(self.group_sizes, dtype=np.float64)
+        self.group_values, self.group_sizes = v, m
+        self._cum_ids = np.concatenate(([0.0], np.cumsum(m)))
+        self._cum_acc = np.concatenate(([0.0], np.cumsum(m * v)))
+        self._mass = float(self._cum_acc[-1]) or 1.0
+
+    # -- simple views ---------------------------------------------------------------------
+    @property
+    def pooling(self) -> float:
+        """Mean IDs per row (accesses / rows), missing rows included."""
+        return self.accesses / self.rows if self.rows else 0.0
+
+    @property
+    def missing_rate(self) -> float:
+        return self.missing / self.rows if self.rows else 0.0
+
+    def hot_ids(self, n: int) -> np.ndarray:
+        """The top-n known raw IDs, hottest first."""
+        return self.ids[: max(int(n), 0)].copy()
+
+    # -- distribution queries ---------------------------------------------------------------
+    def coverage_at(self, top_n):
+        """Share of accesses covered by the top n IDs (n may be an array, fractional OK)."""
+        n = np.clip(np.asarray(top_n, dtype=np.float64), 0.0, self._cum_ids[-1])
+        g = np.clip(np.searchsorted(self._cum_ids, n, side="right") - 1, 0, max(len(self.group_values) - 1, 0))
+        if len(self.group_values) == 0:
+            out = np.zeros_like(n)
+        else:
+            out = (self._cum_acc[g] + (n - self._cum_ids[g]) * self.group_values[g]) / self._mass
+            out = np.minimum(out, 1.0)
+        return float(out) if out.ndim == 0 else out
+
+    def coverage(self, top_fraction):
+        """Share of accesses covered by the top x fraction of distinct IDs."""
+        x = np.asarray(top_fraction, dtype=np.float64)
+        return self.coverage_at(x * self._cum_ids[-1])
+
+    def expected_distinct_per_batch(self, batch_size: int, skip_top: int = 0) -> float:
+        """E[# distinct IDs among batch_size*pooling draws], counting IDs ranked below skip_top."""
+        if len(self.group_values) == 0:
+            return 0.0
+        draws = float(batch_size) * self.pooling
+        p = self.group_values / self._mass
+        lo = np.maximum(self._cum_ids[:-1], float(skip_top))
+        sizes = np.clip(self._cum_ids[1:] - lo, 0.0, None)
+        seen = -np.expm1(draws * np.log1p(-np.minimum(p, 1.0 - 1e-16)))
+        return float(np.dot(sizes, seen))
+
+    def measured_distinct_per_batch(self) -> float | None:
+        """Mean distinct IDs per sampled batch, from the presence histogram (None if no batch)."""
+        if not self.presence_batches:
+            return None
+        j = np.arange(len(self.presence_hist))
+        return float(np.dot(j, self.presence_hist) / self.presence_batches)
+
+    def coverage_curve(self) -> tuple[np.ndarray, np.ndarray]:
+        return COVERAGE_X.copy(), np.asarray(self.coverage(COVERAGE_X))
+
+    # -- (de)serialisation ------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        d = {
+            "name": self.name,
+            "rows": int(self.rows),
+            "missing": int(self.missing),
+            "distinct": int(self.distinct),
+            "accesses": int(self.accesses),
+            "pooling": round(self.pooling, 6),
+            "exact": bool(self.exact),
+            "extrapolated_to": self.extrapolated_to,
+            "head_size": len(self.ids),
+            "count_error_bound": int(self.count_error_bound),
+            "top1_share": float(self.coverage_at(1)) if self.distinct else 0.0,
+            "coverage_top_0.1pct": float(self.coverage(0.001)),
+            "coverage_top_1pct": float(self.coverage(0.01)),
+            "coverage_top_10pct": float(self.coverage(0.1)),
+            "batch_size": self.batch_size,
+            "presence_batches": int(self.presence_batches),
+            "measured_distinct_per_batch": self.measured_distinct_per_batch(),
+            "stability": [
+                {"fraction": float(f), "size": int(s), "coverage_early": float(e), "coverage_later": float(lt),
+                 "coverage_oracle": float(o) if np.isfinite(o) else None}
+                for f, s, e, lt, o in zip(self.stability_fractions, self.stability_sizes, self.stability_early,
+                                          self.stability_later, self.stability_oracle)
+            ],
+            "model": self.model,
+        }  # fmt: skip
+        return d
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        cx, cy = self.coverage_curve()
+        return {
+            f"{prefix}ids": self.ids,
+            f"{prefix}counts": self.counts,
+            f"{prefix}group_values": self.group_values,
+            f"{prefix}group_sizes": self.group_sizes,
+            f"{prefix}coverage_x": cx,
+            f"{prefix}coverage_y": cy,
+            f"{prefix}presence_hist": np.asarray(self.presence_hist, np.int64),
+            f"{prefix}stability_fractions": np.asarray(self.stability_fractions, np.float64),
+            f"{prefix}stability_sizes": np.asarray(self.stability_sizes, np.int64),
+            f"{prefix}stability_early": np.asarray(self.stability_early, np.float64),
+            f"{prefix}stability_later": np.asarray(self.stability_later, np.float64),
+            f"{prefix}stability_oracle": np.asarray(self.stability_oracle, np.float64),
+        }
+
+    @classmethod
+    def from_saved(cls, d: dict[str, Any], arrays, prefix: str) -> FeatureProfile:
+        def a(k):
+            return arrays[f"{prefix}{k}"]
+
+        return cls(
+            name=d["name"], rows=d["rows"], missing=d["missing"], distinct=d["distinct"],
+            accesses=d["accesses"], ids=a("ids"), counts=a("counts"), exact=d["exact"],
+            extrapolated_to=d.get("extrapolated_to"), group_values=a("group_values"),
+            group_sizes=a("group_sizes"), count_error_bound=d.get("count_error_bound", 0),
+            batch_size=d.get("batch_size"), presence_batches=d.get("presence_batches", 0),
+            presence_hist=a("presence_hist"), stability_fractions=a("stability_fractions"),
+            stability_sizes=a("stability_sizes"), stability_early=a("stability_early"),
+            stability_later=a("stability_later"), stability_oracle=a("stability_oracle"),
+            model=d.get("model"),
+        )  # fmt: skip
+
+
+@dataclass
+class AccessProfile:
+    features: dict[str, FeatureProfile]
+    rows: int
+    source: str
+    batch_size: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """JSON summary at `path`, arrays in `path` with suffix .npz; both written atomically."""
+        path = Path(path)
+        npz = path.with_suffix(".npz")
+        names = list(self.features)
+        doc = {
+            "version": PROFILE_VERSION,
+            "source": self.source,
+            "rows": int(self.rows),
+            "batch_size": self.batch_size,
+            "arrays": npz.name,
+            "meta": self.meta,
+            "features": [self.features[n].summary() for n in names],
+        }
+        arrays: dict[str, np.ndarray] = {}
+        for i, n in enumerate(names):
+            arrays.update(self.features[n].arrays(f"f{i}_"))
+        _atomic_write(npz, lambda f: np.savez(f, **arrays))
+        _atomic_write(path, lambda f: f.write((json.dumps(doc, indent=1, default=_json_default) + "\n").encode()))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> AccessProfile:
+        path = Path(path)
+        if not path.is_file():
+            raise TraceError(f"{path}: no such profile")
+        try:
+            doc = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TraceError(f"{path}: not a profile JSON ({exc})") from None
+        if not isinstance(doc, dict) or "features" not in doc:
+            raise TraceError(f"{path}: not an AccessProfile (no 'features')")
+        if doc.get("version") != PROFILE_VERSION:
+            raise TraceError(f"{path}: profile version {doc.get('version')}, expected {PROFILE_VERSION}")
+        npz = path.parent / doc.get("arrays", path.with_suffix(".npz").name)
+        if not npz.is_file():
+            raise TraceError(f"{npz}: arrays of profile {path.name} not found")
+        with np.load(npz) as arrays:
+            feats = {
+                d["name"]: FeatureProfile.from_saved(d, arrays, f"f{i}_") for i, d in enumerate(doc["features"])
+            }
+        return cls(features=feats, rows=doc["rows"], source=doc["source"], batch_size=doc.get("batch_size"),
+                   meta=doc.get("meta", {}))  # fmt: skip
+
+    def scale_to(self, rows: int) -> AccessProfile:
+        """The profile extrapolated to `rows` rows (see traces/extrapolate.py)."""
+        from traces.extrapolate import scale_feature
+
+        feats = {n: scale_feature(f, rows) for n, f in self.features.items()}
+        meta = dict(self.meta, extrapolated_from_rows=self.rows)
+        return AccessProfile(features=feats, rows=int(rows), source=self.source, batch_size=self.batch_size,
+                             meta=meta)  # fmt: skip
+
+    def table(self) -> list[dict[str, Any]]:
+        """One summary record per feature (what `picasso analyze --json` prints)."""
+        return [f.summary() for f in self.features.values()]
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _atomic_write(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------------------------
+# Building a profile from a file
+# ---------------------------------------------------------------------------------------
+class _FeatureState:
+    def __init__(self, exact_cap: int) -> None:
+        self.counter = IdCounter(exact_cap=exact_cap)
+        self.presence = IdCounter(exact_cap=1 << 62)
+        self.rows = 0
+        self.missing = 0
+        self.accesses = 0
+        self.early: tuple | None = None  # (top ids, their early counts, early accesses, early table)
+
+
+class _Builder:
+    def __init__(self, batch_size: int, exact_cap: int, presence_batches: int, split: float) -> None:
+        self.B = int(batch_size)
+        self.exact_cap = exact_cap
+        self.max_batches = presence_batches
+        self.split = split
+        self.batches = 0
+        self.state: dict[str, _FeatureState] = {}
+        self.snapshotted = False
+
+    def feature(self, name: str) -> _FeatureState:
+        st = self.state.get(name)
+        if st is None:
+            st = self.state[name] = _FeatureState(self.exact_cap)
+        return st
+
+    def add(self, sparse: dict, n: int, row_lo: int, row_hi: int, names: list[str]) -> None:
+        """Count rows [row_lo, row_hi) of a chunk."""
+        take_batches = 0
+        if self.B > 0 and self.batches < self.max_batches:
+            take_batches = min((row_hi - row_lo) // self.B, self.max_batches - self.batches)
+        for name in names:
+            st = self.feature(name)
+            ids, off = sparse[name]
+            a, b = int(off[row_lo]), int(off[row_hi])
+            part = ids[a:b]
+            lengths = np.diff(off[row_lo : row_hi + 1])
+            st.rows += row_hi - row_lo
+            st.missing += int(np.count_nonzero(lengths == 0))
+            st.accesses += len(part)
+            if len(part) == 0:
+                continue
+            u, inv, c = np.unique(part, return_inverse=True, return_counts=True)
+            st.counter.add_counts(u, c.astype(np.int64))
+            if take_batches:
+                # Distinct (batch, ID) pairs -> number of sampled batches each ID appears in.
+                stop = int(off[row_lo + take_batches * self.B]) - a
+                bidx = np.repeat(np.arange(row_hi - row_lo) // self.B, lengths)[:stop]
+                pairs = np.unique(bidx.astype(np.int64) * len(u) + inv.ravel()[:stop])
+                per_id = np.bincount(pairs % len(u), minlength=len(u))
+                nz = per_id > 0
+                st.presence.add_counts(u[nz], per_id[nz].astype(np.int64))
+        self.batches += take_batches
+
+    def snapshot(self) -> None:
+        """Remember the hot sets of the earlier part for the stability measure."""
+        self.snapshotted = True
+        for st in self.state.values():
+            ids, counts = st.counter.sorted_desc()
+            d = len(ids)
+            top = max(1, int(np.ceil(max(STABILITY_FRACTIONS) * d))) if d else 0
+            table = (st.counter.keys.copy(), st.counter.counts.copy()) if st.counter.exact else None
+            st.early = (ids[:top].copy(), counts[:top].copy(), st.accesses, d, table)
+
+    def finish(self, names: list[str]) -> dict[str, FeatureProfile]:
+        out = {}
+        for name in names:
+            st = self.feature(name)
+            out[name] = self._profile(name, st)
+        return out
+
+    def _profile(self, name: str, st: _FeatureState) -> FeatureProfile:
+        c = st.counter
+        ids, counts = c.sorted_desc()
+        distinct = c.distinct()
+        if c.exact:
+            gv, gs = groups_from_counts(counts)
+        else:
+            gv, gs = _sketch_groups(c, counts, distinct)
+        # Presence histogram: hist[j] = IDs that appear in exactly j sampled batches.
+        _, pres = st.presence.sorted_desc()
+        hist = np.bincount(pres, minlength=self.batches + 1) if len(pres) else np.zeros(self.batches + 1, np.int64)
+        stab = _stability(st, c)
+        return FeatureProfile(
+            name=name, rows=st.rows, missing=st.missing, distinct=distinct, accesses=st.accesses,
+            ids=ids, counts=counts, exact=c.exact, group_values=gv, group_sizes=gs,
+            count_error_bound=c.error_bound, batch_size=self.B, presence_batches=self.batches,
+            presence_hist=hist.astype(np.int64), **stab,
+        )  # fmt: skip
+
+
+def _sketch_groups(c: IdCounter, head_counts: np.ndarray, distinct: int) -> tuple[np.ndarray, np.ndarray]:
+    """Head table as is; the IDs outside it from the KMV sample, scaled to the estimated count."""
+    sample_ids = c._kmv_ids
+    sample_counts = c._kmv_counts
+    in_head = c.lookup(sample_ids) > 0
+    tail = sample_counts[~in_head]
+    rest = max(distinct - len(head_counts), 0)
+    hv, hs = groups_from_counts(head_counts)
+    if len(tail) == 0 or rest == 0:
+        return hv, hs
+    tv, ts = groups_from_counts(tail)
+    ts = ts * (rest / len(tail))
+    v = np.concatenate([hv, tv])
+    s = np.concatenate([hs, ts])
+    order = np.argsort(-v, kind="stable")
+    return v[order], s[order]
+
+
+def _stability(st: _FeatureState, c: IdCounter) -> dict[str, np.ndarray]:
+    empty = {
+        "stability_fractions": np.zeros(0), "stability_sizes": np.zeros(0, np.int64),
+        "stability_early": np.zeros(0), "stability_later": np.zeros(0), "stability_oracle": np.zeros(0),
+    }  # fmt: skip
+    if st.early is None:
+        return empty
+    top_ids, top_early, early_acc, early_distinct, table = st.early
+    later_acc = st.accesses - early_acc
+    if early_acc == 0 or later_acc <= 0 or len(top_ids) == 0:
+        return empty
+    fr = np.asarray(STABILITY_FRACTIONS)
+    sizes = np.maximum(1, np.ceil(fr * early_distinct)).astype(np.int64)
+    later_counts = c.lookup(top_ids) - top_early
+    cum_later = np.concatenate(([0], np.cumsum(later_counts)))
+    cum_early = np.concatenate(([0], np.cumsum(top_early)))
+    sizes_c = np.minimum(sizes, len(top_ids))
+    oracle = np.full(len(sizes), np.nan)
+    if table is not None and c.exact:
+        keys, total = c.keys, c.counts
+        early_k, early_c = table
+        pos = np.minimum(np.searchsorted(early_k, keys), max(len(early_k) - 1, 0))
+        e = np.where((len(early_k) > 0) & (early_k[pos] == keys), early_c[pos], 0) if len(early_k) else 0
+        later_all = np.sort(total - e)[::-1]
+        cum_o = np.concatenate(([0], np.cumsum(later_all)))
+        oracle = cum_o[np.minimum(sizes, len(later_all))] / later_acc
+    return {
+        "stability_fractions": fr,
+        "stability_sizes": sizes,
+        "stability_early": cum_early[sizes_c] / early_acc,
+        "stability_later": cum_later[sizes_c] / later_acc,
+        "stability_oracle": oracle,
+    }
+
+
+def profile_file(
+    path: str | os.PathLike,
+    fmt: str,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    strict: bool = False,
+    progress=None,
+    exact_cap: int = 2_000_000,
+    presence_batches: int = 256,
+    stability_split: float = 0.5,
+    chunk_bytes: int = 16 << 20,
+    **format_options,
+) -> AccessProfile:
+    """Stream `path` once and build its AccessProfile.
+
+    batch_size: batch for the batch-presence histogram (up to `presence_batches` batches
+    sampled from the start of each chunk onwards); exact_cap: distinct IDs per feature
+    counted exactly before switching to head + sketch; stability_split: fraction of the
+    input (by bytes) that is "earlier" for the hot-set stability measure.
+    """
+    t0 = time.perf_counter()
+    reader = open_reader(path, fmt, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **format_options)
+    b = _Builder(batch_size, exact_cap, presence_batches, stability_split)
+    split_at = stability_split * reader.bytes_total
+    before = 0.0
+    for chunk in reader:
+        n = chunk.rows
+        names = list(reader.feature_names)
+        after = reader.bytes_done
+        cut = n
+        if not b.snapshotted and after >= split_at:
+            # Split this chunk's rows in proportion to where the byte split falls inside it.
+            frac = (split_at - before) / (after - before) if after > before else 1.0
+            cut = int(round(n * min(max(frac, 0.0), 1.0)))
+        if cut > 0:
+            b.add(chunk.sparse, n, 0, cut, names)
+        if cut < n:
+            b.snapshot()
+            b.add(chunk.sparse, n, cut, n, names)
+        before = after
+    names = list(reader.feature_names)
+    stats = reader.stats
+    if stats.rows_ok == 0:
+        raise TraceError(f"{reader.path}: no valid rows ({stats.rows_bad} malformed; first at line "
+                         f"{stats.first_bad_lines[0] if stats.first_bad_lines else '?'})")  # fmt: skip
+    feats = b.finish(names)
+    meta = {
+        "format": reader.fmt or fmt,
+        "rows_ok": stats.rows_ok,
+        "rows_bad": stats.rows_bad,
+        "first_bad_lines": stats.first_bad_lines,
+        "first_bad_reasons": stats.first_bad_reasons,
+        "bytes": reader.bytes_total,
+        "dense_names": list(reader.dense_names),
+        "exact_cap": exact_cap,
+        "stability_split": stability_split,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    return AccessProfile(features=feats, rows=stats.rows_ok, source=os.fspath(path), batch_size=batch_size, meta=meta)

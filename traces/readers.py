@@ -1,0 +1,830 @@
+"""Streaming readers for click logs: Criteo, Avazu, generic CSV/TSV, Parquet, libsvm/libfm.
+
+Every reader yields `Chunk`s of bounded size (about `chunk_bytes` of input at a time, so a
+1 GB file needs a few hundred MB at most) and never holds the whole file. Plain or gzip
+(detected from the magic bytes). Malformed rows (wrong field count, non-hex where hex is
+expected, bad numbers) are skipped and counted; `strict=True` raises `TraceError` naming
+file, line and field at the first one. How raw values become int64 IDs: see traces/ids.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from traces.errors import TraceError
+from traces.ids import ints_to_ids, parse_hex8, strings_to_ids
+
+FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
+MAX_BAD_LINES = 10
+CRITEO_DENSE = [f"I{i}" for i in range(1, 14)]
+CRITEO_SPARSE = [f"C{i}" for i in range(1, 27)]
+AVAZU_LABEL = "click"
+AVAZU_SKIP = ("id",)
+_NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
+
+Progress = Callable[[float, float], None]
+
+
+@dataclass
+class Chunk:
+    first_row: int  # 0-based index in the file of the chunk's first good row
+    labels: np.ndarray  # float32 [n]
+    dense: np.ndarray  # float32 [n, num_dense]; missing -> 0.0; raw values
+    sparse: dict[str, tuple[np.ndarray, np.ndarray]]  # feature -> (ids int64 [nnz], offsets int64 [n+1])
+
+    @property
+    def rows(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class ReadStats:
+    rows_ok: int = 0
+    rows_bad: int = 0
+    first_bad_lines: list[int] = field(default_factory=list)  # 1-based line numbers
+    first_bad_reasons: list[str] = field(default_factory=list)
+
+    def add_bad(self, line: int, reason: str) -> None:
+        self.rows_bad += 1
+        if len(self.first_bad_lines) < MAX_BAD_LINES:
+            self.first_bad_lines.append(line)
+            self.first_bad_reasons.append(reason)
+
+
+# ---------------------------------------------------------------------------------------
+# Opening files and cutting them into line-aligned blocks
+# ---------------------------------------------------------------------------------------
+def check_file(path: str | os.PathLike) -> str:
+    """The path as str, or a TraceError in one line when it is missing/empty/unreadable."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise TraceError(f"{p}: no such file")
+    if os.path.isdir(p):
+        raise TraceError(f"{p}: is a directory, expected a data file")
+    if not os.access(p, os.R_OK):
+        raise TraceError(f"{p}: not readable (permission denied)")
+    if os.path.getsize(p) == 0:
+        raise TraceError(f"{p}: file is empty")
+    return p
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+class _BlockSource:
+    """Line-aligned byte blocks of a plain or gzip text file, with 1-based line numbers."""
+
+    def __init__(self, path: str, chunk_bytes: int) -> None:
+        self.path = path
+        self.chunk_bytes = max(int(chunk_bytes), 1 << 12)
+        self.gzip = _is_gzip(path)
+        self.bytes_total = os.path.getsize(path)
+        self.bytes_done = 0
+
+    def __iter__(self) -> Iterator[tuple[bytes, int]]:
+        raw = pa.OSFile(self.path, "rb")
+        stream = pa.CompressedInputStream(raw, "gzip") if self.gzip else raw
+        line = 1
+        rest = b""
+        try:
+            while True:
+                try:
+                    buf = stream.read(self.chunk_bytes)
+                except (OSError, pa.ArrowException) as exc:
+                    raise TraceError(f"{self.path}: cannot read ({_first_line(exc)})") from None
+                self.bytes_done = raw.tell()
+                if not buf:
+                    break
+                data = rest + buf if rest else buf
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                block, rest = data[: cut + 1], data[cut + 1 :]
+                yield block, line
+                line += block.count(b"\n")
+            if rest:
+                yield rest + b"\n", line
+        finally:
+            stream.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Readers
+# ---------------------------------------------------------------------------------------
+class Reader:
+    """Iterable of Chunk. Attributes: feature_names, dense_names, stats, bytes_total."""
+
+    fmt = ""
+
+    def __init__(self, path: str, *, strict: bool, chunk_bytes: int, progress: Progress | None) -> None:
+        self.path = check_file(path)
+        self.strict = strict
+        self.chunk_bytes = chunk_bytes
+        self.progress = progress
+        self.stats = ReadStats()
+        self.bytes_total = os.path.getsize(self.path)
+        self.bytes_done = 0.0  # input consumed so far (compressed bytes for gzip)
+        self.feature_names: list[str] = []
+        self.dense_names: list[str] = []
+        self.label_name: str | None = None
+
+    def __iter__(self) -> Iterator[Chunk]:
+        raise NotImplementedError
+
+    def _bad(self, line: int, fieldname: str, reason: str) -> None:
+        where = f"{self.path}:{line}: field {fieldname}: {reason}" if fieldname else f"{self.path}:{line}: {reason}"
+        if self.strict:
+            raise TraceError(where)
+        self.stats.add_bad(line, where)
+
+    def _report(self, done: float) -> None:
+        self.bytes_done = float(done)
+        if self.progress is not None:
+            self.progress(done, self.bytes_total)
+
+
+@dataclass
+class _Column:
+    name: str
+    kind: str  # "label", "dense", "sparse", "skip"
+    hex8: bool = False  # Criteo hashes
+    multi_sep: str | None = None
+
+
+class DelimitedReader(Reader):
+    """Delimited text (Criteo TSV, Avazu CSV, generic CSV/TSV), parsed block by block with pyarrow."""
+
+    def __init__(
+        self,
+        path: str,
+        fmt: str,
+        *,
+        strict: bool = False,
+        chunk_bytes: int = 16 << 20,
+        progress: Progress | None = None,
+        sep: str | None = None,
+        header: bool | None = None,
+        label: str | None = None,
+        dense: list[str] | str | None = None,
+        categorical: list[str] | str | None = None,
+        multi_sep: str | None = None,
+        multi: list[str] | str | None = None,
+        skip: list[str] | str | None = None,
+    ) -> None:
+        super().__init__(path, strict=strict, chunk_bytes=chunk_bytes, progress=progress)
+        self.fmt = fmt
+        self.source = _BlockSource(self.path, chunk_bytes)
+        self.quoting = fmt != "criteo"
+        if fmt == "criteo":
+            self.sep = sep or "\t"
+            self.header = bool(header)
+            names = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
+            self.columns = (
+                [_Column("label", "label")]
+                + [_Column(n, "dense") for n in CRITEO_DENSE]
+                + [_Column(n, "sparse", hex8=True) for n in CRITEO_SPARSE]
+            )
+            if self.header:
+                names = self._read_header()
+                if len(names) != 40:
+                    raise TraceError(f"{self.path}:1: expected 40 Criteo columns in the header, got {len(names)}")
+        else:
+            default_sep = "\t" if self.path.endswith((".tsv", ".tsv.gz")) else ","
+            self.sep = sep or default_sep
+            self.header = True if header is None else bool(header)
+            if not self.header:
+                raise TraceError(f"{self.path}: {fmt} format needs a header row naming the columns")
+            names = self._read_header()
+            self.columns = self._columns_from_options(fmt, names, label, dense, categorical, multi_sep, multi, skip)
+        self.names = [c.name for c in self.columns]
+        self.label_name = next((c.name for c in self.columns if c.kind == "label"), None)
+        self.dense_names = [c.name for c in self.columns if c.kind == "dense"]
+        self.feature_names = [c.name for c in self.columns if c.kind == "sparse"]
+        if not self.feature_names:
+            raise TraceError(f"{self.path}: no categorical columns to read")
+
+    # -- header and column roles ------------------------------------------------------
+    def _read_header(self) -> list[str]:
+        for block, _ in _BlockSource(self.path, 1 << 16):
+            first = block.split(b"\n", 1)[0].rstrip(b"\r")
+            try:
+                text = first.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TraceError(f"{self.path}:1: header is not UTF-8 text") from None
+            row = next(csv.reader([text], delimiter=self.sep))
+            names = [n.strip() for n in row]
+            if not any(names):
+                raise TraceError(f"{self.path}:1: empty header row")
+            return names
+        raise TraceError(f"{self.path}: file is empty")
+
+    def _columns_from_options(self, fmt, names, label, dense, categorical, multi_sep, multi, skip) -> list[_Column]:
+        def as_list(v):
+            if v is None:
+                return None
+            return [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else list(v)
+
+        dense_l, cat_l, multi_l = as_list(dense) or [], as_list(categorical), as_list(multi)
+        skip_l = as_list(skip) or (list(AVAZU_SKIP) if fmt == "avazu" else [])
+        if label is None:
+            label = next((n for n in ("label", "click", "Label", "y") if n in names), None)
+        for n in [*dense_l, *(cat_l or []), *(multi_l or []), *([label] if label else [])]:
+            if n not in names:
+                raise TraceError(f"{self.path}:1: column {n!r} not in the header ({', '.join(names[:12])}...)")
+        cols = []
+        for n in names:
+            if n == label:
+                cols.append(_Column(n, "label"))
+            elif n in dense_l:
+                cols.append(_Column(n, "dense"))
+            elif n in skip_l or (cat_l is not None and n not in cat_l):
+                cols.append(_Column(n, "skip"))
+            else:
+                sep = multi_sep if multi_sep and (multi_l is None or n in multi_l) else None
+                cols.append(_Column(n, "sparse", multi_sep=sep))
+        return cols
+
+    # -- reading ------------------------------------------------------------------------
+    def _parse(self, block: bytes, all_strings: bool, bad_rows: list) -> pa.Table:
+        def handler(row):
+            bad_rows.append(row)
+            return "skip"
+
+        types = {}
+        for c in self.columns:
+            if c.kind in ("label", "dense") and not all_strings:
+                types[c.name] = pa.float64()
+            elif c.hex8:
+                types[c.name] = pa.binary()
+            else:
+                types[c.name] = pa.string()
+        return pcsv.read_csv(
+            pa.py_buffer(block),
+            read_options=pcsv.ReadOptions(column_names=self.names, use_threads=True, block_size=1 << 20),
+            parse_options=pcsv.ParseOptions(
+                delimiter=self.sep,
+                quote_char='"' if self.quoting else False,
+                newlines_in_values=False,
+                invalid_row_handler=handler,
+            ),
+            convert_options=pcsv.ConvertOptions(
+                column_types=types,
+                null_values=[""],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+                include_columns=[c.name for c in self.columns if c.kind != "skip"],
+            ),
+        )
+
+    def __iter__(self) -> Iterator[Chunk]:
+        first_row = 0
+        for block, line in self.source:
+            if line == 1 and self.header:
+                nl = block.find(b"\n")
+                block, line = block[nl + 1 :], 2
+                if not block.strip(b"\r\n"):
+                    continue
+            chunk = self._read_block(block, line, first_row)
+            self._report(self.source.bytes_done)
+            if chunk is None:
+                continue
+            first_row += chunk.rows
+            self.stats.rows_ok += chunk.rows
+            yield chunk
+
+    def _read_block(self, block: bytes, line: int, first_row: int) -> Chunk | None:
+        bad_rows: list = []
+        slow = False
+        try:
+            table = self._parse(block, False, bad_rows)
+        except pa.ArrowInvalid as exc:
+            if "conversion error" not in str(exc) and "CSV parse error" not in str(exc):
+                raise TraceError(f"{self.path}: near line {line}: {_first_line(exc)}") from None
+            bad_rows = []
+            slow = True
+            table = self._parse(block, True, bad_rows)
+        n = table.num_rows
+        row_bad = np.zeros(n, dtype=bool)
+        problems: list[tuple[int, str, str]] = []  # (table row, field, reason)
+        labels = np.zeros(n, dtype=np.float32)
+        dense = np.zeros((n, len(self.dense_names)), dtype=np.float32)
+        sparse_raw: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        di = 0
+        for c in self.columns:
+            if c.kind == "skip":
+                continue
+            col = table.column(c.name).combine_chunks() if n else pa.array([], table.schema.field(c.name).type)
+            if c.kind in ("label", "dense"):
+                vals, bad = self._numbers(col, slow, c.kind == "label")
+                for r in np.flatnonzero(bad & ~row_bad)[: MAX_BAD_LINES + 1]:
+                    problems.append((int(r), c.name, f"expected a number, got {_show(col[int(r)])}"))
+                row_bad |= bad
+                if c.kind == "label":
+                    labels = vals
+                else:
+                    dense[:, di] = vals
+                    di += 1
+            else:
+                ids, offsets, bad = self._categorical(col, c)
+                for r in np.flatnonzero(bad & ~row_bad)[: MAX_BAD_LINES + 1]:
+                    want = "8 hex characters" if c.hex8 else "a value"
+                    problems.append((int(r), c.name, f"expected {want}, got {_show(col[int(r)])}"))
+                row_bad |= bad
+                sparse_raw[c.name] = (ids, offsets)
+        if bad_rows or problems:
+            self._report_bad(block, line, bad_rows, problems, row_bad)
+        keep = ~row_bad
+        if not keep.all():
+            labels, dense = labels[keep], dense[keep]
+            sparse_raw = {k: _filter_bags(ids, off, keep) for k, (ids, off) in sparse_raw.items()}
+        if len(labels) == 0:
+            return None
+        return Chunk(first_row=first_row, labels=labels, dense=dense, sparse=sparse_raw)
+
+    def _numbers(self, col: pa.Array, slow: bool, required: bool) -> tuple[np.ndarray, np.ndarray]:
+        n = len(col)
+        if not slow:
+            missing = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            vals = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float32)
+            bad = missing if required else np.zeros(n, dtype=bool)
+            return vals, bad
+        s = col if pa.types.is_string(col.type) else pc.cast(col, pa.string())
+        empty = np.asarray(pc.equal(pc.utf8_length(s), 0).to_numpy(zero_copy_only=False), dtype=bool)
+        ok = np.asarray(pc.match_substring_regex(s, _NUMBER_RE).to_numpy(zero_copy_only=False), dtype=bool)
+        bad = ~ok & ~empty
+        if required:
+            bad |= empty
+        good = pc.if_else(pa.array(ok), s, pa.scalar("0"))
+        vals = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy(zero_copy_only=False)
+        vals = vals.astype(np.float32)
+        vals[~ok] = 0.0
+        return vals, bad
+
+    def _categorical(self, col: pa.Array, c: _Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n = len(col)
+        if c.hex8:
+            ids, present, bad = parse_hex8(col)
+            return ids[present], _offsets_from_present(present), bad
+        if c.multi_sep:
+            return (*_split_multi(col, c.multi_sep), np.zeros(n, dtype=bool))
+        ids, present = strings_to_ids(col)
+        return ids[present], _offsets_from_present(present), np.zeros(n, dtype=bool)
+
+    def _report_bad(self, block: bytes, line: int, bad_rows: list, problems: list, row_bad: np.ndarray) -> None:
+        """Map table rows back to file lines (rare path) and record/raise, in line order."""
+        items: list[tuple[int, str, str]] = []
+        row_lines, short_lines = _row_line_numbers(block, line, self.sep, len(self.names), self.quoting)
+        for ln, count in short_lines:
+            items.append((ln, "", f"expected {len(self.names)} fields, got {count}"))
+        for r, name, reason in problems:
+            items.append((row_lines[r] if r < len(row_lines) else line, name, reason))
+        reported = {ln for ln, _, _ in items}
+        extra = [int(row_lines[r]) for r in np.flatnonzero(row_bad) if r < len(row_lines)]
+        items.sort()
+        for ln, name, reason in items:
+            self._bad(ln, name, reason)
+        # Bad rows beyond the first few reported per column are counted, not described.
+        self.stats.rows_bad += sum(1 for ln in extra if ln not in reported)
+        # Rows pyarrow skipped that the line scan could not place (should not happen).
+        self.stats.rows_bad += max(len(bad_rows) - len(short_lines), 0)
+
+
+def _show(v) -> str:
+    x = v.as_py() if hasattr(v, "as_py") else v
+    if isinstance(x, bytes):
+        x = x.decode("utf-8", "replace")
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "...'"
+
+
+def _row_line_numbers(block: bytes, first_line: int, sep: str, ncols: int, quoting: bool):
+    """For each row pyarrow kept, its 1-based file line; plus (line, fields) of wrong-width rows."""
+    text = block.decode("utf-8", "replace")
+    reader = csv.reader(
+        io.StringIO(text, newline=""),
+        delimiter=sep,
+        quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE,
+        strict=False,
+    )
+    rows, short = [], []
+    start = first_line
+    try:
+        for row in reader:
+            end = first_line + reader.line_num - 1
+            if row:
+                if len(row) == ncols:
+                    rows.append(start)
+                else:
+                    short.append((start, len(row)))
+            start = end + 1
+    except csv.Error:
+        pass
+    return np.asarray(rows, dtype=np.int64), short
+
+
+def _offsets_from_present(present: np.ndarray) -> np.ndarray:
+    off = np.zeros(len(present) + 1, dtype=np.int64)
+    np.cumsum(present, out=off[1:])
+    return off
+
+
+def _filter_bags(ids: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.diff(offsets)
+    elem_keep = np.repeat(keep, lengths)
+    new_off = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+    np.cumsum(lengths[keep], out=new_off[1:])
+    return ids[elem_keep], new_off
+
+
+def _split_multi(col: pa.Array, sep: str) -> tuple[np.ndarray, np.ndarray]:
+    """'a|b|c' -> bag of three IDs; empty parts are dropped (a missing value = empty bag)."""
+    s = col if pa.types.is_string(col.type) else pc.cast(col, pa.string())
+    lists = pc.split_pattern(s.fill_null(""), sep)
+    return _list_to_bags(lists)
+
+
+def _list_to_bags(lists: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    lists = lists.fill_null(pa.scalar([], lists.type)) if lists.null_count else lists
+    flat = pc.list_flatten(lists)
+    parent = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+    n = len(lists)
+    if pa.types.is_integer(flat.type):
+        keep = np.asarray(flat.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        ids = ints_to_ids(flat.fill_null(0).to_numpy(zero_copy_only=False))
+    else:
+        ids, keep = strings_to_ids(flat)
+    ids, parent = ids[keep], parent[keep]
+    counts = np.bincount(parent, minlength=n) if len(parent) else np.zeros(n, dtype=np.int64)
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=off[1:])
+    return ids, off
+
+
+class ParquetReader(Reader):
+    """Parquet with named label, dense and categorical columns (lists = multi-valued bags).
+
+    Rows are numbered from 1 in error messages ("line" = row number in the file).
+    """
+
+    fmt = "parquet"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        strict: bool = False,
+        chunk_bytes: int = 16 << 20,
+        progress: Progress | None = None,
+        label: str | None = None,
+        dense: list[str] | str | None = None,
+        categorical: list[str] | str | None = None,
+        multi_sep: str | None = None,
+        multi: list[str] | str | None = None,
+        skip: list[str] | str | None = None,
+        **_: object,
+    ) -> None:
+        super().__init__(path, strict=strict, chunk_bytes=chunk_bytes, progress=progress)
+        import pyarrow.parquet as pq
+
+        try:
+            self.pf = pq.ParquetFile(self.path)
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{self.path}: not a readable Parquet file ({_first_line(exc)})") from None
+        names = self.pf.schema_arrow.names
+        helper = DelimitedReader.__new__(DelimitedReader)
+        helper.path = self.path
+        self.columns = DelimitedReader._columns_from_options(
+            helper, "parquet", names, label, dense, categorical, multi_sep, multi, skip
+        )
+        self.label_name = next((c.name for c in self.columns if c.kind == "label"), None)
+        self.dense_names = [c.name for c in self.columns if c.kind == "dense"]
+        self.feature_names = [c.name for c in self.columns if c.kind == "sparse"]
+        if not self.feature_names:
+            raise TraceError(f"{self.path}: no categorical columns to read")
+        rows = max(self.pf.metadata.num_rows, 1)
+        self.batch_rows = max(1024, int(chunk_bytes / max(self.bytes_total / rows, 1)))
+
+    def __iter__(self) -> Iterator[Chunk]:
+        first_row, file_row = 0, 0
+        used = [c.name for c in self.columns if c.kind != "skip"]
+        try:
+            batches = self.pf.iter_batches(batch_size=self.batch_rows, columns=used)
+            for batch in batches:
+                chunk = self._convert(batch, file_row, first_row)
+                file_row += batch.num_rows
+                self._report(self.bytes_total * file_row / max(self.pf.metadata.num_rows, 1))
+                if chunk is None:
+                    continue
+                first_row += chunk.rows
+                self.stats.rows_ok += chunk.rows
+                yield chunk
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(f"{self.path}: cannot read Parquet data ({_first_line(exc)})") from None
+
+    def _convert(self, batch: pa.RecordBatch, file_row: int, first_row: int) -> Chunk | None:
+        n = batch.num_rows
+        row_bad = np.zeros(n, dtype=bool)
+        problems = []
+        labels = np.zeros(n, dtype=np.float32)
+        dense = np.zeros((n, len(self.dense_names)), dtype=np.float32)
+        sparse = {}
+        di = 0
+        for c in self.columns:
+            if c.kind == "skip":
+                continue
+            col = batch.column(c.name)
+            if c.kind in ("label", "dense"):
+                vals, bad = _parquet_numbers(col, required=c.kind == "label")
+                for r in np.flatnonzero(bad & ~row_bad)[: MAX_BAD_LINES + 1]:
+                    problems.append((int(r), c.name, f"expected a number, got {_show(col[int(r)])}"))
+                row_bad |= bad
+                if c.kind == "label":
+                    labels = vals
+                else:
+                    dense[:, di] = vals
+                    di += 1
+            else:
+                t = col.type
+                if pa.types.is_list(t) or pa.types.is_large_list(t):
+                    sparse[c.name] = _list_to_bags(col)
+                elif pa.types.is_integer(t):
+                    present = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+                    ids = ints_to_ids(col.fill_null(0).to_numpy(zero_copy_only=False))
+                    sparse[c.name] = (ids[present], _offsets_from_present(present))
+                elif c.multi_sep:
+                    sparse[c.name] = _split_multi(col, c.multi_sep)
+                else:
+                    ids, present = strings_to_ids(col)
+                    sparse[c.name] = (ids[present], _offsets_from_present(present))
+        for r, name, reason in sorted(problems):
+            self._bad(file_row + r + 1, name, reason)
+        extra = int(row_bad.sum()) - len({r for r, _, _ in problems})
+        self.stats.rows_bad += max(extra, 0)
+        keep = ~row_bad
+        if not keep.all():
+            labels, dense = labels[keep], dense[keep]
+            sparse = {k: _filter_bags(i, o, keep) for k, (i, o) in sparse.items()}
+        if len(labels) == 0:
+            return None
+        return Chunk(first_row=first_row, labels=labels, dense=dense, sparse=sparse)
+
+
+def _parquet_numbers(col: pa.Array, required: bool) -> tuple[np.ndarray, np.ndarray]:
+    n = len(col)
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type):
+        missing = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        vals = pc.cast(col.fill_null(0), pa.float64()).to_numpy(zero_copy_only=False).astype(np.float32)
+        return vals, (missing if required else np.zeros(n, dtype=bool))
+    s = pc.cast(col, pa.string()).fill_null("")
+    empty = np.asarray(pc.equal(pc.utf8_length(s), 0).to_numpy(zero_copy_only=False), dtype=bool)
+    ok = np.asarray(pc.match_substring_regex(s, _NUMBER_RE).to_numpy(zero_copy_only=False), dtype=bool)
+    good = pc.if_else(pa.array(ok), s, pa.scalar("0"))
+    vals = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy(zero_copy_only=False).astype(np.float32)
+    vals[~ok] = 0.0
+    bad = ~ok & ~empty
+    if required:
+        bad |= empty
+    return vals, bad
+
+
+class LibsvmReader(Reader):
+    """libsvm (`label idx:val ...`) and libfm (`label field:idx:val ...`) text.
+
+    The ID of a token is its integer `idx`. Its feature (field) is, in this order: the
+    `field_map` (dict name -> (lo, hi) inclusive index range, or a file with lines
+    `name lo hi`), the libfm field number as written (`f<field>`), else the one feature `f`.
+    Values are ignored for categorical fields; fields listed in `dense_fields` give dense
+    columns instead (one per index in their range, value = the token's value).
+    """
+
+    fmt = "libsvm"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        strict: bool = False,
+        chunk_bytes: int = 16 << 20,
+        progress: Progress | None = None,
+        field_map: dict | str | None = None,
+        dense_fields: list[str] | str | None = None,
+        **_: object,
+    ) -> None:
+        super().__init__(path, strict=strict, chunk_bytes=chunk_bytes, progress=progress)
+        self.source = _BlockSource(self.path, chunk_bytes)
+        self.ranges = _load_field_map(field_map, self.path) if field_map is not None else None
+        dense_set = set(dense_fields.split(",") if isinstance(dense_fields, str) else (dense_fields or []))
+        self.label_name = "label"
+        if self.ranges is not None:
+            self.feature_names = [n for n, _, _ in self.ranges if n not in dense_set]
+            self.dense_ranges = [(n, lo, hi) for n, lo, hi in self.ranges if n in dense_set]
+            self.dense_names = [f"{n}_{i - lo}" for n, lo, hi in self.dense_ranges for i in range(lo, hi + 1)]
+        else:
+            self.dense_ranges = []
+            self.feature_names = self._discover_fields()
+        self.dense_ranges_arr = np.asarray([(lo, hi) for _, lo, hi in self.dense_ranges], dtype=np.int64).reshape(-1, 2)
+
+    def _discover_fields(self) -> list[str]:
+        for block, _ in _BlockSource(self.path, 1 << 20):
+            for text in block.split(b"\n")[:1000]:
+                parts = text.split()
+                if len(parts) > 1:
+                    return sorted({_libfm_field(p) for p in parts[1:]}, key=_natural)
+        return ["f"]
+
+    def __iter__(self) -> Iterator[Chunk]:
+        first_row = 0
+        for block, line in self.source:
+            chunk = self._read_block(block, line, first_row)
+            self._report(self.source.bytes_done)
+            if chunk is None:
+                continue
+            first_row += chunk.rows
+            self.stats.rows_ok += chunk.rows
+            yield chunk
+
+    def _read_block(self, block: bytes, line: int, first_row: int) -> Chunk | None:
+        raw_lines = block.split(b"\n")[:-1]
+        line_no = np.arange(line, line + len(raw_lines), dtype=np.int64)
+        arr = pa.array(raw_lines, pa.binary())
+        try:
+            arr = pc.cast(arr, pa.string())
+        except pa.ArrowInvalid:
+            arr = pa.array([x.decode("utf-8", "replace") for x in raw_lines], pa.string())
+        arr = pc.utf8_trim_whitespace(arr)
+        nonempty = np.asarray(pc.greater(pc.utf8_length(arr), 0).to_numpy(zero_copy_only=False), dtype=bool)
+        arr, line_no = arr.filter(pa.array(nonempty)), line_no[nonempty]
+        n = len(arr)
+        if n == 0:
+            return None
+        tokens = pc.split_pattern_regex(arr, r"\s+")
+        offs = tokens.offsets.to_numpy().astype(np.int64)
+        flat = pc.list_flatten(tokens)
+        first = offs[:-1]
+        label_s = flat.take(pa.array(first))
+        labels_ok = np.asarray(pc.match_substring_regex(label_s, _NUMBER_RE).to_numpy(zero_copy_only=False), bool)
+        row_bad = ~labels_ok
+        labels = (
+            pc.cast(pc.if_else(pa.array(labels_ok), label_s, pa.scalar("0")), pa.float64())
+            .to_numpy(zero_copy_only=False)
+            .astype(np.float32)
+        )
+        is_label = np.zeros(len(flat), dtype=bool)
+        is_label[first] = True
+        tok_row = np.repeat(np.arange(n), np.diff(offs))[~is_label]
+        toks = flat.filter(pa.array(~is_label))
+        parts = pc.split_pattern(toks, ":")
+        nparts = np.diff(parts.offsets.to_numpy().astype(np.int64))
+        tok_ok = (nparts == 2) | (nparts == 3)
+        pflat = pc.list_flatten(parts)
+        poff = parts.offsets.to_numpy().astype(np.int64)[:-1]
+        has3 = nparts == 3
+        idx_pos = np.where(has3, poff + 1, poff)
+        val_pos = np.where(has3, poff + 2, poff + 1)
+        safe = lambda p: pa.array(np.where(tok_ok, p, 0))  # noqa: E731 - a one-line helper
+        idx_s = pflat.take(safe(idx_pos)) if len(pflat) else pa.array([], pa.string())
+        val_s = pflat.take(safe(val_pos)) if len(pflat) else pa.array([], pa.string())
+        idx_ok = np.asarray(pc.match_substring_regex(idx_s, r"^[0-9]{1,18}$").to_numpy(zero_copy_only=False), bool)
+        val_ok = np.asarray(pc.match_substring_regex(val_s, _NUMBER_RE).to_numpy(zero_copy_only=False), bool)
+        tok_ok &= idx_ok & val_ok
+        if not tok_ok.all() or row_bad.any():
+            items: dict[int, str] = {}
+            for r in np.flatnonzero(~labels_ok)[: MAX_BAD_LINES + 1]:
+                items[int(r)] = f"label: expected a number, got {_show(label_s[int(r)])}"
+            bad_tok = np.flatnonzero(~tok_ok)
+            for t in bad_tok[: MAX_BAD_LINES + 1]:
+                items.setdefault(int(tok_row[t]), f"expected idx:value or field:idx:value, got {_show(toks[int(t)])}")
+            row_bad[tok_row[bad_tok]] = True
+            for r in sorted(items):
+                self._bad(int(line_no[r]), "", items[r])
+            self.stats.rows_bad += int(row_bad.sum()) - len(items)
+        idx = pc.cast(pc.if_else(pa.array(tok_ok), idx_s, pa.scalar("0")), pa.int64()).to_numpy(zero_copy_only=False)
+        vals = pc.cast(pc.if_else(pa.array(tok_ok), val_s, pa.scalar("0")), pa.float64()).to_numpy(zero_copy_only=False)
+        keep_tok = tok_ok & ~row_bad[tok_row]
+        idx, vals, tok_row = idx[keep_tok], vals[keep_tok], tok_row[keep_tok]
+        if self.ranges is not None:
+            field_of = np.full(len(idx), -1, dtype=np.int64)
+            for k, (_, lo, hi) in enumerate(self.ranges):
+                field_of[(idx >= lo) & (idx <= hi)] = k
+            names = [nm for nm, _, _ in self.ranges]
+        else:
+            fld = pflat.take(pa.array(poff[keep_tok])) if len(poff) else pa.array([], pa.string())
+            f3 = has3[keep_tok]
+            fnames = np.where(f3, np.asarray(fld.to_pylist(), dtype=object), "") if f3.any() else None
+            names = list(self.feature_names)
+            if fnames is None:
+                field_of = np.zeros(len(idx), dtype=np.int64) if names == ["f"] else np.full(len(idx), -1)
+                if names != ["f"]:
+                    names.append("f")
+                    field_of[:] = len(names) - 1
+            else:
+                labels_f = np.where(f3, np.char.add("f", fnames.astype(str)), "f")
+                uniq, inv = np.unique(labels_f, return_inverse=True)
+                for u in uniq:
+                    if u not in names:
+                        names.append(u)
+                pos = {nm: i for i, nm in enumerate(names)}
+                field_of = np.asarray([pos[u] for u in uniq], dtype=np.int64)[inv]
+            if names != self.feature_names:
+                self.feature_names = names  # libfm fields found later in the file are added
+        keep_rows = ~row_bad
+        row_map = np.cumsum(keep_rows) - 1
+        m = int(keep_rows.sum())
+        if m == 0:
+            return None
+        dense = np.zeros((m, len(self.dense_names)), dtype=np.float32)
+        col0 = 0
+        dense_field_ids = set()
+        for nm, lo, hi in self.dense_ranges:
+            k = [x for x, _, _ in self.ranges].index(nm)
+            dense_field_ids.add(k)
+            sel = field_of == k
+            dense[row_map[tok_row[sel]], col0 + idx[sel] - lo] = vals[sel]
+            col0 += hi - lo + 1
+        sparse = {}
+        for k, nm in enumerate(names):
+            if k in dense_field_ids or nm not in self.feature_names:
+                continue
+            sel = field_of == k
+            rows_k = row_map[tok_row[sel]]
+            counts = np.bincount(rows_k, minlength=m)
+            off = np.zeros(m + 1, dtype=np.int64)
+            np.cumsum(counts, out=off[1:])
+            sparse[nm] = (idx[sel][np.argsort(rows_k, kind="stable")], off)
+        for nm in self.feature_names:
+            sparse.setdefault(nm, (np.zeros(0, np.int64), np.zeros(m + 1, np.int64)))
+        return Chunk(first_row=first_row, labels=labels[keep_rows], dense=dense, sparse=sparse)
+
+
+def _libfm_field(token: bytes) -> str:
+    parts = token.split(b":")
+    return "f" + parts[0].decode("utf-8", "replace") if len(parts) == 3 else "f"
+
+
+def _natural(name: str):
+    digits = name.lstrip("f")
+    return (0, int(digits)) if digits.isdigit() else (1, name)
+
+
+def _load_field_map(field_map: dict | str, path: str) -> list[tuple[str, int, int]]:
+    if isinstance(field_map, dict):
+        items = [(str(k), int(v[0]), int(v[1])) for k, v in field_map.items()]
+    else:
+        fm = os.fspath(field_map)
+        if not os.path.isfile(fm):
+            raise TraceError(f"{fm}: field map not found")
+        items = []
+        with open(fm, encoding="utf-8") as f:
+            for i, text in enumerate(f, 1):
+                parts = text.split()
+                if not parts or parts[0].startswith("#"):
+                    continue
+                if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+                    raise TraceError(f"{fm}:{i}: expected 'name lo hi' (inclusive index range)")
+                items.append((parts[0], int(parts[1]), int(parts[2])))
+    if not items:
+        raise TraceError(f"{path}: empty field map")
+    return items
+
+
+def open_reader(
+    path: str | os.PathLike,
+    fmt: str,
+    *,
+    strict: bool = False,
+    chunk_bytes: int = 16 << 20,
+    progress: Progress | None = None,
+    **format_options,
+) -> Reader:
+    """A streaming reader of `path` in format `fmt` (criteo|avazu|csv|parquet|libsvm)."""
+    fmt = fmt.lower()
+    p = check_file(path)
+    opts = {k: v for k, v in format_options.items() if v is not None}
+    if fmt in ("criteo", "avazu", "csv", "tsv"):
+        if fmt == "tsv":
+            fmt = "csv"
+            opts.setdefault("sep", "\t")
+        if fmt == "criteo":
+            opts = {k: v for k, v in opts.items() if k in ("sep", "header")}
+        return DelimitedReader(p, fmt, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)
+    if fmt == "parquet":
+        return ParquetReader(p, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)
+    if fmt in ("libsvm", "libfm"):
+        return LibsvmReader(p, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)
+    raise TraceError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")

@@ -1,0 +1,254 @@
+"""Synthetic click logs in Criteo layout: the project's built-in data.
+
+Model (all parameters tunable through `generate_criteo(**params)`):
+- Feature Cj draws 0-based popularity ranks r from a Zipf-Mandelbrot law over its
+  cardinality V_j: P(rank r) proportional to (r + 1 + q)^-s_j, r = 0..V_j-1. Ranks
+  below HEAD_EXACT use the exact discrete CDF; the tail above it uses the continuous
+  inverse CDF of the same power law (relative error of a tail rank's probability < 1e-6).
+- Exponents s_j default to the values that reproduce, at the full cardinality, the share
+  of the most frequent value of each feature in the first 8,000 rows of Criteo Kaggle;
+  missing rates are those of that sample.
+- A rank becomes the 8-hex-char value `scramble(r, j)`: a fixed bijection of 32-bit
+  integers (xor with a per-feature salt, then multiply/xor-shift rounds), so IDs look like
+  hashes yet each feature's rank order is recoverable and distinct ranks never collide.
+- I1..I13 are integers floor(expm1(N(mu, sigma))) with the sample's log-scale moments and
+  missing rates (I2 also takes small negative values); labels are clicks with rate 0.25.
+Same seed, same file: one numpy PCG64 stream per block of 65,536 rows, seeded by (seed, block).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traces.errors import TraceError
+
+# Public Criteo Kaggle (Display Advertising Challenge) cardinalities of C1..C26.
+CRITEO_KAGGLE_CARDINALITIES = (
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+)  # fmt: skip
+CRITEO_KAGGLE_ROWS = 45_840_617
+# Zipf exponents fitted to the top-1 share of each feature in the real 8k-row sample.
+CRITEO_KAGGLE_ZIPF_S = (
+    1.72, 0.95, 0.98, 1.02, 2.19, 1.70, 0.62, 1.96, 3.28, 1.32, 0.67, 0.98, 0.65,
+    1.27, 0.73, 0.97, 1.29, 0.84, 1.97, 0.49, 0.97, 1.67, 1.43, 1.01, 1.33, 1.01,
+)  # fmt: skip
+CRITEO_KAGGLE_MISSING = (
+    0.0, 0.0, 0.033, 0.033, 0.0, 0.133, 0.0, 0.0, 0.0, 0.0, 0.0, 0.033, 0.0,
+    0.0, 0.0, 0.033, 0.0, 0.0, 0.453, 0.453, 0.033, 0.819, 0.0, 0.033, 0.453, 0.453,
+)  # fmt: skip
+# I1..I13: (missing rate, mu, sigma) of log1p(value) in the real sample.
+CRITEO_KAGGLE_DENSE = (
+    (0.451, 0.78, 0.97), (0.0, 2.11, 2.13), (0.201, 2.25, 1.29), (0.202, 1.73, 0.96),
+    (0.05, 7.28, 2.87), (0.252, 3.61, 1.80), (0.048, 1.52, 1.34), (0.001, 2.05, 1.18),
+    (0.048, 3.61, 1.69), (0.451, 0.37, 0.39), (0.048, 0.84, 0.73), (0.774, 0.29, 0.61),
+    (0.202, 1.89, 1.06),
+)  # fmt: skip
+HEAD_EXACT = 1 << 10
+BLOCK_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class SynthParams:
+    cardinalities: tuple[int, ...] = CRITEO_KAGGLE_CARDINALITIES
+    zipf_s: tuple[float, ...] = CRITEO_KAGGLE_ZIPF_S
+    zipf_q: float = 0.0
+    missing: tuple[float, ...] = CRITEO_KAGGLE_MISSING
+    dense: tuple[tuple[float, float, float], ...] = CRITEO_KAGGLE_DENSE
+    click_rate: float = 0.25
+    extra: dict = field(default_factory=dict)
+
+
+PRESETS = {"criteo-kaggle": SynthParams()}
+
+
+def preset_params(preset: str = "criteo-kaggle", **params) -> SynthParams:
+    """The preset's parameters with overrides; scalars for per-feature tuples broadcast."""
+    if preset not in PRESETS:
+        raise TraceError(f"unknown synth preset {preset!r}: expected one of {', '.join(PRESETS)}")
+    base = PRESETS[preset]
+    n = len(base.cardinalities)
+    over = {}
+    for k, v in params.items():
+        if not hasattr(base, k):
+            raise TraceError(f"unknown synth parameter {k!r}")
+        if k in ("cardinalities", "zipf_s", "missing") and np.isscalar(v):
+            v = (type(getattr(base, k)[0])(v),) * n
+        over[k] = tuple(v) if isinstance(v, list) else v
+    p = replace(base, **over)
+    m = len(p.cardinalities)
+    if len(p.zipf_s) != m or len(p.missing) != m:
+        raise TraceError("synth: cardinalities, zipf_s and missing need one entry per feature")
+    return p
+
+
+# ---------------------------------------------------------------------------------------
+# Rank sampling and the rank -> ID bijection
+# ---------------------------------------------------------------------------------------
+class ZipfSampler:
+    """Ranks 0..V-1 with P(r) proportional to (r + 1 + q)^-s; exact head, continuous tail."""
+
+    def __init__(self, V: int, s: float, q: float = 0.0) -> None:
+        self.V, self.s, self.q = int(V), float(s), float(q)
+        k = min(self.V, HEAD_EXACT)
+        w = (np.arange(1, k + 1, dtype=np.float64) + q) ** -s
+        self.head_cdf = np.cumsum(w)
+        head_mass = self.head_cdf[-1]
+        self.a, self.b = k + 0.5 + q, self.V + 0.5 + q
+        tail_mass = self._integral(self.a, self.b) if self.V > k else 0.0
+        self.total = head_mass + tail_mass
+        self.p_head = head_mass / self.total
+        self.head_cdf /= head_mass
+        self.k = k
+
+    def _integral(self, a: float, b: float) -> float:
+        if abs(self.s - 1.0) < 1e-9:
+            return float(np.log(b / a))
+        return float((b ** (1 - self.s) - a ** (1 - self.s)) / (1 - self.s))
+
+    def probabilities(self, ranks: np.ndarray) -> np.ndarray:
+        """P(rank) for 0-based ranks (the tail uses the point density, a close approximation)."""
+        r = np.asarray(ranks, dtype=np.float64)
+        return (r + 1 + self.q) ** -self.s / self.total
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        u = rng.random(n)
+        in_head = u < self.p_head
+        out = np.empty(n, dtype=np.int64)
+        out[in_head] = np.searchsorted(self.head_cdf, u[in_head] / self.p_head, side="right")
+        t = ~in_head
+        if t.any():
+            v = (u[t] - self.p_head) / (1 - self.p_head)
+            s = self.s
+            if abs(s - 1.0) < 1e-9:
+                x = self.a * (self.b / self.a) ** v
+            else:
+                lo, hi = self.a ** (1 - s), self.b ** (1 - s)
+                x = (lo + v * (hi - lo)) ** (1 / (1 - s))
+            out[t] = np.clip(np.floor(x - self.q + 0.5).astype(np.int64) - 1, self.k, self.V - 1)
+        np.minimum(out, self.V - 1, out=out)
+        return out
+
+
+_M1, _M2 = np.uint64(0x7FEB352D), np.uint64(0x846CA68B)
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def scramble(ranks: np.ndarray, feature: int) -> np.ndarray:
+    """Fixed bijection of [0, 2^32) (lowbias32 rounds after a per-feature xor): rank -> ID."""
+    x = (np.asarray(ranks, dtype=np.uint64) ^ np.uint64((0x9E3779B9 * (feature + 1)) & 0xFFFFFFFF)) & _MASK32
+    x ^= x >> np.uint64(16)
+    x = (x * _M1) & _MASK32
+    x ^= x >> np.uint64(15)
+    x = (x * _M2) & _MASK32
+    x ^= x >> np.uint64(16)
+    return x.astype(np.int64)
+
+
+def _hex8_column(ids: np.ndarray, present: np.ndarray, newline: bool = False) -> pa.Array:
+    """uint32 IDs -> 8 lowercase hex chars ('' where missing), built as one byte buffer.
+
+    With `newline`, every value (missing ones too) ends in '\n': the last column of a line.
+    """
+    n = len(ids)
+    x = ids.astype(np.uint64) & _MASK32
+    if not newline:
+        x = x[present]
+    # Spread the 8 nibbles into 8 bytes, then map 0-9/10-15 to '0'-'9'/'a'-'f' in SWAR.
+    x = (x | (x << np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    x = (x | (x << np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    x = (x | (x << np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    letter = ((x + np.uint64(0x0606060606060606)) >> np.uint64(4)) & np.uint64(0x0101010101010101)
+    x = x + np.uint64(0x3030303030303030) + letter * np.uint64(0x27)
+    chars = x.astype(">u8").view(np.uint8).reshape(-1, 8)
+    width = 9 if newline else 8
+    if newline:
+        chars = np.concatenate([chars, np.full((n, 1), ord("\n"), np.uint8)], axis=1)
+    lengths = np.where(present, width, width - 8).astype(np.int32)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    if newline:
+        data = chars.ravel() if present.all() else chars.ravel()[_bytes_mask(present, width)]
+    else:
+        data = chars.ravel()
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _bytes_mask(present: np.ndarray, width: int) -> np.ndarray:
+    """Which bytes of the [n, width] value matrix to keep: all of present rows, the '\n' of others."""
+    m = np.repeat(present[:, None], width, axis=1)
+    m[:, -1] = True
+    return m.ravel()
+
+
+def _block(params: SynthParams, samplers: list[ZipfSampler], seed: int, block: int, n: int) -> bytes:
+    rng = np.random.Generator(np.random.PCG64([seed, block]))
+    cols: list[pa.Array] = []
+    labels = (rng.random(n) < params.click_rate).astype(np.int64)
+    cols.append(pc.cast(pa.array(labels), pa.string()))
+    for miss, mu, sigma in params.dense:
+        vals = np.floor(np.expm1(np.maximum(rng.normal(mu, sigma, n), 0.0))).astype(np.int64)
+        if mu > 2.0 and sigma > 2.0:  # I2-like: a few small negative values
+            neg = rng.random(n) < 0.1
+            vals[neg] = -rng.integers(1, 3, int(neg.sum()))
+        arr = pc.cast(pa.array(vals), pa.string())
+        present = rng.random(n) >= miss
+        cols.append(pc.if_else(pa.array(present), arr, pa.scalar("")))
+    last = len(samplers) - 1
+    for j, sampler in enumerate(samplers):
+        ranks = sampler.sample(rng, n)
+        present = rng.random(n) >= params.missing[j]
+        cols.append(_hex8_column(scramble(ranks, j), present, newline=j == last))
+    # The last column carries each line's '\n', so the joined buffer is the file's bytes.
+    lines = pc.binary_join_element_wise(*cols, "\t")
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=n + 1 + lines.offset)[lines.offset :]
+    return np.frombuffer(lines.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].tobytes()
+
+
+def generate_criteo(
+    path: str | os.PathLike,
+    rows: int,
+    seed: int = 0,
+    preset: str = "criteo-kaggle",
+    progress=None,
+    **params,
+) -> dict:
+    """Write `rows` synthetic rows in Criteo TSV layout to `path` (atomically). Returns a summary."""
+    if rows < 0:
+        raise TraceError(f"synth: rows must be >= 0, got {rows}")
+    p = preset_params(preset, **params)
+    samplers = [ZipfSampler(V, s, p.zipf_q) for V, s in zip(p.cardinalities, p.zipf_s)]
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise TraceError(f"{path}: directory {d} does not exist")
+    gz = path.endswith(".gz")
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".synth-", suffix=".tmp")
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            sink = pa.CompressedOutputStream(raw, "gzip") if gz else raw
+            for b, start in enumerate(range(0, rows, BLOCK_ROWS)):
+                n = min(BLOCK_ROWS, rows - start)
+                data = _block(p, samplers, seed, b, n)
+                sink.write(data)
+                written += n
+                if progress is not None:
+                    progress(written, rows)
+            if gz:
+                sink.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return {"path": path, "rows": rows, "seed": seed, "preset": preset, "features": len(p.cardinalities)}
