@@ -57,7 +57,10 @@ struct Allocator {
 };
 
 // Same contracts as the cpu namespace; every pointer is device memory, work is queued on
-// `stream` (a cudaStream_t). Functions returning a count synchronise the stream to read it.
+// `stream` (a cudaStream_t). Functions returning a count synchronise the stream to read it,
+// as do the range checks (error_flag: -1, or the position of a bad index).
+// bag_backward takes `indices` and `psw` already advanced to offsets[0], with
+// num_indices = offsets[num_bags] - offsets[0] (the binding reads both ends).
 void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, const int64_t* indices,
                  const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw, void* out,
                  int64_t* error_flag, void* stream);
@@ -67,10 +70,11 @@ int64_t bag_backward(DType dt, const void* grad_out, int64_t dim, const int64_t*
 int64_t unique(const int64_t* ids, int64_t n, int64_t* uniq, int64_t* inverse, int64_t* counts,
                const Allocator& mem, void* stream);
 int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_map_is_int32,
-                  int64_t num_owners, int64_t* hot_pos, int64_t* hot_slot, int64_t* cold_pos,
+                  int64_t hot_map_size, int64_t num_owners, int64_t* hot_pos, int64_t* hot_slot, int64_t* cold_pos,
                   int64_t* cold_local, int64_t* counts, const Allocator& mem, void* stream);
-void sparse_update(DType dt, void* weight, int64_t dim, void* state, const int64_t* rows, int64_t n,
-                   const void* grads, Optim opt, double lr, double eps, const Allocator& mem, void* stream);
+void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,
+                   int64_t n, const void* grads, Optim opt, double lr, double eps, const Allocator& mem,
+                   void* stream);
 
 }  // namespace cuda
 #endif

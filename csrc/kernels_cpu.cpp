@@ -237,7 +237,7 @@ inline int64_t pool_bag(const T* __restrict weight, int64_t num_rows, int64_t di
                         int64_t start, int64_t end, int64_t total_end, const T* psw,
                         typename Acc<T>::type* __restrict acc) {
   using A = typename Acc<T>::type;
-  constexpr int64_t kPrefetch = 8;
+  constexpr int64_t kPrefetch = 16;
   int64_t bad = -1;
   for (int64_t i = start; i < end; ++i) {
     // Rows are random: fetch a row a few positions ahead (across bags) to hide the miss.

@@ -57,6 +57,12 @@ def _log_buckets(n: int, per_decade: int = 64) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+@lru_cache(maxsize=64)
+def _head_sums(alpha: float) -> np.ndarray:
+    """H(n, alpha) for n = 0..4096, exact."""
+    return np.concatenate(([0.0], np.cumsum(np.arange(1, 4097, dtype=np.float64) ** -alpha)))
+
+
 class ZipfAccess:
     """Zipf(alpha) over the rows of one table: row r (0-based) has weight (r+1)^-alpha.
 
@@ -78,19 +84,14 @@ class ZipfAccess:
         self._total = total
         self._cache: dict[tuple[int, int], float] = {}
 
-    def _h(self, n: float) -> float:
-        """Generalised harmonic number H(n, alpha) = sum_{i<=n} i^-alpha."""
-        return float(self._h_vec(np.array([float(n)]))[0])
-
     def _h_vec(self, n: np.ndarray) -> np.ndarray:
+        """Generalised harmonic numbers H(n, alpha) = sum_{i<=n} i^-alpha."""
         n = np.asarray(n, dtype=np.float64)
         a = self.alpha
         out = np.zeros_like(n)
         small = n <= 4096
         if small.any():
-            ranks = np.arange(1, 4097, dtype=np.float64) ** -a
-            csum = np.concatenate(([0.0], np.cumsum(ranks)))
-            out[small] = csum[n[small].astype(np.int64)]
+            out[small] = _head_sums(a)[n[small].astype(np.int64)]
         big = ~small
         if big.any():
             if abs(a - 1.0) < 1e-9:
@@ -106,6 +107,11 @@ class ZipfAccess:
     def coverage_at(self, n: int) -> float:
         n = max(0, min(int(n), self.num_rows))
         return 0.0 if n == 0 else min(1.0, self._h(n) / self._total)
+
+    def _h(self, n: float) -> float:
+        if n <= 4096:
+            return float(_head_sums(self.alpha)[int(n)])
+        return float(self._h_vec(np.array([float(n)]))[0])
 
     def distinct(self, lookups: float, skip_top: int = 0) -> float:
         if lookups <= 0:
@@ -141,6 +147,14 @@ class ZipfAccess:
 # ---- measured profile ---------------------------------------------------------------
 
 
+def groups_of(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counts -> (distinct count values descending, number of rows with each)."""
+    if len(counts) == 0:
+        return np.zeros(0), np.zeros(0)
+    vals, mult = np.unique(np.asarray(counts, dtype=np.float64), return_counts=True)
+    return vals[::-1], mult[::-1].astype(np.float64)
+
+
 class ProfileAccess:
     """Access statistics of one table from a traces FeatureProfile (raw IDs hashed to rows)."""
 
@@ -154,8 +168,9 @@ class ProfileAccess:
         # Data sets map each distinct value to its own row, so IDs are rows as long as the
         # table has room; only a table capped below the feature's distinct count (CPU runs
         # with --row-cap) folds IDs onto rows, and then counts of colliding IDs add up.
+        # (extrapolated distinct counts are estimates: only a clear excess means folding)
         distinct = float(getattr(feature, "distinct", len(ids)) or len(ids))
-        self._hashed = distinct > self.num_rows
+        self._hashed = distinct > 1.5 * self.num_rows
         if self._hashed:
             rows = np.mod(ids, self.num_rows)
             uniq, inv = np.unique(rows, return_inverse=True)
@@ -166,7 +181,14 @@ class ProfileAccess:
         else:
             self._rows, self._counts = np.mod(ids, self.num_rows), counts
         self._cache: dict[tuple[int, int], float] = {}
-        self._accesses = float(getattr(feature, "accesses", 0) or self._counts.sum() or 1.0)
+        # the whole distribution (head and summarised tail) as (count, number of IDs) groups
+        gv = getattr(feature, "group_values", None)
+        gs = getattr(feature, "group_sizes", None)
+        if gv is not None and gs is not None and len(gv) and not self._hashed:
+            self._gv, self._gs = np.asarray(gv, dtype=np.float64), np.asarray(gs, dtype=np.float64)
+        else:
+            self._gv, self._gs = groups_of(self._counts)
+        self._accesses = float(np.dot(self._gv, self._gs)) or float(self._counts.sum()) or 1.0
 
     def head(self, skip: int, m: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows ranked skip..skip+m-1 by measured count and their per-lookup probabilities."""
@@ -175,8 +197,8 @@ class ProfileAccess:
 
     def rows_above(self, p_min: float) -> int:
         """How many rows have a measured per-lookup probability of at least p_min."""
-        p = self._counts / self._accesses
-        return int(min(self.num_rows, np.count_nonzero(p >= p_min)))
+        sel = self._gv / self._accesses >= p_min
+        return int(min(self.num_rows, self._gs[sel].sum()))
 
     def coverage_at(self, n: int) -> float:
         n = max(0, min(int(n), self.num_rows))
@@ -199,8 +221,10 @@ class ProfileAccess:
         if not self._hashed:
             value = float(self.feature.expected_distinct_per_batch(int(round(batch)), skip_top=int(skip_top)))
         else:
-            p = self._counts[int(skip_top):] / self._accesses
-            value = float(np.sum(-np.expm1(lookups * np.log1p(-np.minimum(p, 1 - 1e-15)))))
+            cum = np.concatenate(([0.0], np.cumsum(self._gs)))
+            keep = np.clip(cum[1:] - np.maximum(cum[:-1], float(skip_top)), 0.0, None)
+            p = self._gv / self._accesses
+            value = float(np.dot(keep, -np.expm1(lookups * np.log1p(-np.minimum(p, 1 - 1e-15)))))
         return min(value, float(self.num_rows - min(skip_top, self.num_rows)), lookups)
 
     def hot_rows(self, n: int) -> np.ndarray:

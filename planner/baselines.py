@@ -4,8 +4,9 @@
   table, no hot cache, no interleaving: the PyTorch model-parallel baseline of PICASSO.
 - `torchrec-like`: cost-balanced placement as TorchRec's planner does it: tables too big
   or too busy for one rank are row-wise over all ranks (one fused pack per attribute
-  group), the others are placed table-wise by greedy cost balancing and fused per rank
-  and group; no hot replication, no interleaving.
+  group), the others are placed table-wise by greedy cost balancing, one pack per rank
+  and group; scored as one fused exchange per group (notes["fused_exchange"]), as
+  TorchRec runs it; no hot replication, no interleaving.
 - `dp-hot-only`: every table replicated (pure data parallelism, the "all hot" extreme of
   P2RES): no all-to-all at all, a full-table gradient all-reduce; only where it fits.
 """
@@ -79,7 +80,11 @@ def torchrec_like_plan(
         for r in sorted(on_rank):
             names = sorted(on_rank[r], key=order.__getitem__)
             packs.append(PackPlan(f"g{gi}_r{r}", names, "table_wise", [r]))
-    return _plan(model, world, batch, packs, hw_name, "torchrec-like")
+    plan = _plan(model, world, batch, packs, hw_name, "torchrec-like")
+    # TorchRec runs all table-wise tables of a group in one all-to-all; explain() scores it
+    # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
+    plan.notes["fused_exchange"] = True
+    return plan
 
 
 def dp_hot_only_plan(model: ModelSpec, world: int, batch: int, hw_name: str | None = None) -> Plan:

@@ -10,6 +10,9 @@ then once per iteration: per pack bwd hot_allreduce, bwd/dense/allreduce, opt up
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
 (all-reduces, optimizer updates) never do.
 
+With `fuse_table_wise` (how the torchrec-like baseline is scored) runs of table-wise
+packs of equal attributes are lowered as one exchange, as TorchRec does it.
+
 Overlap is expressed by dependencies and lanes ("copy", "compute", "comm"):
 - no interleaving (1 micro-batch, kernel_interleaving off): every op of a rank depends on
   the previous one: the serial program of a plain model-parallel script;
@@ -35,7 +38,7 @@ from planner.access import TableAccess, table_access
 from planner.dense import DenseCost, dense_cost
 from planner.errors import PlanError
 from planner.plan import Plan
-from planner.volumes import ID_BYTES, MemoryReport, PackVolumes, memory_report, pack_volumes
+from planner.volumes import ID_BYTES, MemoryReport, PackVolumes, fuse_table_wise, memory_report, pack_volumes
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 LANES = ("copy", "compute", "comm")
@@ -79,11 +82,14 @@ def lower(
     access: dict[str, TableAccess] | None = None,
     symmetric: bool | None = None,
     check_memory: bool = True,
+    fuse_table_wise: bool = False,
 ) -> Lowered:
     """The OpGraph of one training iteration of `plan` on `hw`.
 
     Raises PlanError when the plan does not fit in memory (which rank, by how much), or
-    when the hardware has a different number of ranks than the plan.
+    when the hardware has a different number of ranks than the plan. `fuse_table_wise`
+    lowers runs of table-wise packs with equal attributes as one exchange, as TorchRec
+    runs them (used to score the torchrec-like baseline; the executor runs packs apart).
     """
     if hw.world_size != plan.world_size:
         raise PlanError(
@@ -91,7 +97,7 @@ def lower(
             f"({hw.nodes} nodes x {hw.gpus_per_node}); use --set nodes=... --set gpus_per_node=..."
         )
     access = access if access is not None else table_access(plan.model, profile)
-    packs, memory, dense = analyze(plan, hw, access)
+    packs, memory, dense = analyze(plan, hw, access, fuse_table_wise)
     if check_memory and (msg := memory.problem()):
         raise PlanError(msg)
     ops = build_program(plan, packs, dense, hw)
@@ -101,12 +107,37 @@ def lower(
     return Lowered(plan, graph, ops, packs, memory, dense, symmetric)
 
 
-def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> tuple[list[PackVolumes], MemoryReport, DenseCost]:
+def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
+            fuse_table_wise: bool = False) -> tuple[list[PackVolumes], MemoryReport, DenseCost]:
     """Per-pack volumes for one micro-batch, peak memory per rank, dense costs."""
     samples = plan.batch_size_per_rank / plan.micro_batches
     packs = [pack_volumes(plan, p, access, samples) for p in plan.packs]
+    if fuse_table_wise:
+        packs = _fuse_runs(plan, packs)
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
+
+
+def _fuse_runs(plan: Plan, packs: list[PackVolumes]) -> list[PackVolumes]:
+    """Consecutive table-wise packs with equal attributes become one exchange."""
+    out: list[PackVolumes] = []
+    run: list[PackVolumes] = []
+
+    def key(pv: PackVolumes) -> tuple:
+        return plan.model.table(pv.tables[0]).attributes() + (pv.placement,)
+
+    for pv in packs + [None]:
+        if pv is not None and pv.sharding == "table_wise" and (not run or key(run[0]) == key(pv)):
+            run.append(pv)
+            continue
+        if run:
+            out.append(fuse_table_wise(run))
+            run = []
+        if pv is not None and pv.sharding == "table_wise":
+            run = [pv]
+        elif pv is not None:
+            out.append(pv)
+    return out
 
 
 # ---- the per-rank program ----------------------------------------------------------------

@@ -7,6 +7,7 @@ the torch model from them. Presets live in `planner.presets`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from planner.errors import PlanError
@@ -67,10 +68,18 @@ class ModelSpec:
     extra: dict[str, Any] = field(default_factory=dict)  # arch-specific knobs (cross layers, ...)
 
     def table(self, name: str) -> TableSpec:
+        t = self._by_name.get(name)
+        if t is None:
+            raise PlanError(f"unknown table {name!r} in model {self.name}")
+        return t
+
+    @cached_property
+    def _by_name(self) -> dict[str, TableSpec]:
+        # first occurrence wins, as the former linear scan did (validate() rejects duplicates)
+        out: dict[str, TableSpec] = {}
         for t in self.tables:
-            if t.name == name:
-                return t
-        raise PlanError(f"unknown table {name!r} in model {self.name}")
+            out.setdefault(t.name, t)
+        return out
 
     @property
     def table_names(self) -> list[str]:

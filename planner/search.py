@@ -76,12 +76,14 @@ class SearchResult:
 
 
 def evaluate(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = "fast",
-             symmetric: bool | None = True, label: str = "") -> Evaluation:
+             symmetric: bool | None = True, label: str = "", check_memory: bool = True,
+             fuse_table_wise: bool = False) -> Evaluation:
     """Lower and simulate `plan`; a plan that does not fit gets iteration_us None and the reason."""
     from simulator.engine import simulate
 
     try:
-        lowered = lower(plan, hw, access=access, symmetric=symmetric)
+        lowered = lower(plan, hw, access=access, symmetric=symmetric, check_memory=check_memory,
+                        fuse_table_wise=fuse_table_wise)
     except PlanError as exc:
         return Evaluation(label, plan, None, engine, problem=str(exc))
     result = simulate(lowered.graph, hw, engine=engine)
@@ -296,6 +298,8 @@ def search(
     plan = chosen.plan
     hot_ids = {t: access[t].hot_rows(n) for t, n in sorted(plan.hot_rows.items()) if n > 0}
     plan.hot_rows = {t: len(v) for t, v in hot_ids.items()}
+    # Plan.save(path, hot_ids=result.hot_ids) names the real file; until then a placeholder
+    plan.hot_ids_file = "hot.npz" if plan.hot_rows else None
     fast_us = seen[_plan_key(plan)].iteration_us
     plan.notes.update({
         "planner": "picasso.search", "label": chosen.label, "predicted_iteration_us": chosen.iteration_us,

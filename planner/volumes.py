@@ -112,6 +112,24 @@ class PackVolumes:
         return (self.cold_unique_nohot - self.cold_unique) * per_row * micro_batches
 
 
+def _table_stats(acc: TableAccess, lookups: float, hot: int, head: bool) -> tuple:
+    """(hot coverage, distinct rows, distinct cold rows, hottest cold rows, their presence q),
+    memoised on the access object: the search asks the same questions many times."""
+    memo = acc.__dict__.setdefault("_volume_memo", {})
+    key = (round(lookups, 6), hot, head)
+    got = memo.get(key)
+    if got is None:
+        cov = acc.coverage_at(hot) if hot else 0.0
+        d_all = acc.distinct(lookups, 0)
+        d_cold = acc.distinct(lookups, hot) if hot else d_all
+        rows = q = None
+        if head:
+            rows, p = acc.head(hot, HEAD_ROWS)
+            q = -np.expm1(lookups * np.log1p(-np.minimum(p, 1 - 1e-15)))
+        got = memo[key] = (cov, d_all, d_cold, rows, q)
+    return got
+
+
 def pack_volumes(
     plan: Plan, pack: PackPlan, access: dict[str, TableAccess], samples: float
 ) -> PackVolumes:
@@ -136,9 +154,7 @@ def pack_volumes(
         acc = access[spec.name]
         hot = int(plan.hot_rows.get(spec.name, 0))
         L = samples * acc.pooling
-        cov = acc.coverage_at(hot) if hot else 0.0
-        d_all = acc.distinct(L, 0)
-        d_cold = acc.distinct(L, hot) if hot else d_all
+        cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, pack.sharding == "row_wise" and n > 1)
         lookups += L
         hot_l += L * cov
         hot_u += max(d_all - d_cold, 0.0)
@@ -146,9 +162,7 @@ def pack_volumes(
         cold_u0 += d_all
         hot_rows += hot
         coverage[spec.name] = cov
-        if pack.sharding == "row_wise" and n > 1:
-            head_rows, p = acc.head(hot, HEAD_ROWS)
-            q = -np.expm1(L * np.log1p(-np.minimum(p, 1 - 1e-15)))
+        if head_rows is not None:
             owner = (offsets[spec.name] + head_rows) % n
             np.add.at(head_load, owner, q)
             tail += max(d_cold - q.sum(), 0.0)
@@ -179,6 +193,28 @@ def pack_volumes(
         samples=samples, pooled_width=sum(s.dim for s in specs), rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
+    )
+
+
+def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
+    """Table-wise packs of one attribute group lowered as one exchange (TorchRec's fused
+    table-wise sharding: one all-to-all in which each rank is the owner of its own tables)."""
+    first = packs[0]
+    recv = sum(p.recv_ids for p in packs)
+    shard = sum(p.shard_rows for p in packs)
+    cov: dict[str, float] = {}
+    for p in packs:
+        cov.update(p.coverage)
+    return PackVolumes(
+        name=f"{first.name}..{packs[-1].name}" if len(packs) > 1 else first.name,
+        tables=[t for p in packs for t in p.tables], sharding="table_wise",
+        ranks=sorted({r for p in packs for r in p.ranks}), placement=first.placement, dim=first.dim,
+        row_bytes=first.row_bytes, state_bytes=first.state_bytes, samples=first.samples,
+        pooled_width=sum(p.pooled_width for p in packs), rows=sum(p.rows for p in packs),
+        lookups=sum(p.lookups for p in packs), hot_lookups=sum(p.hot_lookups for p in packs),
+        hot_unique=sum(p.hot_unique for p in packs), cold_unique=sum(p.cold_unique for p in packs),
+        cold_unique_nohot=sum(p.cold_unique_nohot for p in packs), hot_rows=sum(p.hot_rows for p in packs),
+        recv_ids=recv, shard_rows=shard, slice_bytes=first.slice_bytes, coverage=cov,
     )
 
 

@@ -17,7 +17,7 @@ noisy sample (a shared machine) from pulling the fit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -316,7 +316,7 @@ def spec_for_world(hw: Any, world: int) -> Any:
     if worlds:
         near = min(worlds, key=lambda n: (abs(n - world), -n))
         prefix = WORLD_PREFIX.format(n=near)
-        eff = {k: v for k, v in hw.efficiency.items() if k.startswith("w") and "." in k}
+        eff = dict(hw.efficiency)  # keys of no world (per-op-class factors) stay as they are
         for k, v in hw.efficiency.items():
             if k.startswith(prefix):
                 leaf = k[len(prefix):]
@@ -369,9 +369,12 @@ def scale_spec(hw: Any, factors: dict[str, float]) -> Any:
 
 
 def _op_durations(res: Any) -> dict[str, float]:
+    """Mean simulated duration per op name (over ranks), without building a Timeline."""
+    nodes = res.st.graph.g.nodes
     acc: dict[str, list[float]] = {}
-    for i, a in enumerate(res.st.attrs):
-        acc.setdefault(a["name"], []).append(float(res.end_us[i] - res.start_us[i]))
+    dur = (res.end_us - res.start_us).tolist()
+    for i, nid in enumerate(res.st.ids):
+        acc.setdefault(nodes[nid]["name"], []).append(dur[i])
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
@@ -424,3 +427,130 @@ def refine_on_runs(
     }
     return refined, report
 
+
+
+# ----------------------------------------------------------------------------- per-op-class fit
+
+OP_EFF_PREFIX = "op:"  # efficiency["op:<class>"]: rate factor of the ops of one class
+OP_FIXED_PREFIX = "opfixed:"  # efficiency["opfixed:<class>"]: their fixed cost in us (launch included)
+OP_GAP = "opgap"  # efficiency["opgap"]: host time between two ops (us) that no op's timing holds
+
+
+def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
+    """Point every op whose class (`classify(op name)`) has fitted coefficients in `hw` at
+    them: `eff_key` "op:<class>" and `fixed_us` (the class's fixed cost less the spec's
+    launch, which the engines add anyway). In place; returns the graph."""
+    eff = hw.efficiency
+    for _nid, a in graph.ops():
+        cls = classify(a["name"])
+        args = a.get("args") or {}
+        key = OP_EFF_PREFIX + cls
+        if key in eff:
+            args["eff_key"] = key
+        fixed = eff.get(OP_FIXED_PREFIX + cls)
+        if fixed is not None:
+            args["fixed_us"] = max(float(fixed) - hw.gpu.launch_us, 0.0) + float(eff.get(OP_GAP, 0.0))
+        a["args"] = args
+    graph._touch()  # the compiled structure caches eff keys and fixed costs
+    return graph
+
+
+def fit_op_classes(
+    hw: Any,
+    runs: Sequence[tuple[Any, int, dict[str, float]]],
+    classify: Callable[[str], str],
+    min_samples: int = 3,
+) -> tuple[Any, dict[str, Any]]:
+    """Fit each op class's fixed cost and rate factor to executed plans.
+
+    `runs` = (OpGraph as lowered, world size, measured per-op us by op name). For every op
+    of a class, the model's alone-time under `hw` (fixed + flow, simulator.cost) is held
+    against its measured duration: measured = a + s * flow (a, s >= 0, relative
+    residuals). The class then costs `a` fixed and its flow runs 1/s as fast
+    (efficiency key "op:<class>" = old factor / s). Classes with fewer than `min_samples`
+    ops or no spread in flow get a pure scale. Returns (spec with the keys, report).
+    """
+    from simulator.cost import op_busy
+
+    samples: dict[str, list[tuple[float, float, float]]] = {}  # class -> (flow, fixed, measured)
+    old_k: dict[str, float] = {}
+    for graph, world, meas in runs:
+        spec = spec_for_world(hw, int(world))
+        per_name: dict[str, list[tuple[float, float]]] = {}
+        for _nid, a in graph.ops():
+            fixed, flow, _ = op_busy(a, spec)
+            per_name.setdefault(a["name"], []).append((flow, fixed))
+            old_k[classify(a["name"])] = spec.eff((a.get("args") or {}).get("eff_key"))
+        for name, vals in per_name.items():
+            m = meas.get(name)
+            if m is None or m <= 0:
+                continue
+            flow = float(np.mean([v[0] for v in vals]))
+            fixed = float(np.mean([v[1] for v in vals]))
+            samples.setdefault(classify(name), []).append((flow, fixed, float(m)))
+    if not samples:
+        raise CalibrationError("fit_op_classes: no measured op matched a lowered op by name")
+    eff = dict(hw.efficiency)
+    report: dict[str, Any] = {}
+    for cls, rows in sorted(samples.items()):
+        flow = np.array([r[0] for r in rows])
+        meas = np.array([r[2] for r in rows])
+        if len(rows) >= min_samples and np.ptp(flow) > 0.05 * max(flow.max(), 1e-9):
+            coef, res = fit_linear(cls, np.stack([np.ones_like(flow), flow], axis=1), meas)
+            a, s = float(coef[0]), float(coef[1])
+        else:
+            a = float(np.median([r[1] for r in rows]))
+            s = float(np.median((meas - a) / np.maximum(flow, 1e-9))) if np.any(flow > 0) else 0.0
+            s = max(s, 0.0)
+            res = (a + s * flow - meas) / meas
+            if not np.any(flow > 0):
+                a = float(np.median(meas))
+                res = (a - meas) / meas
+        eff[OP_FIXED_PREFIX + cls] = max(a, 1e-3)
+        if s > 0:
+            eff[OP_EFF_PREFIX + cls] = float(np.clip(old_k.get(cls, 1.0) / s, 1e-5, 1e5))
+        report[cls] = {"n": len(rows), "fixed_us": round(a, 2), "flow_scale": round(s, 4),
+                       "rel_rms": round(float(np.sqrt(np.mean(res**2))), 4)}
+    d = hw.to_dict()
+    d["efficiency"] = eff
+    from simulator.hardware import HardwareSpec
+
+    return HardwareSpec.from_dict(d, where=f"hardware {hw.name}"), report
+
+
+def refine_gap(
+    hw: Any,
+    runs: Sequence[tuple[Any, int, float]],
+    classify: Callable[[str], str],
+    engine: str = "fast",
+) -> tuple[Any, dict[str, Any]]:
+    """Fit the per-op host gap (OP_GAP) to measured iteration times of executed plans:
+    `runs` = (OpGraph as lowered, world size, measured iteration us). The graphs are
+    re-tagged (tag_op_classes) for every trial gap. Returns (spec, report)."""
+    from simulator.engine import simulate
+    from simulator.hardware import HardwareSpec
+
+    if not runs:
+        raise CalibrationError("refine_gap: no executed plans to fit")
+
+    def spec_with(gap: float) -> Any:
+        d = hw.to_dict()
+        d["efficiency"] = {**d["efficiency"], OP_GAP: max(float(gap), 1e-3)}
+        return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        spec = spec_with(x[0])
+        out = []
+        for graph, w, meas in runs:
+            sw = spec_for_world(spec, int(w))
+            tag_op_classes(graph, sw, classify)
+            out.append((simulate(graph, sw, engine=engine).iteration_us - meas) / meas)
+        return np.asarray(out)
+
+    r0 = residuals(np.array([0.0]))
+    sol = least_squares(residuals, np.array([1.0]), bounds=([0.0], [1e5]), loss="soft_l1", f_scale=0.1,
+                        diff_step=0.5)
+    gap = float(sol.x[0])
+    r1 = residuals(sol.x)
+    return spec_with(gap), {"gap_us": gap, "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()),
+                            "fit_mape_after": float(np.abs(r1).mean())}

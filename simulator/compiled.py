@@ -128,18 +128,21 @@ def _build_structure(graph: OpGraph) -> Structure:
         bad = int(np.nonzero(unit == e_src[k])[0][0])
         raise OpGraphError(f"collective {ids[bad].partition(':')[2]!r}: one of its ops waits for another op "
                            "of the same collective (dependency or same lane)")
-    if e_src.size:
-        packed = np.unique(e_src * n_units + e_dst)  # drop duplicate edges
-        e_src, e_dst = packed // n_units, packed % n_units
+    # duplicate edges (a dependency that is also the lane order) are kept: in-degrees count them too
+    order = np.argsort(e_src, kind="stable")
+    e_src, e_dst = e_src[order], e_dst[order]
     usucc_ptr = np.zeros(n_units + 1, np.int64)
     np.cumsum(np.bincount(e_src, minlength=n_units), out=usucc_ptr[1:])
     uindeg = np.bincount(e_dst, minlength=n_units)
 
     members_ptr = np.zeros(n_units + 1, np.int64)
     np.cumsum(counts, out=members_ptr[1:])
-    demand = np.array([cols["flops"], cols["hbm_bytes"], cols["host_bytes"], cols["pcie_bytes"], cols["nic_bytes"]],
-                      np.float64).reshape(5, n).T.copy()
-    mem = np.array([cols["mem_alloc"], cols["mem_free"]], np.float64).reshape(2, n).T.copy()
+    demand = np.empty((n, 5))
+    for j, k in enumerate(("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes")):
+        demand[:, j] = np.fromiter(cols[k], np.float64, n)
+    mem = np.empty((n, 2))
+    mem[:, 0] = np.fromiter(cols["mem_alloc"], np.float64, n)
+    mem[:, 1] = np.fromiter(cols["mem_free"], np.float64, n)
     return Structure(
         ids=ids, graph=graph, rank=rank, slot=slot_of[rank], held=held, weights=weights, lane=lane,
         lane_keys=lane_keys, lane_prev=lane_prev, unit=unit, n_units=n_units,
@@ -175,11 +178,18 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
     busy[:, 3] = st.demand[:, 3] / cap["pcie"]
     busy[:, 5] = st.demand[:, 4] / cap["nic"]
     busy *= (1e6 / k)[:, None]
+    if hw.kind == "cpu":  # see cost.py: one DRAM serves host, "hbm" and copy traffic
+        busy[:, 1] += busy[:, 2] + busy[:, 3]
+        busy[:, 2:4] = 0.0
     fixed = st.launch * hw.gpu.launch_us + st.fixed_extra
     flow = busy.max(axis=1)
     if len(st.coll_units):
+        memo: dict[tuple[Any, Any], tuple[float, float, list[float]]] = {}  # layers repeat one collective
         for u, (c, key) in zip(st.coll_units.tolist(), st.unit_coll):
-            lat, bw, b = collective_cost(c, hw, key)
+            hit = memo.get((c, key))
+            if hit is None:
+                hit = memo[(c, key)] = collective_cost(c, hw, key)
+            lat, bw, b = hit
             ms = st.members[st.members_ptr[u]:st.members_ptr[u + 1]]
             busy[ms] = b
             fixed[ms] += lat

@@ -8,7 +8,8 @@ ops: the roofline). When ops overlap, the engines share each resource among them
 Resources, one set per rank (RESOURCES): compute (FLOP/s of `dtype`), hbm (device memory; DRAM
 for kind "cpu"), host (host DRAM: the node's bandwidth split evenly among its devices, since all
 ranks of a step load it alike), pcie (per direction), intra (NVLink/NVSwitch, PCIe P2P, loopback),
-nic (per device, or the node's NIC split among its devices).
+nic (per device, or the node's NIC split among its devices). On kind "cpu" the host, hbm and pcie
+demands all occupy the worker's DRAM ("hbm") one after the other (same code path, CPU parameters).
 
 Collective closed forms (p ranks, n = bytes_per_rank, g ranks per node, m nodes, a = latency,
 B = bandwidth of the link used; `intra` inside a node, `nic` across nodes):
@@ -75,6 +76,8 @@ def op_busy(attrs: Mapping[str, Any], hw: HardwareSpec) -> tuple[float, float, l
         0.0,
         attrs.get("nic_bytes", 0.0) / (cap["nic"] * k) * 1e6,
     ]
+    if hw.kind == "cpu":  # host DRAM, "HBM" and "PCIe" copies are all the same DRAM on a CPU worker
+        busy = [busy[0], busy[1] + busy[2] + busy[3], 0.0, 0.0, 0.0, busy[5]]
     return fixed_us(attrs, hw), max(busy), busy
 
 

@@ -46,9 +46,18 @@ class FlowSharing:
         self.t[fid] = self.env.now
         self.ver[fid] = 0
         self.res[fid] = res
+        alone = True
         for r, f in zip(res, fracs):
-            self.users[r][fid] = f
-        self._rebalance(self._component(res))
+            u = self.users[r]
+            if u:
+                alone = False
+            u[fid] = f
+        if alone:  # nothing shares its resources: full speed, nobody else changes
+            self.rate[fid] = 1.0
+            self.ver[fid] = 1
+            self.env.timeout(work_us).callbacks.append(self._finisher(fid, 1))
+        else:
+            self._rebalance(self._component(res))
         return ev
 
     def _component(self, res: list[int]) -> set[int]:
@@ -124,9 +133,8 @@ class FlowSharing:
             ev = self.ev.pop(f)
             for d in (self.rem, self.rate, self.t, self.ver):
                 del d[f]
-            comp = self._component(res)
-            if comp:
-                self._rebalance(comp)
+            if any(self.users[r] for r in res):
+                self._rebalance(self._component(res))
             ev.succeed()
         return fire
 
@@ -139,7 +147,13 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
     U = st.n_units
     ustart = [0.0] * U
     uend = [-1.0] * U
-    done = [env.event() for _ in range(U)]
+    waiters: dict[int, simpy.Event] = {}  # unit -> event, made only when someone must wait for it
+
+    def wait_for(u: int) -> simpy.Event:
+        ev = waiters.get(u)
+        if ev is None:
+            ev = waiters[u] = env.event()
+        return ev
     arrived = [0] * U
     size = np.diff(st.members_ptr).tolist()
     ufixed, uflow = c.ufixed.tolist(), c.uflow.tolist()
@@ -156,12 +170,12 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
             for j in range(dp[i], dp[i + 1]):
                 p = unit[dsrc[j]]
                 if uend[p] < 0:
-                    yield done[p]
+                    yield wait_for(p)
             u = unit[i]
             if size[u] > 1:
                 arrived[u] += 1
                 if arrived[u] < size[u]:
-                    yield done[u]
+                    yield wait_for(u)
                     continue
             ustart[u] = env.now
             if ufixed[u] > 0:
@@ -174,7 +188,9 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
                 else:
                     yield env.timeout(w)
             uend[u] = env.now
-            done[u].succeed()
+            ev = waiters.pop(u, None)
+            if ev is not None:
+                ev.succeed()
 
     for ops in lanes:
         env.process(run_lane(ops))

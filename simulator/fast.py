@@ -1,11 +1,14 @@
 """Fast evaluator: list scheduling over arrays (for plan search).
 
 Units (ops, or whole collectives) are started in order of their ready time (all predecessors
-and the previous op on the lane done). Shared resources are approximated work-conservingly:
-each resource keeps the time its accepted work runs out, and an op finishes no earlier than
-its own solo time nor than the backlog it joins on any resource. For flows that overlap this
-gives the same makespan as fair sharing (the work on a link is the same), though individual
-ops may end at different times than in the discrete-event engine.
+and the previous op on the lane done), from a heap of (time, unit) pairs over flat lists.
+Shared resources: each resource keeps the time its accepted work runs out and the flow that
+holds it last. A unit joining a resource still busy with work W shares it with that flow as
+fair sharing would for two flows: both run at half rate while both are on, so the new one
+ends at start + b + min(b, W) and the old one is pushed back by min(b, W). Pushing an old
+flow back is safe in time order: its successors have not started yet, and a successor popped
+with a stale ready time is put back with the new one. Exact for one or two flows on a link;
+an approximation with more (the discrete-event engine is the reference).
 """
 
 from __future__ import annotations
@@ -24,40 +27,61 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
     U = st.n_units
     indeg = st.uindeg.tolist()
     sp = st.usucc_ptr.tolist()
-    succ = st.usucc.tolist()
+    succ_flat = st.usucc.tolist()
+    succ = [succ_flat[a:b] for a, b in zip(sp, sp[1:])]
     rp = c.ures_ptr.tolist()
-    rres = c.ures.tolist()
-    rbusy = c.ubusy.tolist()
+    pairs = list(zip(c.ures.tolist(), c.ubusy.tolist()))
+    res_of = [pairs[a:b] for a, b in zip(rp, rp[1:])]
     ufixed = c.ufixed.tolist()
     uflow = c.uflow.tolist()
     ready = [0.0] * U
     ustart = [0.0] * U
     uend = [-1.0] * U
-    res_free = [0.0] * (len(st.held) * N_RES)
+    nres = len(st.held) * N_RES
+    res_free = [0.0] * nres
+    res_last = [-1] * nres
     heap = [(0.0, u) for u in range(U) if indeg[u] == 0]
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
     done = 0
     while heap:
         s, u = pop(heap)
+        if ready[u] > s:  # a predecessor was slowed down after u became ready
+            push(heap, (ready[u], u))
+            continue
         done += 1
         fs = s + ufixed[u]
         fin = fs + uflow[u]
-        for j in range(rp[u], rp[u + 1]):
-            r = rres[j]
+        for r, b in res_of[u]:
             rf = res_free[r]
-            e = (rf if rf > fs else fs) + rbusy[j]
-            res_free[r] = e
+            if rf > fs:  # shares r with the flow that is still on it: both run at half rate while both are on
+                w = rf - fs
+                m = b if b < w else w
+                e = fs + b + m
+                a = res_last[r]
+                ae = rf + m
+                if ae > uend[a]:
+                    uend[a] = ae
+                    for v in succ[a]:
+                        if ae > ready[v]:
+                            ready[v] = ae
+                res_free[r] = rf + b
+                if b > w:
+                    res_last[r] = u
+            else:
+                e = fs + b
+                res_free[r] = e
+                res_last[r] = u
             if e > fin:
                 fin = e
         ustart[u] = s
         uend[u] = fin
-        for j in range(sp[u], sp[u + 1]):
-            v = succ[j]
+        for v in succ[u]:
             if fin > ready[v]:
                 ready[v] = fin
-            indeg[v] -= 1
-            if indeg[v] == 0:
+            d = indeg[v] - 1
+            indeg[v] = d
+            if d == 0:
                 push(heap, (ready[v], v))
     if done < U:
         raise _deadlock(st, np.asarray(uend))

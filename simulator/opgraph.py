@@ -28,6 +28,7 @@ COLLECTIVE_TYPES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter", 
 ALGORITHMS = (None, "ring", "tree", "hierarchical", "direct")
 DEMANDS = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes")
 FORMAT_VERSION = 1
+_DEMAND_NAMES = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
 _COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "launch", "fixed_us", "flops", "hbm_bytes", "host_bytes",
             "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
 
@@ -106,13 +107,17 @@ class OpGraph:
         if self.symmetric and self._rank_weights and rank not in self._rank_weights:
             raise OpGraphError(f"op {name!r}: rank {rank} is not a representative rank (rank_weights)")
         nid = f"{rank}:{name}"
-        if nid in self.g:
+        if nid in self._idx:
             raise OpGraphError(f"op {nid!r} added twice")
-        vals = {"flops": flops, "hbm_bytes": hbm_bytes, "host_bytes": host_bytes, "pcie_bytes": pcie_bytes,
-                "nic_bytes": nic_bytes, "mem_alloc": mem_alloc, "mem_free": mem_free}
-        for k, v in vals.items():
-            if not isinstance(v, (int, float)) or not v >= 0:
-                raise OpGraphError(f"op {nid!r}: {k} = {v!r}, expected a number >= 0")
+        vals = (flops, hbm_bytes, host_bytes, pcie_bytes, nic_bytes, mem_alloc, mem_free)
+        try:
+            ok = min(vals) >= 0 and not any(isinstance(v, bool) for v in vals)  # False for NaN too
+        except TypeError:
+            ok = False
+        if not ok:
+            for k, v in zip(_DEMAND_NAMES, vals):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                    raise OpGraphError(f"op {nid!r}: {k} = {v!r}, expected a number >= 0")
         if collective is not None:
             if isinstance(collective, dict):
                 collective = Collective.from_dict(collective)
@@ -121,31 +126,45 @@ class OpGraph:
             if max(collective.group) >= self.world_size:
                 raise OpGraphError(f"op {nid!r}: collective group has rank >= world_size {self.world_size}")
             kind = "collective"
-        self.g.add_node(nid, name=name, rank=rank, lane=str(lane), kind=kind, dtype=dtype,
-                        collective=collective, args=dict(args), **{k: float(v) for k, v in vals.items()})
+        lane = str(lane)
+        self.g.add_node(nid, name=name, rank=rank, lane=lane, kind=kind, dtype=dtype, collective=collective,
+                        args=args, flops=flops, hbm_bytes=hbm_bytes, host_bytes=host_bytes, pcie_bytes=pcie_bytes,
+                        nic_bytes=nic_bytes, mem_alloc=mem_alloc, mem_free=mem_free)
         codes, cols = self._codes, self._cols
         self._idx[nid] = len(self._ids)
         self._ids.append(nid)
         cols["rank"].append(rank)
-        cols["lane"].append(codes["lane"].setdefault(str(lane), len(codes["lane"])))
-        cols["dtype"].append(codes["dtype"].setdefault(dtype, len(codes["dtype"])))
-        eff_key = args.get("eff_key")
-        cols["eff_key"].append(codes["eff_key"].setdefault(eff_key, len(codes["eff_key"])))
-        cols["coll"].append(-1 if collective is None else
-                            codes["coll"].setdefault((name, collective.group), len(codes["coll"])))
-        cols["launch"].append(0.0 if args.get("launch", True) is False else 1.0)
-        cols["fixed_us"].append(float(args.get("fixed_us", 0.0)))
-        for k in ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free"):
-            cols[k].append(float(vals[k]))
+        lc = codes["lane"]
+        cols["lane"].append(lc.setdefault(lane, len(lc)))
+        dc = codes["dtype"]
+        cols["dtype"].append(dc.setdefault(dtype, len(dc)))
+        if args:
+            ec = codes["eff_key"]
+            cols["eff_key"].append(ec.setdefault(args.get("eff_key"), len(ec)))
+            cols["launch"].append(0.0 if args.get("launch", True) is False else 1.0)
+            cols["fixed_us"].append(float(args.get("fixed_us", 0.0)))
+        else:
+            ec = codes["eff_key"]
+            cols["eff_key"].append(ec.setdefault(None, len(ec)))
+            cols["launch"].append(1.0)
+            cols["fixed_us"].append(0.0)
+        if collective is None:
+            cols["coll"].append(-1)
+        else:
+            cc = codes["coll"]
+            cols["coll"].append(cc.setdefault((name, collective.group), len(cc)))
+        for k, v in zip(_DEMAND_NAMES, vals):
+            cols[k].append(v)
         for d in deps:
             self.add_dep(d, nid)
         self._touch()
         return nid
 
     def add_dep(self, before: str, after: str) -> None:
-        for x in (before, after):
-            if x not in self.g:
-                raise OpGraphError(f"dependency {before!r} -> {after!r}: unknown op {x!r}")
+        idx = self._idx
+        if before not in idx or after not in idx:
+            x = before if before not in idx else after
+            raise OpGraphError(f"dependency {before!r} -> {after!r}: unknown op {x!r}")
         if before == after:
             raise OpGraphError(f"dependency {before!r} -> {after!r}: an op cannot depend on itself")
         if not self.g.has_edge(before, after):

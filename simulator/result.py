@@ -56,7 +56,7 @@ class SimResult:
         if u is None:
             T = max(self.iteration_us, 1e-12)
             w = self.st.weights[self.st.slot]  # per op
-            total_w = float(self.st.weights.sum())
+            total_w = max(float(self.st.weights.sum()), 1.0)
             busy = (self.costs.busy * w[:, None]).sum(axis=0)
             u = {name: float(busy[k] / (total_w * T)) for k, name in enumerate(RESOURCES)}
             dur = (self.end_us - self.start_us) * w
@@ -100,18 +100,25 @@ class SimResult:
     def summary(self) -> dict[str, Any]:
         cp = self.critical_path
         idx = {self.st.ids[i]: i for i in self._cache["critical_path_idx"]}
+        per_s = 1e6 / self.iteration_us if self.iteration_us > 0 else None
+        samples = self.st.graph.meta.get("samples_per_iteration")  # global batch, set by whoever lowered the graph
+        util = self.utilisation
+        res_util = {k: util[k] for k in RESOURCES}
         return {
             "engine": self.engine,
             "hardware": self.hardware,
             "iteration_us": self.iteration_us,
-            "iterations_per_s": 1e6 / self.iteration_us if self.iteration_us > 0 else float("inf"),
+            "iterations_per_s": per_s,
+            "samples_per_s": per_s * float(samples) if (per_s and samples) else None,
+            "bottleneck": max(res_util, key=res_util.get) if self.iteration_us > 0 else None,
             "ops": len(self.st.ids),
             "ranks_simulated": len(self.st.held),
             "ranks_represented": int(self.st.weights.sum()),
-            "utilisation": self.utilisation,
+            "utilisation": util,
             "peak_mem_bytes": max(self.peak_mem.values(), default=0.0),
             "critical_path": cp,
-            "critical_path_us": {k: float(self.end_us[j] - self.start_us[j]) for k, j in idx.items()},
+            "critical_path_top": sorted(([k, float(self.end_us[j] - self.start_us[j])] for k, j in idx.items()),
+                                        key=lambda kv: -kv[1])[:20],  # its longest ops
         }
 
 

@@ -12,8 +12,10 @@ from simulator.opgraph import Collective, OpGraph
 
 def layered_graph(world_size: int, layers: int = 4, micro_batches: int = 2, *, symmetric: bool = False,
                   flops: float = 2e9, hbm_bytes: float = 5e7, a2a_bytes: float = 4e6, pcie_bytes: float = 2e6,
-                  allreduce_bytes: float = 1e8, mem: float = 1e6) -> OpGraph:
-    """Identical work on every rank; `symmetric` keeps rank 0 only, standing for all ranks."""
+                  allreduce_bytes: float = 1e8, mem: float = 1e6, interleave: bool = False) -> OpGraph:
+    """Identical work on every rank; `symmetric` keeps rank 0 only, standing for all ranks.
+    `interleave`: the memory-bound op gets its own lane (so it overlaps other micro-batches' compute),
+    also reads over PCIe, and the compute-bound op reads HBM too: flows then share HBM and PCIe."""
     ranks = [0] if symmetric else list(range(world_size))
     g = OpGraph(world_size, symmetric=symmetric, rank_weights={0: world_size} if symmetric else None)
     everyone = tuple(range(world_size))
@@ -26,11 +28,12 @@ def layered_graph(world_size: int, layers: int = 4, micro_batches: int = 2, *, s
             for layer in range(layers):
                 p = f"mb{b}/l{layer}"
                 h2d = g.add_op(f"{p}/h2d", r, "copy", "copy", pcie_bytes=pcie_bytes, mem_alloc=mem)
-                gat = g.add_op(f"{p}/gather", r, "compute", "memory", hbm_bytes=hbm_bytes,
+                gat = g.add_op(f"{p}/gather", r, "memory" if interleave else "compute", "memory",
+                               hbm_bytes=hbm_bytes, pcie_bytes=pcie_bytes if interleave else 0.0,
                                deps=[h2d] + ([prev] if prev else []), eff_key="gather")
                 sh = g.add_op(f"{p}/a2a", r, "comm", collective=a2a, deps=[gat])
                 prev = g.add_op(f"{p}/mlp", r, "compute", "compute", flops=flops, deps=[sh], mem_free=mem,
-                                eff_key="gemm")
+                                hbm_bytes=hbm_bytes / 2 if interleave else 0.0, eff_key="gemm")
             last.append(prev)
         g.add_op("allreduce", r, "comm", collective=ar, deps=last)
     return g

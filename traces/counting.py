@@ -3,7 +3,8 @@
 `IdCounter` counts exactly (sorted key/count arrays, chunk results buffered and merged
 in batches) until a feature has more than `exact_cap` distinct IDs. Past the cap it keeps
 (a) the heaviest IDs, pruned back to `exact_cap` whenever the table doubles (counts of IDs
-that were pruned and came back are underestimated by at most `error_bound`), and (b) a
+that were pruned and came back are underestimated by at most `error_bound`, the sum
+over prunes of the largest count dropped), and (b) a
 KMV sample: the `sketch_k` distinct IDs with the smallest 64-bit hash, with their exact
 counts (an ID enters the sample at its first occurrence, so its count is exact). The
 sample estimates the distinct count and the tail's frequency-of-frequencies.
@@ -23,6 +24,16 @@ def mix64(x: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
+
+
+def unique_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique values, counts): one sort, faster than np.unique's general path."""
+    if len(x) == 0:
+        return x[:0].astype(np.int64), np.zeros(0, np.int64)
+    s = np.sort(x)
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    counts = np.diff(np.concatenate((starts, [len(s)])))
+    return s[starts], counts.astype(np.int64)
 
 
 def reduce_sorted(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,8 +77,7 @@ class IdCounter:
     def add(self, ids: np.ndarray) -> None:
         if len(ids) == 0:
             return
-        u, c = np.unique(ids, return_counts=True)
-        self.add_counts(u, c.astype(np.int64))
+        self.add_counts(*unique_counts(ids))
 
     def add_counts(self, u: np.ndarray, c: np.ndarray) -> None:
         """Add counts `c` for sorted unique IDs `u`."""
@@ -76,15 +86,16 @@ class IdCounter:
             self._kmv_add(u, c)
         self._pending.append((u, c))
         self._pending_size += len(u)
-        if self._pending_size >= max(len(self.keys) // 2, 1 << 18):
+        # Merging into the sorted table costs O(table); buffer small results to amortise it.
+        if self._pending_size >= min(max(len(self.keys) // 8, 1 << 16), self.exact_cap):
             self.flush()
 
     def flush(self) -> None:
         if not self._pending:
             return
-        u, c = merge_counts(self._pending)
-        self._pending, self._pending_size = [], 0
-        self._merge_into_table(u, c)
+        parts, self._pending, self._pending_size = self._pending, [], 0
+        for u, c in parts if len(parts) <= 4 else [merge_counts(parts)]:
+            self._merge_into_table(u, c)
         if len(self.keys) > (2 * self.exact_cap if not self.exact else self.exact_cap):
             if self.exact:
                 self._start_sketch()
@@ -135,7 +146,8 @@ class IdCounter:
         dropped = np.ones(len(self.keys), bool)
         dropped[keep] = False
         if dropped.any():
-            self.error_bound = max(self.error_bound, int(self.counts[dropped].max()))
+            # An ID loses at most the largest dropped count at each prune it suffers.
+            self.error_bound += int(self.counts[dropped].max())
         keep.sort()
         self.keys, self.counts = self.keys[keep], self.counts[keep]
 

@@ -24,8 +24,8 @@ from scipy.special import pdtr
 from traces.profile import FeatureProfile
 
 HEAD_MIN = 10  # sightings from which an ID's empirical share is trusted
-EXACT_RANKS = 256
-RANK_BINS = 320
+EXACT_RANKS = 64
+RANK_BINS = 160
 MAX_VOCAB = 1e11
 
 
@@ -75,9 +75,17 @@ def observed_fingerprint(counts: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 def expected_fingerprint(lam: np.ndarray, sizes: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """E[#IDs with count in each class] when ID i's count is Poisson(lam[i]) (sizes[i] alike)."""
-    cdf_lo = pdtr(edges[None, :] - 1, lam[:, None])  # P(X <= a-1)
-    cdf_hi = np.concatenate([pdtr(edges[None, 1:] - 1, lam[:, None]), np.ones((len(lam), 1))], axis=1)
-    return sizes @ np.clip(cdf_hi - cdf_lo, 0.0, 1.0)
+    out = np.zeros(len(edges))
+    big = lam > 4.0 * edges[-1] + 50.0  # all mass in the open last class
+    out[-1] += sizes[big].sum()
+    tiny = lam < 1e-7  # P(count = 1) = lam, higher counts negligible
+    out[0] += np.dot(sizes[tiny], lam[tiny])
+    mid = ~(big | tiny)
+    if mid.any():
+        cdf = pdtr(edges[None, :] - 1, lam[mid][:, None])  # P(X <= a-1) per class edge a
+        probs = np.diff(np.concatenate([cdf, np.ones((len(cdf), 1))], axis=1), axis=1)
+        out += sizes[mid] @ np.clip(probs, 0.0, 1.0)
+    return out
 
 
 class ZipfMandelbrotFit:
@@ -114,16 +122,11 @@ class ZipfMandelbrotFit:
         return float(2.0 * np.sum(t - (o - e)))
 
     def fit(self) -> ZipfMandelbrotFit:
-        best = None
-        for s0 in (0.6, 1.0, 1.5):
-            for logv0 in (0.1, 1.5, 4.0):
-                r = minimize(self._deviance, np.array([s0, 0.0, logv0]), method="Nelder-Mead",
-                             options={"xatol": 1e-3, "fatol": 1e-4, "maxiter": 400})  # fmt: skip
-                if best is None or r.fun < best.fun:
-                    best = r
-        r = minimize(self._deviance, best.x, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 800})
-        if r.fun < best.fun:
-            best = r
+        # Coarse grid for a starting point, then Nelder-Mead from the best cell.
+        grid = [np.array([s0, 0.0, lv]) for s0 in (0.6, 0.8, 1.0, 1.2, 1.6, 2.5) for lv in (0.05, 1.0, 3.0, 7.0)]
+        x0 = min(grid, key=self._deviance)
+        best = minimize(self._deviance, x0, method="Nelder-Mead",
+                        options={"xatol": 1e-3, "fatol": 1e-4, "maxiter": 300, "initial_simplex": _simplex(x0)})  # fmt: skip
         s, logq, logv = best.x
         self.s, self.q, self.V = float(s), float(np.exp(logq)), float(self.D * np.exp(logv))
         self.deviance = float(best.fun)
@@ -136,6 +139,11 @@ class ZipfMandelbrotFit:
             "classes": len(self.edges), "sample_accesses": self.n, "sample_distinct": self.D,
             "good_turing_unseen_mass": self.f1 / self.n if self.n else 0.0,
         }  # fmt: skip
+
+
+def _simplex(x0: np.ndarray) -> np.ndarray:
+    steps = np.diag([0.15, 1.0, 1.0])
+    return np.vstack([x0, x0 + steps])
 
 
 def predict(fp: FeatureProfile, target_accesses: float, fit: ZipfMandelbrotFit | None):

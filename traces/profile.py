@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from traces.counting import IdCounter
+from traces.counting import IdCounter, unique_counts
 from traces.errors import TraceError
 from traces.readers import open_reader
 
@@ -304,7 +304,9 @@ class _Builder:
         self.exact_cap = exact_cap
         self.max_batches = presence_batches
         self.split = split
-        self.batches = 0
+        self.batches = 0  # sampled batches so far
+        self.batch_seen = 0  # complete batches seen so far
+        self.stride: int | None = None  # sample every stride-th batch
         self.state: dict[str, _FeatureState] = {}
         self.snapshotted = False
 
@@ -314,33 +316,36 @@ class _Builder:
             st = self.state[name] = _FeatureState(self.exact_cap)
         return st
 
+    def plan_sampling(self, rows_seen: int, bytes_seen: float, bytes_total: float) -> None:
+        """Spread the sampled batches over the whole input (size estimated from the first chunk)."""
+        if self.stride is None and rows_seen > 0 and bytes_seen > 0:
+            est_batches = rows_seen * bytes_total / bytes_seen / max(self.B, 1)
+            self.stride = max(1, int(np.ceil(est_batches / max(self.max_batches, 1))))
+
     def add(self, sparse: dict, n: int, row_lo: int, row_hi: int, names: list[str]) -> None:
         """Count rows [row_lo, row_hi) of a chunk."""
-        take_batches = 0
-        if self.B > 0 and self.batches < self.max_batches:
-            take_batches = min((row_hi - row_lo) // self.B, self.max_batches - self.batches)
+        nrows = row_hi - row_lo
+        sel = np.zeros(0, np.int64)
+        if self.B > 0:
+            nb = nrows // self.B
+            k = np.arange(nb)
+            sel = k[(self.batch_seen + k) % (self.stride or 1) == 0][: max(self.max_batches - self.batches, 0)]
+            self.batch_seen += nb
         for name in names:
             st = self.feature(name)
             ids, off = sparse[name]
             a, b = int(off[row_lo]), int(off[row_hi])
             part = ids[a:b]
             lengths = np.diff(off[row_lo : row_hi + 1])
-            st.rows += row_hi - row_lo
+            st.rows += nrows
             st.missing += int(np.count_nonzero(lengths == 0))
             st.accesses += len(part)
             if len(part) == 0:
                 continue
-            u, inv, c = np.unique(part, return_inverse=True, return_counts=True)
-            st.counter.add_counts(u, c.astype(np.int64))
-            if take_batches:
-                # Distinct (batch, ID) pairs -> number of sampled batches each ID appears in.
-                stop = int(off[row_lo + take_batches * self.B]) - a
-                bidx = np.repeat(np.arange(row_hi - row_lo) // self.B, lengths)[:stop]
-                pairs = np.unique(bidx.astype(np.int64) * len(u) + inv.ravel()[:stop])
-                per_id = np.bincount(pairs % len(u), minlength=len(u))
-                nz = per_id > 0
-                st.presence.add_counts(u[nz], per_id[nz].astype(np.int64))
-        self.batches += take_batches
+            st.counter.add_counts(*unique_counts(part))
+            if len(sel):
+                st.presence.add(_batch_distinct_ids(part, lengths, self.B, sel))
+        self.batches += len(sel)
 
     def snapshot(self) -> None:
         """Remember the hot sets of the earlier part for the stability measure."""
@@ -377,6 +382,28 @@ class _Builder:
             count_error_bound=c.error_bound, batch_size=self.B, presence_batches=self.batches,
             presence_hist=hist.astype(np.int64), **stab,
         )  # fmt: skip
+
+
+def _batch_distinct_ids(part: np.ndarray, lengths: np.ndarray, B: int, sel: np.ndarray) -> np.ndarray:
+    """Each ID once per selected batch it appears in (batches of B rows from the segment start)."""
+    nb = len(lengths) // B
+    slot = np.full(nb + 1, -1, np.int64)
+    slot[sel] = np.arange(len(sel))
+    row_batch = np.minimum(np.arange(len(lengths)) // B, nb)
+    j = np.repeat(slot[row_batch], lengths)
+    keep = j >= 0
+    ids, j = part[keep], j[keep]
+    if len(ids) == 0:
+        return ids
+    if ids.min() >= 0 and ids.max() < (1 << 40) and len(sel) < (1 << 22):
+        # (batch, ID) packed in one int64: one sort finds the distinct pairs.
+        key = np.sort((j << 40) | ids)
+        key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+        return key & ((1 << 40) - 1)
+    order = np.lexsort((ids, j))
+    ids, j = ids[order], j[order]
+    first = np.concatenate(([True], (ids[1:] != ids[:-1]) | (j[1:] != j[:-1])))
+    return ids[first]
 
 
 def _sketch_groups(c: IdCounter, head_counts: np.ndarray, distinct: int) -> tuple[np.ndarray, np.ndarray]:
@@ -440,15 +467,15 @@ def profile_file(
     strict: bool = False,
     progress=None,
     exact_cap: int = 2_000_000,
-    presence_batches: int = 256,
+    presence_batches: int = 128,
     stability_split: float = 0.5,
     chunk_bytes: int = 16 << 20,
     **format_options,
 ) -> AccessProfile:
     """Stream `path` once and build its AccessProfile.
 
-    batch_size: batch for the batch-presence histogram (up to `presence_batches` batches
-    sampled from the start of each chunk onwards); exact_cap: distinct IDs per feature
+    batch_size: batch for the batch-presence histogram, over `presence_batches` batches
+    spread evenly over the input (every k-th batch of consecutive rows); exact_cap: distinct IDs per feature
     counted exactly before switching to head + sketch; stability_split: fraction of the
     input (by bytes) that is "earlier" for the hot-set stability measure.
     """
@@ -461,6 +488,7 @@ def profile_file(
         n = chunk.rows
         names = list(reader.feature_names)
         after = reader.bytes_done
+        b.plan_sampling(n, after, reader.bytes_total)
         cut = n
         if not b.snapshotted and after >= split_at:
             # Split this chunk's rows in proportion to where the byte split falls inside it.

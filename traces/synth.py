@@ -83,8 +83,10 @@ def preset_params(preset: str = "criteo-kaggle", **params) -> SynthParams:
         over[k] = tuple(v) if isinstance(v, list) else v
     p = replace(base, **over)
     m = len(p.cardinalities)
-    if len(p.zipf_s) != m or len(p.missing) != m:
-        raise TraceError("synth: cardinalities, zipf_s and missing need one entry per feature")
+    if m != 26 or len(p.zipf_s) != m or len(p.missing) != m:
+        raise TraceError("synth: the Criteo layout needs 26 entries in cardinalities, zipf_s and missing")
+    if min(p.cardinalities) < 1 or max(p.cardinalities) > 1 << 32:
+        raise TraceError("synth: cardinalities must be within 1..2**32 (IDs are 8 hex characters)")
     return p
 
 

@@ -57,6 +57,8 @@ def _make(model: Any, world: int, batch: int, packs: list[Any], *, hot: tuple[di
     return plan, hot_ids
 
 
+PLANNER_BUDGET_S = 5.0  # the search is deterministic; a short budget keeps the sweep quick
+
 # A recipe builds one plan: (model, world, batch, access, hw) -> (Plan, hot ids, knobs).
 Recipe = Callable[[Any, int, int, dict, Any], tuple[Any, dict, dict]]
 
@@ -112,7 +114,7 @@ def r_planner() -> Recipe:
     def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
         from planner.search import search  # the planner's own choice; required, fails loudly
 
-        res = search(model, hw, access=access, batch_size_per_rank=batch)
+        res = search(model, hw, access=access, batch_size_per_rank=batch, time_budget_s=PLANNER_BUDGET_S)
         plan = res.plan
         ids = dict(getattr(res, "hot_ids", None) or {})
         if not ids and any(plan.hot_rows.values()):

@@ -187,15 +187,27 @@ def dominant_ops(measured: dict[str, float], share: float = DOMINANT_SHARE, most
     return out
 
 
+def by_base_name(op_us: dict[str, float]) -> dict[str, float]:
+    """Per-step op time summed over micro-batches (`@mbK` dropped): the executor and lowering
+    may split an op over micro-batches differently (the input copy), the sum compares."""
+    from planner.op_names import base_name
+
+    out: dict[str, float] = defaultdict(float)
+    for k, v in op_us.items():
+        out[base_name(k)] += v
+    return dict(out)
+
+
 def compare(case: Case, m: Measured, p: Predicted) -> dict[str, Any]:
     err = (p.iteration_us - m.iteration_us) / m.iteration_us
     ops = []
-    for name in dominant_ops(m.op_us):
-        pred = p.op_us.get(name)
+    mops, pops = by_base_name(m.op_us), by_base_name(p.op_us)
+    for name in dominant_ops(mops):
+        pred = pops.get(name)
         ops.append({
-            "op": name, "measured_us": round(m.op_us[name], 1),
+            "op": name, "measured_us": round(mops[name], 1),
             "predicted_us": None if pred is None else round(pred, 1),
-            "error": None if pred is None else round((pred - m.op_us[name]) / m.op_us[name], 4),
+            "error": None if pred is None else round((pred - mops[name]) / mops[name], 4),
         })
     return {
         "name": case.name, "role": case.role, "knobs": case.knobs,
@@ -252,18 +264,15 @@ def op_error_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def load_profile(data: str, fmt: str, out_dir: Path, log: Any = None) -> Any:
     """Profile the data with traces/ (cached as profile.json beside the results)."""
-    import traces
+    from traces.profile import AccessProfile, profile_file
 
     path = out_dir / "profile.json"
-    if path.exists() and hasattr(traces, "load_profile"):
-        return traces.load_profile(path)
-    if not hasattr(traces, "profile_file"):
-        raise ValidateError("traces.profile_file is not available: the traces layer is missing")
+    if path.exists() and path.stat().st_mtime >= Path(data).stat().st_mtime:
+        return AccessProfile.load(path)
     if log:
         log(f"validate: profiling {data} ...")
-    prof = traces.profile_file(data, fmt)
-    if hasattr(prof, "save"):
-        prof.save(path)
+    prof = profile_file(data, fmt)
+    prof.save(path)
     return prof
 
 
@@ -292,14 +301,24 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
         fit_every = max(2, args.plans // args.fit_plans)
     cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=args.plans, worlds=worlds,
                         batches=batches, include_planner=not args.no_planner, fit_every=fit_every)
-    results, runs = [], []
+    results, runs, failed = [], [], []
     t_start = time.perf_counter()
     for i, case in enumerate(cases):
         plan_path = out_dir / "plans" / f"{i:02d}-{case.name}.json"
         case.plan.save(plan_path, hot_ids=case.hot_ids or None)
         log(f"validate: [{i + 1}/{len(cases)}] {case.name} ({case.role}) ...")
-        m = run_measured(plan_path, args.data, args.format, case.plan.world_size, args.steps, args.warmup,
-                         out_dir / "plans", timeout_s=args.run_timeout)
+        m = None
+        for attempt in range(2):  # one retry: a rank can die on a loaded machine
+            try:
+                m = run_measured(plan_path, args.data, args.format, case.plan.world_size, args.steps,
+                                 args.warmup, out_dir / "plans", timeout_s=args.run_timeout)
+                break
+            except ValidateError as exc:
+                log(f"validate:   run failed{' (retrying)' if attempt == 0 else ''}: {exc}")
+                if attempt == 1:
+                    failed.append({"name": case.name, "plan_file": str(plan_path), "error": str(exc)})
+        if m is None:
+            continue
         p = predict(case.plan, spec_for_world(hw, case.plan.world_size), profile=profile, access=access)
         rec = compare(case, m, p)
         rec["plan_file"] = str(plan_path)
@@ -310,6 +329,8 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
     result: dict[str, Any] = {"hardware": hw.name, "model": model.name, "data": str(args.data),
                               "steps": args.steps, "warmup": args.warmup, "worlds": list(worlds)}
     validated = [r for r in results if r["role"] == "validate"]
+    if not validated:
+        raise ValidateError(f"no plan could be run and validated ({len(failed)} failed: {failed[0]['error'] if failed else '-'})")
     if args.fit_plans:
         from simulator.calibration import refine_on_runs
 
@@ -322,8 +343,9 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
             rec["predicted_us"] = round(p2.iteration_us, 1)
             rec["error"] = round((p2.iteration_us - m.iteration_us) / m.iteration_us, 4)
             rec["abs_error"] = abs(rec["error"])
+            pops = by_base_name(p2.op_us)
             for o in rec["dominant_ops"]:
-                v = p2.op_us.get(o["op"])
+                v = pops.get(o["op"])
                 o["predicted_us"] = None if v is None else round(v, 1)
                 o["error"] = None if v is None else round((v - o["measured_us"]) / o["measured_us"], 4)
         result["refit"] = fit_report
@@ -339,6 +361,7 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
                  "met": bool(s["mape"] is not None and s["mape"] <= 0.10 and (s["spearman"] or 0) >= 0.9)},
         "op_errors": op_error_summary(validated),
         "per_plan": results,
+        "failed": failed,
         "wall_s": round(time.perf_counter() - t_start, 1),
     })
     return result, runs
@@ -408,7 +431,7 @@ def run_validate_command(args: Any) -> int:
         write_report(args.html, render("picasso validate", secs, side_by_side=[len(secs) - 1]))
     if args.json:
         print(text)
-        return 0
+        return 1 if result["failed"] else 0
     s = result["summary"]
     print(f"{'plan':<34} {'role':<8} {'measured ms':>11} {'predicted ms':>12} {'error':>8}")
     for r in result["per_plan"]:
@@ -421,7 +444,9 @@ def run_validate_command(args: Any) -> int:
         mb = result["microbench_only"]
         print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman']}")
     print(f"results in {out_dir / 'validate.json'}" + (f", report {args.html}" if args.html else ""))
-    return 0
+    for f in result["failed"]:
+        print(f"FAILED {f['name']}: {f['error']}", file=sys.stderr)
+    return 1 if result["failed"] else 0
 
 
 def _json_default(o: Any) -> Any:

@@ -1,0 +1,151 @@
+"""Planner goals (issue 4), measured in one run; results in bench/results/planner.json.
+
+- DLRM Criteo Kaggle with the profile of the real Criteo sample (8,000 rows of day 1)
+  extrapolated to the 45,840,617 rows of the full training set, on 8 x H100 (dgx-h100) and
+  on the P2RES cluster (p2res-v100, 4 nodes x 8 V100): predicted speedup of the chosen plan
+  over `naive` (goal >= 3x) and `torchrec-like` (goal >= 1.5x), same simulator for all.
+- Planning time (search including the simpy re-simulation): DLRM Criteo on 8 GPUs (goal
+  < 2 s), the 856-table model on 128 GPUs (16 x dgx-h100 nodes; goal < 30 s).
+- Determinism: the same inputs give the same plan (JSON and hot IDs) twice.
+
+Run: python bench/bench_planner.py [--batch-size 4096] [--out bench/results/planner.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner.access import table_access  # noqa: E402
+from planner.explain import explain  # noqa: E402
+from planner.presets import CRITEO_KAGGLE_ROWS, get_model  # noqa: E402
+from planner.search import search  # noqa: E402
+from simulator.hardware import load_hardware  # noqa: E402
+
+SAMPLE = ROOT.parent / "shared" / "data" / "criteo_kaggle_head8k"
+
+
+def criteo_profile(tmp: Path):
+    """The real Criteo head sample (train+dev+test splits, 8,000 rows), profiled and extrapolated."""
+    from traces.profile import profile_file
+
+    parts = [SAMPLE / f for f in ("train_split.tsv", "dev_split.tsv", "test_split.tsv")]
+    if not all(p.exists() for p in parts):
+        return None, None
+    joined = tmp / "criteo_head8k.tsv"
+    with open(joined, "wb") as out:
+        for p in parts:
+            with open(p, "rb") as f:
+                shutil.copyfileobj(f, out)
+    t0 = time.perf_counter()
+    prof = profile_file(joined, "criteo")
+    full = prof.scale_to(CRITEO_KAGGLE_ROWS)
+    return full, {"source": str(SAMPLE), "sample_rows": prof.rows, "extrapolated_to": full.rows,
+                  "profile_s": time.perf_counter() - t0}
+
+
+def plan_case(name: str, model_name: str, hw_name: str, overrides: list[str], profile, batch: int,
+              budget: float) -> dict:
+    model = get_model(model_name)
+    hw = load_hardware(hw_name, overrides)
+    access = table_access(model, profile)
+    t0 = time.perf_counter()
+    res = search(model, hw, profile, batch, access=access, time_budget_s=budget)
+    plan_s = time.perf_counter() - t0
+    ex = explain(res.plan, hw, access=access, evaluation=res.best)
+    d = ex.to_dict()
+    return {
+        "case": name, "model": model_name, "hardware": hw_name, "overrides": overrides,
+        "world_size": hw.world_size, "batch_size_per_rank": batch,
+        "profile": "criteo sample extrapolated" if profile is not None else "zipf(1.05) fallback",
+        "planning_s": plan_s, "candidates": len(res.candidates), "chosen": res.best.label,
+        "packs": len(res.plan.packs), "micro_batches": res.plan.micro_batches,
+        "kernel_interleaving": res.plan.kernel_interleaving, "hot_rows_total": int(sum(res.plan.hot_rows.values())),
+        "predicted_iteration_us": d["predicted_iteration_us"], "baselines_us": d["baselines_us"],
+        "speedups": d["speedups"], "memory_peak_gib": d["memory"]["hbm_peak"] / 2**30,
+        "_plan": res.plan.to_dict(), "_hot": {t: v.tolist() for t, v in res.hot_ids.items()},
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch-size", type=int, default=4096, help="samples per GPU per step for DLRM")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "planner.json"))
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        profile, prof_info = criteo_profile(Path(tmp))
+    if profile is None:
+        print(f"real Criteo sample not found at {SAMPLE}: DLRM cases use the Zipf fallback")
+
+    cases = [
+        plan_case("dlrm-kaggle 8xH100", "dlrm-criteo-kaggle", "dgx-h100", [], profile, args.batch_size, 20),
+        plan_case("dlrm-kaggle p2res", "dlrm-criteo-kaggle", "p2res-v100", [], profile, args.batch_size, 20),
+        plan_case("dlrm-kaggle 8xH100 b16k", "dlrm-criteo-kaggle", "dgx-h100", [], profile, 16384, 20),
+        plan_case("meta-856 128xH100", "meta-856", "dgx-h100", ["nodes=16"], None, 512, 25),
+    ]
+    again = plan_case("dlrm-kaggle 8xH100", "dlrm-criteo-kaggle", "dgx-h100", [], profile, args.batch_size, 20)
+
+    def same(a: dict, b: dict) -> bool:
+        pa, pb = dict(a["_plan"]), dict(b["_plan"])
+        pa["notes"] = {k: v for k, v in pa["notes"].items() if k != "fast_iteration_us"}
+        pb["notes"] = {k: v for k, v in pb["notes"].items() if k != "fast_iteration_us"}
+        return pa == pb and a["_hot"] == b["_hot"]
+
+    deterministic = same(cases[0], again)
+    h100, p2res, _, meta = cases
+    goals = {
+        "h100_speedup_vs_naive_ge_3": h100["speedups"]["naive"] >= 3,
+        "h100_speedup_vs_torchrec_ge_1.5": h100["speedups"]["torchrec-like"] >= 1.5,
+        "p2res_speedup_vs_naive_ge_3": p2res["speedups"]["naive"] >= 3,
+        "p2res_speedup_vs_torchrec_ge_1.5": p2res["speedups"]["torchrec-like"] >= 1.5,
+        "dlrm_8gpu_planning_lt_2s": h100["planning_s"] < 2.0,
+        "meta856_128gpu_planning_lt_30s": meta["planning_s"] < 30.0,
+        "deterministic": deterministic,
+    }
+    hdr = f"{'case':26s} {'ranks':>5s} {'plan s':>7s} {'pred us':>10s} {'naive':>7s} {'trec':>7s} {'dp':>7s}  chosen"
+    print(hdr)
+    print("-" * len(hdr))
+    for c in cases:
+        s = c["speedups"]
+        f = [f"{s[k]:6.2f}x" if s.get(k) else "    n/a" for k in ("naive", "torchrec-like", "dp-hot-only")]
+        print(f"{c['case']:26s} {c['world_size']:5d} {c['planning_s']:7.2f} {c['predicted_iteration_us']:10.1f} "
+              f"{' '.join(f)}  {c['chosen']}")
+    print()
+    for k, v in goals.items():
+        print(f"{'PASS' if v else 'FAIL'}  {k}")
+
+    import torch
+
+    out = {
+        "machine": {"processor": platform.processor(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
+                    "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
+        "profile": prof_info,
+        "cases": [{k: v for k, v in c.items() if not k.startswith("_")} for c in cases],
+        "determinism": {"repeat_planning_s": again["planning_s"], "identical": deterministic},
+        "goals": goals,
+    }
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(out, f, indent=1, default=float)
+    os.replace(tmp, path)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""`picasso plan`: choose a training plan (or write a baseline) and explain it."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("plan", parents=[common], help="search a training plan for a model on a cluster")
+    p.add_argument("--model", required=True, help="model preset (dlrm-criteo-kaggle, meta-856, ...) or YAML file")
+    p.add_argument("--hardware", required=True, help="hardware preset (dgx-h100, p2res-v100, local-cpu, ...) or file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="hardware override, e.g. --set nodes=1 --set gpus_per_node=2 (repeatable)")
+    p.add_argument("--profile", help="access profile from `picasso analyze` (default: Zipf(1.05) per table)")
+    p.add_argument("--scale-to", type=int, metavar="ROWS", help="extrapolate the profile to this many rows first")
+    p.add_argument("-o", "--output", default="plan.json", help="plan file to write (default: plan.json)")
+    p.add_argument("--baseline", help="write this baseline instead of searching: naive, torchrec-like, dp-hot-only")
+    p.add_argument("--batch-size", type=int, help="samples per rank per step (default: 4096 on GPUs, 256 on CPUs)")
+    p.add_argument("--row-cap", type=int, metavar="N", help="cap every table at N rows (for CPU runs)")
+    p.add_argument("--micro-batches", help="micro-batch counts the search may use, e.g. 1,2,4 (default 1,2,4,8)")
+    p.add_argument("--time-budget", type=float, default=20.0, help="search time budget in seconds (default 20)")
+    p.add_argument("--explain", action="store_true", help="print the per-pack table, time, memory and speedups")
+    p.add_argument("--html", metavar="FILE", help="write an HTML report with the simulated timeline")
+    p.add_argument("--trace", metavar="FILE", help="write the simulated timeline as Chrome trace JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from picasso.commands.simulate import load_inputs
+    from picasso.progress import Progress
+    from planner.baselines import BASELINES, baseline_plan
+    from planner.errors import PlanError
+    from planner.explain import explain
+    from planner.search import search
+
+    model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
+                                             args.row_cap)
+    batch = args.batch_size or (4096 if hw.kind == "gpu" else 256)
+    if batch < 1:
+        raise PlanError(f"--batch-size must be at least 1, got {batch}")
+    hot_ids = None
+    search_info = None
+    if args.baseline:
+        if args.baseline not in BASELINES:
+            raise PlanError(f"--baseline {args.baseline!r}: expected one of {', '.join(BASELINES)}")
+        plan = baseline_plan(args.baseline, model, hw.world_size, batch, hw, access)
+        evaluation = None
+    else:
+        mbs = _int_list(args.micro_batches, "--micro-batches") if args.micro_batches else None
+        progress = Progress("planning", enabled=None if not args.json else False, unit="")
+        kw = {"micro_batch_options": tuple(mbs)} if mbs else {}
+        res = search(model, hw, profile, batch, access=access, time_budget_s=args.time_budget,
+                     progress=progress, **kw)
+        progress.close()
+        plan, hot_ids, evaluation = res.plan, res.hot_ids, res.best
+        search_info = {"elapsed_s": res.elapsed_s, "candidates": len(res.candidates), "chosen": res.best.label}
+    plan.hardware = hw.name
+    if args.profile:
+        plan.notes["profile"] = str(args.profile)
+        if args.scale_to:
+            plan.notes["profile_scale_to"] = int(args.scale_to)
+    if args.row_cap:
+        plan.notes["row_cap"] = int(args.row_cap)
+    if args.set:
+        plan.notes["hardware_overrides"] = list(args.set)
+    ex = explain(plan, hw, access=access, evaluation=evaluation)
+    plan.notes["predicted_iteration_us"] = ex.evaluation.iteration_us
+    plan.notes["speedups"] = ex.speedups()
+    plan.save(args.output, hot_ids=hot_ids if hot_ids else None)
+    out = {"plan": str(args.output), **ex.to_dict()}
+    if search_info:
+        out["search"] = search_info
+    if args.trace:
+        ex.evaluation.result.timeline.save_chrome_trace(args.trace)
+    if args.html:
+        write_plan_html(args.html, ex)
+        out["html"] = str(args.html)
+    if args.json:
+        print(json.dumps(out, indent=1, default=float))
+        return 0
+    if args.explain:
+        print(ex.text())
+    else:
+        d = ex.to_dict()
+        sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
+        print(f"wrote {args.output}: {len(plan.packs)} pack(s), predicted {d['predicted_iteration_us']:.1f} us/step"
+              + (f"; speedup {sp}" if sp else ""))
+    if search_info:
+        print(f"searched {search_info['candidates']} candidates in {search_info['elapsed_s']:.2f} s", file=sys.stderr)
+    return 0
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    from planner.errors import PlanError
+
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise PlanError(f"{flag} {text!r}: expected comma-separated integers") from None
+    if not vals or min(vals) < 1:
+        raise PlanError(f"{flag} {text!r}: expected positive integers")
+    return vals
+
+
+def write_plan_html(path: str, ex) -> None:
+    """The explanation as one HTML page: tables, the simulated timeline, speedups."""
+    from picasso.workflows.report import Section, bar_figure, json_block, render, table_html, write_report
+    from simulator.export import timeline_figure
+
+    d = ex.to_dict()
+    packs = [{**p, "tables": ", ".join(p["tables"][:8]) + (" ..." if len(p["tables"]) > 8 else "")}
+             for p in d["packs"]]
+    names = [n for n, v in d["baselines_us"].items() if v]
+    sections = [
+        Section("Packs", table_html(packs)),
+        Section("Predicted timeline", figures=[timeline_figure(ex.evaluation.result.timeline)]),
+        Section("Speedup over baselines", table_html(
+            [{"baseline": n, "iteration_us": d["baselines_us"][n], "speedup": d["speedups"][n]} for n in d["speedups"]]
+        ), figures=[bar_figure(["plan"] + names, {"iteration (us)": [d["predicted_iteration_us"]]
+                                                   + [d["baselines_us"][n] for n in names]},
+                               "predicted iteration time", "us")]),
+        Section("Memory per rank", json_block(d["memory"])),
+        Section("Time by phase and resource", json_block({"phase": d["time_by_phase_us"],
+                                                           "resource": d["time_by_resource_us"]})),
+    ]
+    sub = (f"{d['model']} on {d['hardware']}: {d['world_size']} ranks, predicted "
+           f"{d['predicted_iteration_us']:.1f} us per step ({d['engine']})")
+    write_report(path, render("picasso plan", sections, subtitle=sub))

@@ -1,0 +1,270 @@
+"""`picasso demo`: the whole workflow on built-in synthetic Criteo data, one HTML report.
+
+Stages, in order: synth -> analyze -> calibrate -> plan -> simulate -> run -> validate ->
+report. A stage that cannot run (a layer missing or failing) stops the demo with one
+line naming the stage; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import sys
+import time
+from argparse import Namespace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+MODEL = "dlrm-criteo-kaggle"
+WORLD = 2
+COVERAGE_FEATURES = 8  # curves drawn: the largest tables
+
+
+class DemoError(RuntimeError):
+    """A demo stage failed; the message names the stage."""
+
+
+class Stages:
+    """Runs stages in order, timing each; a failure becomes one DemoError line."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.times: list[dict[str, Any]] = []
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+
+    def log(self, msg: str) -> None:
+        if not self.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    @contextmanager
+    def stage(self, name: str, what: str) -> Iterator[None]:
+        self.log(f"demo [{name}] {what} ...")
+        t = time.perf_counter()
+        try:
+            yield
+        except (ImportError, AttributeError) as exc:
+            raise DemoError(f"stage {name}: a layer is missing or incomplete: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - every failure stops the demo, named
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DemoError(f"stage {name} failed: {first}") from exc
+        dt = time.perf_counter() - t
+        self.times.append({"stage": name, "what": what, "seconds": round(dt, 2)})
+        self.log(f"demo [{name}] done in {dt:.1f} s")
+
+
+def run_demo(args: Namespace) -> int:
+    """Entry point of `picasso demo` (see module docstring)."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    quiet = bool(getattr(args, "json", False))
+    st = Stages(quiet)
+    rows = int(getattr(args, "rows", 200_000))
+    seed = int(getattr(args, "seed", 0))
+    row_cap = int(getattr(args, "row_cap", 50_000))
+    batch = int(getattr(args, "batch", 512))
+    steps = int(getattr(args, "steps", 8))
+    n_plans = int(getattr(args, "plans", 8))
+    ctx: dict[str, Any] = {}
+
+    data = out / "data.tsv"
+    with st.stage("synth", f"{rows:,} synthetic Criteo rows"):
+        from traces.synth import generate_criteo
+
+        generate_criteo(data, rows, seed=seed)
+
+    with st.stage("analyze", "access profile of every feature"):
+        from traces.profile import profile_file
+
+        profile = profile_file(data, "criteo", batch_size=batch * WORLD)
+        profile.save(out / "profile.json")
+        ctx["profile"] = profile
+
+    with st.stage("calibrate", f"microbenchmarks at 1 and {WORLD} ranks, least-squares fit"):
+        from picasso.workflows.calibrate import calibrate
+
+        hw_cal, cal_report = calibrate(nproc=WORLD, quick=True, log=st.log)
+        hw_cal.save(out / "hardware.json")
+        ctx["calibration"] = {k: v for k, v in cal_report.items() if k not in ("samples",)}
+
+    with st.stage("plan", f"search on the calibrated machine, {WORLD} ranks, tables capped at {row_cap:,} rows"):
+        from planner.access import table_access
+        from planner.explain import explain
+        from planner.presets import get_model
+        from planner.search import search
+        from simulator.calibration import spec_for_world
+
+        model = get_model(MODEL).with_row_cap(row_cap)
+        hw = spec_for_world(hw_cal, WORLD)
+        access = table_access(model, profile)
+        res = search(model, hw, access=access, batch_size_per_rank=batch, time_budget_s=15.0)
+        plan = res.plan
+        plan_path = out / "plan.json"
+        plan.save(plan_path, hot_ids=res.hot_ids or None)
+        expl = explain(plan, hw, access=access)
+        ctx.update(plan=plan, hot_ids=res.hot_ids, explanation=expl, access=access, hw=hw, model=model)
+
+    with st.stage("simulate", "the plan and the baselines, discrete-event engine"):
+        from planner.baselines import BASELINES, baseline_plan
+        from picasso.workflows.validate import predict
+
+        predicted = {"picasso": predict(plan, hw, access=access, engine="simpy")}
+        base_plans = {}
+        for name in BASELINES:
+            bp = baseline_plan(name, model, WORLD, batch, hw=hw, access=access)
+            bpath = out / f"baseline-{name}.json"
+            bp.save(bpath)
+            base_plans[name] = bpath
+            predicted[name] = predict(bp, hw, access=access, engine="simpy")
+        predicted["picasso"].timeline.save_chrome_trace(out / "plan.simulated.trace.json")
+        ctx["predicted"] = predicted
+
+    with st.stage("run", f"the plan and the baselines for real on {WORLD} gloo ranks"):
+        from picasso.workflows.validate import run_measured
+
+        measured = {"picasso": run_measured(plan_path, str(data), "criteo", WORLD, steps, 3, out)}
+        for name, bpath in base_plans.items():
+            measured[name] = run_measured(bpath, str(data), "criteo", WORLD, steps, 3, out)
+        measured["picasso"].timeline.save_chrome_trace(out / "plan.measured.trace.json")
+        ctx["measured"] = measured
+
+    with st.stage("validate", f"{n_plans} varied plans at 1-{WORLD} ranks, predicted against measured"):
+        from picasso.workflows.validate import run_validate
+
+        vargs = Namespace(
+            data=str(data), format="criteo", hardware=str(out / "hardware.json"), model=MODEL, row_cap=row_cap,
+            plans=n_plans, fit_plans=0, nproc_max=WORLD, batch_sizes=[256, 512], steps=4, warmup=2,
+            run_timeout=300.0, no_planner=False, out_dir=str(out / "validate"), log=st.log, save_refined=None,
+        )
+        vres, vruns = run_validate(vargs)
+        ctx["validate"] = (vres, vruns)
+
+    with st.stage("report", "one self-contained HTML page"):
+        report_path = out / "report.html"
+        write_demo_report(report_path, ctx, st.times, time.perf_counter() - st.t0)
+
+    total = time.perf_counter() - st.t0
+    summary = demo_summary(ctx, st.times, total, report_path)
+    (out / "demo.json").write_text(json.dumps(summary, indent=1, default=str))
+    if getattr(args, "json", False):
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        print(f"picasso demo: done in {total:.0f} s; report: {report_path}")
+        for k in ("predicted_speedup", "measured_speedup"):
+            print(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
+        v = summary["validate"]
+        print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {v['spearman']}")
+    return 0
+
+
+def _speedups(times: dict[str, float]) -> dict[str, float | None]:
+    mine = times.get("picasso")
+    return {n: (t / mine if mine and t else None) for n, t in times.items() if n != "picasso"}
+
+
+def demo_summary(ctx: dict[str, Any], stages: list[dict[str, Any]], total: float, report: Path) -> dict[str, Any]:
+    pred = {n: p.iteration_us for n, p in ctx["predicted"].items()}
+    meas = {n: m.iteration_us for n, m in ctx["measured"].items()}
+    vres = ctx["validate"][0]
+    return {
+        "report": str(report), "seconds": round(total, 1), "stages": stages,
+        "predicted_iteration_us": pred, "measured_iteration_us": meas,
+        "predicted_speedup": _speedups(pred), "measured_speedup": _speedups(meas),
+        "samples_per_s": {n: m.samples_per_s for n, m in ctx["measured"].items()},
+        "validate": {"plans": vres["plans"], "mape": vres["mape"], "spearman": vres["spearman"],
+                     "failed": len(vres.get("failed", []))},
+    }
+
+
+def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, Any]], total: float) -> None:
+    from picasso.workflows.report import (
+        Section, bar_figure, coverage_figure, gantt_figure, render, table_html, write_report,
+    )
+    from picasso.workflows.validate import validation_sections
+
+    profile, plan, expl = ctx["profile"], ctx["plan"], ctx["explanation"]
+    pred, meas = ctx["predicted"], ctx["measured"]
+    vres, vruns = ctx["validate"]
+    secs: list[Section] = []
+
+    names = list(pred)
+    pred_sp = _speedups({n: pred[n].iteration_us for n in names})
+    meas_sp = _speedups({n: meas[n].iteration_us for n in names})
+    intro = (
+        f"<p>Synthetic Criteo data, model {html.escape(plan.model.name)}, {plan.world_size} gloo ranks on this "
+        f"machine, batch {plan.batch_size_per_rank}/rank. Whole demo: {total:.0f} s.</p>"
+        + table_html([{"plan": n, "predicted ms": pred[n].iteration_us / 1e3, "measured ms": meas[n].iteration_us / 1e3,
+                       "error": f"{(pred[n].iteration_us - meas[n].iteration_us) / meas[n].iteration_us:+.1%}",
+                       "measured samples/s": meas[n].samples_per_s,
+                       "picasso speedup (pred.)": "" if n == "picasso" else _fmt_x(pred_sp.get(n)),
+                       "picasso speedup (meas.)": "" if n == "picasso" else _fmt_x(meas_sp.get(n))}
+                      for n in names])
+        + f"<p>Validation over {vres['plans']} plans: MAPE <b>{vres['mape']:.1%}</b>, Spearman "
+          f"<b>{_fmt(vres['spearman'])}</b>.</p>"
+        + "<h3>Stages</h3>" + table_html(stages)
+    )
+    secs.append(Section("Summary", intro))
+
+    feats = sorted(profile.features.values(), key=lambda f: -f.distinct)[:COVERAGE_FEATURES]
+    curves = {}
+    for f in feats:
+        x, y = f.coverage_curve()
+        curves[f"{f.name} ({f.distinct:,} ids)"] = (list(map(float, x)), list(map(float, y)))
+    cov_rows = [{"feature": f.name, "distinct": f.distinct, "accesses": f.accesses,
+                 "top 1% covers": f"{float(f.coverage(0.01)):.1%}", "top 10% covers": f"{float(f.coverage(0.1)):.1%}"}
+                for f in feats]
+    secs.append(Section("Access profile: coverage curves", table_html(cov_rows),
+                        [coverage_figure(curves, "Fraction of lookups covered by the hottest IDs")]))
+
+    secs.append(Section("The plan and why", f"<pre>{html.escape(expl.text())}</pre>"))
+
+    secs.append(Section("Simulated and measured timelines of the plan (one iteration / timed steps)", "",
+                        [gantt_figure(pred["picasso"].timeline, "simulated (calibrated spec)"),
+                         gantt_figure(_one_step(meas["picasso"].timeline), "measured (one timed step)")]))
+    timelines_idx = len(secs) - 1
+
+    base = [n for n in names if n != "picasso"]
+    secs.append(Section("Speedups over the baselines", "",
+                        [bar_figure(base, {"predicted": [pred_sp.get(n) or 0 for n in base],
+                                           "measured": [meas_sp.get(n) or 0 for n in base]},
+                                    "picasso plan: speedup over each baseline", "speedup (x)"),
+                         bar_figure(names, {"predicted": [pred[n].iteration_us / 1e3 for n in names],
+                                            "measured": [meas[n].iteration_us / 1e3 for n in names]},
+                                    "Iteration time", "ms")]))
+    speed_idx = len(secs) - 1
+
+    vsecs = validation_sections(vres, vruns)
+    for s in vsecs:
+        s.title = "Validation: " + s.title
+    start = len(secs)
+    secs.extend(vsecs)
+    cal = ctx["calibration"]
+    secs.append(Section("Calibration (microbenchmarks, least squares)",
+                        table_html([{"world": w, "kind": k, "fixed us": f["latency_us"], "rate": f["rate"],
+                                     "unit": f["unit"], "rel rms": f["rel_rms"], "n": f["n"]}
+                                    for w, fits in cal["fits"].items() for k, f in fits.items()])))
+    page = render("picasso demo report", secs,
+                  subtitle="Plan, simulate and run hybrid-parallel training of a recommendation model; "
+                           "predicted against measured.",
+                  side_by_side=[timelines_idx, speed_idx, start + len(vsecs) - 1])
+    write_report(path, page)
+
+
+def _one_step(tl: Any) -> Any:
+    """The median timed step of a measured timeline (the Gantt of one iteration)."""
+    from simulator.timeline import Timeline
+
+    steps = sorted({int(e.args.get("step", 0)) for e in tl.events})
+    if not steps:
+        return tl
+    s = steps[len(steps) // 2]
+    return Timeline([e for e in tl.events if int(e.args.get("step", 0)) == s], dict(tl.meta))
+
+
+def _fmt(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def _fmt_x(v: Any) -> str:
+    return "n/a" if v is None else f"{v:.2f}x"

@@ -1,0 +1,125 @@
+import numpy as np
+import pytest
+
+from planner import op_names as on
+from planner.access import table_access
+from planner.errors import PlanError
+from planner.lowering import lower
+from planner.model_spec import ModelSpec, TableSpec
+from planner.plan import PackPlan, Plan
+from planner.presets import get_model
+from simulator.engine import simulate
+from simulator.hardware import load_hardware
+
+KNOWN = {"fwd": set(on.INPUT_FWD) | set(on.PACK_FWD) | set(on.DENSE_FWD),
+         "bwd": set(on.PACK_BWD) | set(on.DENSE_BWD), "opt": set(on.PACK_OPT) | set(on.DENSE_OPT)}
+
+
+def hw8():
+    return load_hardware("dgx-h100")
+
+
+def kaggle_plan(**kw) -> Plan:
+    m = get_model("dlrm-criteo-kaggle")
+    kw.setdefault("packs", [PackPlan("pack0", m.table_names)])
+    return Plan(model=m, world_size=8, batch_size_per_rank=kw.pop("batch", 2048), **kw)
+
+
+def test_op_names_follow_the_shared_vocabulary_and_micro_batch_suffix():
+    lo = lower(kaggle_plan(micro_batches=2, hot_rows={"C3": 100}, hot_ids_file="x"), hw8())
+    names = [o.name for o in lo.ops]
+    for n in names:
+        phase, scope, op, mb = on.split_name(n)
+        assert op in KNOWN[phase], n
+        if phase == "opt" or op in ("allreduce", "hot_allreduce"):
+            assert mb is None, n  # once per iteration
+    assert "fwd/pack0/a2a_ids@mb1" in names and "fwd/pack0/hot_gather@mb0" in names
+    assert "bwd/pack0/hot_allreduce" in names and "bwd/dense/allreduce" in names
+    lo1 = lower(kaggle_plan(), hw8())
+    assert "fwd/pack0/a2a_ids" in [o.name for o in lo1.ops]  # no suffix with one micro-batch
+
+
+def test_volumes_follow_the_access_statistics():
+    plan = kaggle_plan()
+    acc = table_access(plan.model)
+    lo = lower(plan, hw8(), access=acc)
+    pv = lo.packs[0]
+    expect = sum(acc[t].distinct(2048 * acc[t].pooling) for t in plan.model.table_names)
+    assert pv.cold_unique == pytest.approx(expect)
+    assert pv.a2a_emb_bytes.max() >= expect * 16 * 4 * 0.999
+    # requests arriving at owners add up to what all ranks send
+    assert pv.recv_ids.sum() == pytest.approx(8 * expect, rel=1e-6)
+    # a hot set removes its rows from the exchange and covers its share of lookups
+    hot = kaggle_plan(hot_rows={"C3": 1000}, hot_ids_file="x")
+    pv_hot = lower(hot, hw8(), access=acc).packs[0]
+    assert pv_hot.cold_unique < pv.cold_unique
+    assert pv_hot.hot_lookups == pytest.approx(2048 * acc["C3"].pooling * acc["C3"].coverage_at(1000))
+    assert pv_hot.bytes_saved_per_step(1) > 0
+
+
+def test_table_wise_owner_pays_for_every_rank():
+    m = get_model("dlrm-criteo-kaggle")
+    tw = Plan(model=m, world_size=8, batch_size_per_rank=2048,
+              packs=[PackPlan("p", m.table_names, "table_wise", [3])])
+    pv = lower(tw, hw8()).packs[0]
+    assert np.count_nonzero(pv.recv_ids) == 1 and pv.recv_ids[3] == pytest.approx(8 * pv.cold_unique)
+    cold = [o for o in lower(tw, hw8(), symmetric=False).ops if o.name == "fwd/p/cold_gather"][0]
+    assert list(cold.ranks) == [3]
+
+
+def test_symmetric_graph_keeps_one_rank_and_predicts_the_same():
+    plan = kaggle_plan(micro_batches=2, kernel_interleaving=True)
+    hw = hw8()
+    full = lower(plan, hw, symmetric=False)
+    sym = lower(plan, hw, symmetric=True)
+    assert full.graph.ranks() == list(range(8)) and sym.graph.ranks() == [0]
+    a = simulate(full.graph, hw).iteration_us
+    b = simulate(sym.graph, hw).iteration_us
+    assert b == pytest.approx(a, rel=0.05)
+
+
+def test_packing_and_interleaving_pay_off():
+    hw = hw8()
+    m = get_model("dlrm-criteo-kaggle")
+    per_table = Plan(model=m, world_size=8, batch_size_per_rank=2048,
+                     packs=[PackPlan(f"t{i}", [t]) for i, t in enumerate(m.table_names)])
+    packed = kaggle_plan()
+    t_tables = simulate(lower(per_table, hw, symmetric=True).graph, hw).iteration_us
+    t_packed = simulate(lower(packed, hw, symmetric=True).graph, hw).iteration_us
+    assert t_packed < t_tables
+    half = m.table_names[:13], m.table_names[13:]
+    two = [PackPlan("a", list(half[0])), PackPlan("b", list(half[1]))]
+    serial = Plan(model=m, world_size=8, batch_size_per_rank=2048, packs=two)
+    inter = Plan(model=m, world_size=8, batch_size_per_rank=2048, packs=[PackPlan("a", list(half[0])),
+                                                                         PackPlan("b", list(half[1]))],
+                 kernel_interleaving=True)
+    t_serial = simulate(lower(serial, hw, symmetric=True).graph, hw).iteration_us
+    t_inter = simulate(lower(inter, hw, symmetric=True).graph, hw).iteration_us
+    assert t_inter < t_serial
+
+
+def test_memory_infeasibility_names_rank_and_excess():
+    m = ModelSpec("big", "dlrm", 4, (TableSpec("huge", 2_000_000_000, 64), TableSpec("small", 10, 64)),
+                  bottom_mlp=(8, 64), top_mlp=(8, 1))
+    plan = Plan(model=m, world_size=8, batch_size_per_rank=64,
+                packs=[PackPlan("p0", ["huge"], "table_wise", [5]), PackPlan("p1", ["small"], "row_wise")])
+    with pytest.raises(PlanError, match=r"rank 5 needs .* GiB but has .* \(over by .* GiB\)"):
+        lower(plan, hw8())
+    lo = lower(plan, hw8(), check_memory=False)
+    assert not lo.memory.fits() and int(np.argmax(lo.memory.hbm_total)) == 5
+
+
+def test_world_size_mismatch_is_a_clear_error():
+    with pytest.raises(PlanError, match="plan is for 8 ranks but hardware"):
+        lower(kaggle_plan(), load_hardware("local-cpu"))
+
+
+def test_micro_batches_lower_activation_memory_and_host_placement_moves_tables():
+    m = get_model("dlrm-criteo-kaggle")
+    one = lower(kaggle_plan(batch=8192), hw8()).memory.hbm["activations"].max()
+    four = lower(kaggle_plan(batch=8192, micro_batches=4), hw8()).memory.hbm["activations"].max()
+    assert four < one
+    host = lower(kaggle_plan(packs=[PackPlan("pack0", m.table_names, placement="host")]), hw8())
+    assert host.memory.hbm["tables"].max() == 0 and host.memory.host["cold_tables"].max() > 0
+    gather = host.op("fwd/pack0/cold_gather")
+    assert np.max(gather.demand["pcie_bytes"]) > 0

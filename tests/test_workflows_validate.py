@@ -1,0 +1,169 @@
+"""Validation: the sweep's variety, the comparison arithmetic, and refitting on runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from picasso.workflows.sweep import build_sweep
+from picasso.workflows.validate import (
+    compare,
+    dominant_ops,
+    drop_warmup,
+    load_timeline,
+    mean_op_durations,
+    predict,
+    step_times_us,
+    summary,
+)
+from simulator.timeline import Timeline
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from planner.access import table_access
+    from planner.presets import get_model
+    from simulator.hardware import load_hardware
+
+    model = get_model("dlrm-criteo-kaggle").with_row_cap(2000)
+    hw = load_hardware("local-cpu")
+    return model, table_access(model), hw
+
+
+def hw_for(hw):
+    from simulator.hardware import apply_overrides
+
+    return lambda w: apply_overrides(hw, {"gpus_per_node": w})
+
+
+def test_sweep_varies_every_knob(setup):
+    model, access, hw = setup
+    cases = build_sweep(model, access, hw_for(hw), n_plans=24, include_planner=False, fit_every=4)
+    assert len(cases) == 24
+    assert len({c.name for c in cases}) == 24
+    plans = [c.plan for c in cases]
+    for p in plans:
+        p.validate()
+    assert {p.world_size for p in plans} == {1, 2, 4}
+    assert {p.micro_batches for p in plans} == {1, 2, 4}
+    assert {p.batch_size_per_rank for p in plans} == {256, 512, 1024}
+    assert {p.kernel_interleaving for p in plans} == {False, True}
+    shardings = {pk.sharding for p in plans for pk in p.packs}
+    assert shardings == {"row_wise", "table_wise", "column_wise", "replicated"}
+    packed = [len(p.packs) < len(model.tables) for p in plans]
+    assert any(packed) and not all(packed)  # packing on and off
+    hot = {sum(p.hot_rows.values()) > 0 for p in plans}
+    assert hot == {False, True}
+    recipes = {c.knobs["recipe"] for c in cases}
+    assert {"naive", "torchrec-like", "dp-hot-only"} <= recipes
+    # hot IDs are the hottest rows, as many as the plan says
+    for c in cases:
+        for t, n in c.plan.hot_rows.items():
+            assert len(c.hot_ids[t]) == n and len(np.unique(c.hot_ids[t])) == n
+    fit = [c for c in cases if c.role == "fit"]
+    assert len(fit) == 6 and all(c.role == "validate" for c in cases if c not in fit)
+
+
+def test_sweep_includes_the_planners_choice(setup):
+    model, access, hw = setup
+    cases = build_sweep(model, access, hw_for(hw), n_plans=2, worlds=(2,), batches=(256,))
+    assert cases[0].knobs["recipe"] == "planner"
+    assert cases[0].plan.notes.get("planner") == "picasso.search"
+
+
+def test_summary_mape_and_spearman():
+    recs = [{"measured_us": m, "predicted_us": p} for m, p in ((100, 110), (200, 190), (400, 400), (800, 720))]
+    s = summary(recs)
+    assert s["plans"] == 4
+    assert s["mape"] == pytest.approx((0.1 + 0.05 + 0.0 + 0.1) / 4)
+    assert s["spearman"] == pytest.approx(1.0)
+    assert s["within_10pct"] == 4
+    recs[0]["predicted_us"] = 1000  # now ranked last instead of first
+    assert summary(recs)["spearman"] < 0.5
+
+
+def _tl() -> Timeline:
+    tl = Timeline()
+    for step in range(4):
+        base = step * 1000.0
+        for rank in (0, 1):
+            tl.add(rank, "compute", "fwd/dense/top_mlp", base, 300 + 100 * rank, step=step)
+            tl.add(rank, "comm", "fwd/pack0/a2a_ids", base + 300, 100, step=step)
+            tl.add(rank, "compute", "fwd/pack0/pool", base + 400, 10, step=step)
+    return tl
+
+
+def test_timeline_statistics():
+    tl = drop_warmup(_tl(), 2)
+    assert {e.args["step"] for e in tl.events} == {2, 3}
+    ops = mean_op_durations(tl)
+    assert ops["fwd/dense/top_mlp"] == pytest.approx(350)
+    assert step_times_us(tl) == [pytest.approx(410), pytest.approx(410)]
+    assert dominant_ops(ops, share=0.7) == ["fwd/dense/top_mlp"]
+    assert dominant_ops(ops, share=0.99) == ["fwd/dense/top_mlp", "fwd/pack0/a2a_ids", "fwd/pack0/pool"]
+
+
+def test_chrome_trace_reads_back_as_a_timeline(tmp_path):
+    tl = _tl()
+    tl.save_chrome_trace(tmp_path / "t.json")
+    back = load_timeline(tmp_path / "t.json")
+    assert len(back.events) == len(tl.events)
+    assert mean_op_durations(back) == pytest.approx(mean_op_durations(tl))
+    tl.save(tmp_path / "u.json")
+    assert json.loads((tmp_path / "u.json").read_text())["events"]
+    assert len(load_timeline(tmp_path / "u.json").events) == len(tl.events)
+
+
+def test_compare_reports_dominant_op_errors(setup):
+    from picasso.workflows.sweep import Case
+    from picasso.workflows.validate import Measured, Predicted
+
+    model, access, hw = setup
+    case = build_sweep(model, access, hw_for(hw), n_plans=1, include_planner=False)[0]
+    m = Measured(1000.0, 5.0, {"a": 600.0, "b": 300.0, "c": 100.0}, Timeline())
+    p = Predicted(900.0, {"a": 660.0, "b": 300.0}, Timeline())
+    rec = compare(Case(case.name, case.plan, {}), m, p)
+    assert rec["error"] == pytest.approx(-0.1)
+    ops = {o["op"]: o for o in rec["dominant_ops"]}
+    assert ops["a"]["error"] == pytest.approx(0.1) and ops["b"]["error"] == 0.0
+    assert "c" not in ops  # a and b already make 90% of the measured op time
+
+
+def test_predict_every_sweep_plan(setup):
+    from simulator.hardware import apply_overrides
+
+    model, access, hw = setup
+    cases = build_sweep(model, access, hw_for(hw), n_plans=20, include_planner=False)
+    for c in cases:
+        p = predict(c.plan, apply_overrides(hw, {"gpus_per_node": c.plan.world_size}), access=access)
+        assert p.iteration_us > 0
+        assert any(k.startswith("fwd/dense/top_mlp") for k in p.op_us)
+
+
+def test_refine_recovers_known_factors(setup):
+    """Runs simulated on a 'true' machine are the measurements; refining the base spec on
+    half of them recovers the true coefficients and predicts the other half."""
+    from simulator.calibration import refine_on_runs, scale_spec, spec_for_world
+
+    model, access, hw = setup
+    truth = scale_spec(hw, {"launch_us": 3.0, "compute": 0.5, "all_to_all": 0.25})
+    cases = build_sweep(model, access, hw_for(hw), n_plans=12, include_planner=False, batches=(256, 1024))
+    runs = []
+    for c in cases:
+        w = c.plan.world_size
+        meas = predict(c.plan, spec_for_world(truth, w), access=access)
+        graph = predict(c.plan, spec_for_world(hw, w), access=access).graph
+        runs.append((graph, w, meas.iteration_us, meas.op_us))
+    fit, held = runs[::2], runs[1::2]
+    refined, report = refine_on_runs(hw, fit, keys=("launch_us", "compute", "all_to_all"))
+    assert report["fit_mape_before"] > 0.3
+    assert report["fit_mape_after"] < 0.02
+    assert report["factors"]["launch_us"] == pytest.approx(3.0, rel=0.05)
+    assert report["factors"]["compute"] == pytest.approx(0.5, rel=0.1)
+    from simulator.engine import simulate
+
+    for graph, w, meas_it, _ in held:
+        pred = simulate(graph, spec_for_world(refined, w)).iteration_us
+        assert pred == pytest.approx(meas_it, rel=0.03)
