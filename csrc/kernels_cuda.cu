@@ -162,19 +162,19 @@ void launch_bag_forward(const T* weight, int64_t num_rows, int64_t dim, const in
                         int64_t* error_flag, cudaStream_t s) {
   if (num_bags == 0 || dim == 0) return;
   const int mean = mode == Pool::Mean;
-  bool vec = false;
-  if constexpr (std::is_same<T, float>::value)
-    vec = dim % 4 == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  const int64_t slots = vec ? dim / 4 : dim;
-  const int l2 = lanes_log2_for(slots);
-  const unsigned grid = blocks_for(num_bags << l2);
-  if (vec) {
-    bag_forward_kernel<T, 4><<<grid, kThreads, 0, s>>>(weight, num_rows, dim, indices, offsets, num_bags, mean,
-                                                       psw, out, l2, error_flag);
-  } else {
-    bag_forward_kernel<T, 1><<<grid, kThreads, 0, s>>>(weight, num_rows, dim, indices, offsets, num_bags, mean,
-                                                       psw, out, l2, error_flag);
+  if constexpr (std::is_same<T, float>::value) {
+    // float4 loads when every row starts on a 16-byte boundary.
+    if (dim % 4 == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      const int l2 = lanes_log2_for(dim / 4);
+      bag_forward_kernel<T, 4><<<blocks_for(num_bags << l2), kThreads, 0, s>>>(
+          weight, num_rows, dim, indices, offsets, num_bags, mean, psw, out, l2, error_flag);
+      check(cudaGetLastError(), "bag_forward launch");
+      return;
+    }
   }
+  const int l2 = lanes_log2_for(dim);
+  bag_forward_kernel<T, 1><<<blocks_for(num_bags << l2), kThreads, 0, s>>>(weight, num_rows, dim, indices, offsets,
+                                                                           num_bags, mean, psw, out, l2, error_flag);
   check(cudaGetLastError(), "bag_forward launch");
 }
 

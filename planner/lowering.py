@@ -41,6 +41,7 @@ from planner.plan import Plan
 from planner.volumes import ID_BYTES, MemoryReport, PackVolumes, fuse_table_wise, memory_report, pack_volumes
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
+POOL_STAGE = 6
 LANES = ("copy", "compute", "comm")
 
 
@@ -190,7 +191,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
         ops.append(_collective(n("a2a_emb"), [last], "all_to_all", pv.a2a_emb_bytes, stage=5))
         last = n("a2a_emb")
     ops.append(_compute(n("pool"), [last], hbm=pv.lookups * pv.row_bytes + pv.samples * pv.pooled_width * 4,
-                        flops=pv.lookups * pv.dim, stage=6))
+                        flops=pv.lookups * pv.dim, stage=POOL_STAGE))
     return ops
 
 
@@ -261,8 +262,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         ops.append(Op(on.op_name("fwd", "input", "h2d", mb), "copy", "copy",
                       {"pcie_bytes": in_bytes, "hbm_bytes": in_bytes}, prev_h2d))
 
-    # forward of the packs, issued in the interleaving order
+    # forward of the packs up to the returned rows, issued in the interleaving order; as
+    # in the executor, pooling waits for the micro-batch's turn, just before its dense
+    # step, so one micro-batch's dense work overlaps the next one's exchange
     fwd: list[tuple[tuple, Op]] = []
+    pools: dict[int | None, list[Op]] = {mb: [] for mb in mbs}
     for mi, mb in enumerate(mbs):
         h2d = on.op_name("fwd", "input", "h2d", mb)
         prev_pool: str | None = None
@@ -274,7 +278,10 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                 first.deps.append(prev_pool)  # packs run one after another
             prev_pool = stages[-1].name
             for op in stages:
-                fwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
+                if op.args["stage"] == POOL_STAGE:
+                    pools[mb].append(op)  # issued with the micro-batch's dense step
+                else:
+                    fwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
     fwd.sort(key=lambda x: x[0])
     ops.extend(op for _, op in fwd)
     # as in the executor, a micro-batch's dense step starts once its embeddings are pooled
@@ -285,6 +292,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     dense_grads: list[str] = []
     for mi, mb in enumerate(mbs):
+        ops.extend(pools[mb])
         head = dense_ops[mb]
         ops.extend(head)
         bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name)
@@ -329,9 +337,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                    pv.allgather_bytes(k), fixed_us=apply_us))
         else:
             rows = pv.recv_ids * k
+            # host-resident rows are read and written back over PCIe
+            moved = rows * (pv.slice_bytes + pv.state_bytes) * 2 if pv.placement == "host" else 0.0
             ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
                                 hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES),
-                                flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
+                                host=moved, pcie=moved, flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.allreduce_bytes:
             rows = pv.hot_rows
             ops.append(_compute(on.op_name("opt", pv.name, "hot_update"),

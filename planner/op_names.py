@@ -3,6 +3,12 @@
 A name is `phase/scope/op`, e.g. `fwd/pack0/a2a_ids` or `bwd/dense/allreduce`; with
 several micro-batches the micro-batch index is appended as `@mb1`. A predicted op and
 its measured twin share the name, which is how validation pairs them.
+
+Conventions (lowering and executor): the `@mbK` suffix appears only when a plan has more
+than one micro-batch, and never on the once-per-iteration ops (`bwd/*/hot_allreduce`,
+`bwd/dense/allreduce`, every `opt/...` op). Ops a pack does not need are absent: no
+`hot_gather`/`hot_allreduce`/`hot_update` without hot rows, no `a2a_*` for replicated
+packs, whose sparse-gradient all-gather is part of `opt/<pack>/cold_update`.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from planner.volumes import ID_BYTES, STATE_BYTES
 MICRO_BATCHES = (1, 2, 4, 8)
 SPLITS = (1, 2, 4)
 HOT_SCALES = (0.0, 0.25, 0.5, 2.0, 4.0)
+REFINE_TOP = 3  # stage-1 structures whose hot-set size is refined
 HOT_MEMORY_SHARE = 0.5  # at most this share of the free device memory goes to hot caches
 
 
@@ -113,10 +114,14 @@ def byte_costs(hw: Any, world: int) -> tuple[float, float]:
 
 
 def hot_threshold_rows(t: TableSpec, acc: TableAccess, samples_per_mb: float, micro_batches: int,
-                       c_a2a: float, c_ar: float) -> int:
-    """Closed-form P2RES hot-set size of one table (rows worth replicating)."""
+                       c_a2a: float, c_ar: float, c_gather: float = 0.0) -> int:
+    """Closed-form P2RES hot-set size of one table (rows worth replicating).
+
+    c_gather: us per byte of the owner's read of a cold row (PCIe when cold rows live in
+    host memory), added to the exchange a hot row saves.
+    """
     rb = t.bytes_per_row
-    theta = rb * c_ar / (micro_batches * (ID_BYTES + 2 * rb) * c_a2a)
+    theta = rb * c_ar / (micro_batches * ((ID_BYTES + 2 * rb) * c_a2a + rb * c_gather))
     if theta >= 1.0:
         return 0
     lookups = max(samples_per_mb * acc.pooling, 1.0)
@@ -125,12 +130,14 @@ def hot_threshold_rows(t: TableSpec, acc: TableAccess, samples_per_mb: float, mi
 
 
 def hot_sizes(model: ModelSpec, tables: list[str], access: dict[str, TableAccess], batch: int, k: int,
-              c_a2a: float, c_ar: float, scale: float, budget_bytes: float) -> dict[str, int]:
+              c_a2a: float, c_ar: float, scale: float, budget_bytes: float,
+              c_gather: dict[str, float] | None = None) -> dict[str, int]:
     """Hot rows per table at `scale` times the closed-form size, within `budget_bytes`."""
     sizes = {}
+    c_gather = c_gather or {}
     for name in tables:
         t = model.table(name)
-        n = hot_threshold_rows(t, access[name], batch / k, k, c_a2a, c_ar)
+        n = hot_threshold_rows(t, access[name], batch / k, k, c_a2a, c_ar, c_gather.get(name, 0.0))
         n = min(int(round(n * scale)), t.num_rows)
         if n > 0:
             sizes[name] = n
@@ -230,21 +237,33 @@ def search(
     def make(packs: list[PackPlan], k: int, ki: bool, scale: float) -> Plan:
         plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
                     micro_batches=k, kernel_interleaving=ki, hardware=hw.name)
-        # memory left for hot caches once everything else is placed
+        # memory left for hot caches once everything else is placed; cold rows that do not
+        # fit in device memory go to host memory (reached over PCIe), largest packs first
         free = _free_hbm(plan, hw, access)
+        if free <= 0:
+            for p in sorted((p for p in plan.packs if p.sharding != "replicated"),
+                            key=lambda p: (-plan.pack_rows(p) * model.table(p.tables[0]).bytes_per_row, p.name)):
+                p.placement = "host"
+                free = _free_hbm(plan, hw, access)
+                if free > 0:
+                    break
         cold = [t for p in plan.packs if p.sharding != "replicated" for t in p.tables]
-        plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free)
+        c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == "hbm" else 1e6 / hw.pcie_bw)
+                    for p in plan.packs for t in p.tables}
+        plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free,
+                                  c_gather)
         return plan
 
     ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]
-    layouts = []
+    layouts = [((), "dp", [PackPlan(f"pack{i}", [t.name for t in g], "replicated")
+                           for i, g in enumerate(attribute_groups(model))])] if world > 1 else []
     for split in SPLITS:
         for rep in (True, False):
             packs = pack_layout(model, access, world, batch, split, rep, c_a2a, c_ar, hbm)
             sig = tuple((p.sharding, tuple(p.tables)) for p in packs)
             if sig not in [s for s, _, _ in layouts]:
                 layouts.append((sig, f"split{split}{'+rep' if rep else ''}", packs))
-    steps = len(layouts) * len(ks) * 2 + len(HOT_SCALES) + 8
+    steps = len(layouts) * len(ks) * 2 + REFINE_TOP * len(HOT_SCALES) + 8
     done = 0
     best: Evaluation | None = None
     # stage 1: packing layout x micro-batches x interleaving, closed-form hot sizes
@@ -260,19 +279,23 @@ def search(
                 if better(best, ev):
                     best = ev
     if best is None:
-        best = _fit_by_host_placement(log, score)
-    # stage 2: hot-set scale, refined by simulation
-    base_label = best.label.rsplit(" hot=", 1)[0]
-    for s in HOT_SCALES:
-        if over_budget():
-            break
-        plan = make(best.plan.packs, best.plan.micro_batches, best.plan.kernel_interleaving, s)
-        ev = score(f"{base_label} hot=x{s:g}", plan)
-        done += 1
-        if progress:
-            progress(done, steps)
-        if better(best, ev):
-            best = ev
+        raise PlanError(next((e.problem for e in log if e.problem and "host" in e.problem), None)
+                        or next((e.problem for e in reversed(log) if e.problem), "no plan fits in memory"))
+    # stage 2: hot-set scale, refined by simulation, for the best few structures of stage 1
+    # (the best hot size depends on the micro-batch count and the packing)
+    stage1 = sorted((e for e in log if e.iteration_us is not None), key=lambda e: (e.iteration_us, e.label))
+    for top in stage1[:REFINE_TOP]:
+        base_label = top.label.rsplit(" hot=", 1)[0]
+        for s in HOT_SCALES:
+            if over_budget():
+                break
+            plan = make(top.plan.packs, top.plan.micro_batches, top.plan.kernel_interleaving, s)
+            ev = score(f"{base_label} hot=x{s:g}", plan)
+            done += 1
+            if progress:
+                progress(done, steps)
+            if better(best, ev):
+                best = ev
     # stage 3: per-pack sharding alternatives
     for i in range(len(best.plan.packs)):
         for sharding in ("column_wise", "table_wise", "replicated", "row_wise"):
@@ -352,17 +375,3 @@ def _with_pack(plan: Plan, i: int, sharding: str, access: dict[str, TableAccess]
             hot.pop(t, None)  # a replicated pack is all hot already
     new = replace(plan, packs=packs, hot_rows=hot, notes={})
     return new
-
-
-def _fit_by_host_placement(log: list[Evaluation], score: Callable[[str, Plan], Evaluation]) -> Evaluation:
-    """No candidate fits in device memory: move cold rows to host memory, largest packs first."""
-    first = log[0]
-    plan = first.plan
-    packs = [replace(p) for p in plan.packs]
-    for p in sorted((p for p in packs if p.sharding != "replicated"),
-                    key=lambda p: -plan.pack_rows(p) * plan.model.table(p.tables[0]).bytes_per_row):
-        p.placement = "host"
-        ev = score(f"{first.label} host={p.name}", replace(plan, packs=[replace(q) for q in packs], notes={}))
-        if ev.iteration_us is not None:
-            return ev
-    raise PlanError(first.problem or "no plan fits in memory")

@@ -42,7 +42,7 @@ class PackVolumes:
     row_bytes: int  # dim * dtype size
     state_bytes: int  # optimizer state per row
     samples: float  # samples per rank per micro-batch
-    pooled_width: int  # floats per sample the pack outputs (sum of dims)
+    pooled_width: int  # floats per sample the pack outputs (sum of dims; sequences: dim * max_len)
     rows: int  # rows of the packed table
     lookups: float  # per rank
     hot_lookups: float
@@ -190,7 +190,8 @@ def pack_volumes(
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
         placement=pack.placement, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
-        samples=samples, pooled_width=sum(s.dim for s in specs), rows=rows, lookups=lookups,
+        samples=samples, pooled_width=sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs),
+        rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
     )

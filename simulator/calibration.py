@@ -432,27 +432,34 @@ def refine_on_runs(
 # ----------------------------------------------------------------------------- per-op-class fit
 
 OP_EFF_PREFIX = "op:"  # efficiency["op:<class>"]: rate factor of the ops of one class
-OP_FIXED_PREFIX = "opfixed:"  # efficiency["opfixed:<class>"]: their fixed cost in us (launch included)
-OP_GAP = "opgap"  # efficiency["opgap"]: host time between two ops (us) that no op's timing holds
+OP_FIXED_PREFIX = "opfixed:"  # efficiency["opfixed:<class>"]: their fixed cost, in units of launch_us
+OP_GAP = "opgap"  # efficiency["opgap"]: host time between two ops that no op's timing holds, in launch_us
+# Fixed costs are kept in units of the spec's launch_us so that they follow the contention
+# of each world size (the `w{n}.launch_us` microbenchmarks measure it), as rates do.
 
 
 def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
-    """Point every op whose class (`classify(op name)`) has fitted coefficients in `hw` at
-    them: `eff_key` "op:<class>" and `fixed_us` (the class's fixed cost less the spec's
-    launch, which the engines add anyway). In place; returns the graph."""
+    """A copy of `graph` whose ops point at their class's fitted coefficients in `hw`
+    (class = `classify(op name)`): `eff_key` "op:<class>", and instead of the launch cost
+    a fixed cost of (class factor + host gap) x launch_us. Ops of classes without
+    coefficients are left as they are."""
+    from simulator.opgraph import OpGraph
+
     eff = hw.efficiency
-    for _nid, a in graph.ops():
-        cls = classify(a["name"])
-        args = a.get("args") or {}
+    gap = float(eff.get(OP_GAP, 0.0))
+    d = graph.to_json()
+    for op in d["ops"]:
+        cls = classify(op["name"])
+        args = dict(op.get("args") or {})
         key = OP_EFF_PREFIX + cls
         if key in eff:
             args["eff_key"] = key
         fixed = eff.get(OP_FIXED_PREFIX + cls)
         if fixed is not None:
-            args["fixed_us"] = max(float(fixed) - hw.gpu.launch_us, 0.0) + float(eff.get(OP_GAP, 0.0))
-        a["args"] = args
-    graph._touch()  # the compiled structure caches eff keys and fixed costs
-    return graph
+            args["launch"] = False
+            args["fixed_us"] = (float(fixed) + gap) * hw.gpu.launch_us
+        op["args"] = args
+    return OpGraph.from_json(d, where="tagged graph")
 
 
 def fit_op_classes(
@@ -464,57 +471,55 @@ def fit_op_classes(
     """Fit each op class's fixed cost and rate factor to executed plans.
 
     `runs` = (OpGraph as lowered, world size, measured per-op us by op name). For every op
-    of a class, the model's alone-time under `hw` (fixed + flow, simulator.cost) is held
-    against its measured duration: measured = a + s * flow (a, s >= 0, relative
-    residuals). The class then costs `a` fixed and its flow runs 1/s as fast
-    (efficiency key "op:<class>" = old factor / s). Classes with fewer than `min_samples`
-    ops or no spread in flow get a pure scale. Returns (spec with the keys, report).
+    of a class, the model's flow time under `hw` (simulator.cost, the spec of its world
+    size) and that world's launch_us are held against the measured duration:
+    measured = f * launch_us + s * flow (f, s >= 0, relative residuals). The class then
+    costs f launches fixed and its flow runs 1/s as fast (efficiency "op:<class>" = old
+    factor / s, "opfixed:<class>" = f). Classes with fewer than `min_samples` ops or no
+    spread get a pure fixed cost (no flow) or a pure scale. Returns (spec, report).
     """
     from simulator.cost import op_busy
+    from simulator.hardware import HardwareSpec
 
-    samples: dict[str, list[tuple[float, float, float]]] = {}  # class -> (flow, fixed, measured)
+    samples: dict[str, list[tuple[float, float, float]]] = {}  # class -> (flow, launch, measured)
     old_k: dict[str, float] = {}
     for graph, world, meas in runs:
         spec = spec_for_world(hw, int(world))
-        per_name: dict[str, list[tuple[float, float]]] = {}
+        per_name: dict[str, list[float]] = {}
         for _nid, a in graph.ops():
-            fixed, flow, _ = op_busy(a, spec)
-            per_name.setdefault(a["name"], []).append((flow, fixed))
+            _fixed, flow, _ = op_busy(a, spec)
+            per_name.setdefault(a["name"], []).append(flow)
             old_k[classify(a["name"])] = spec.eff((a.get("args") or {}).get("eff_key"))
-        for name, vals in per_name.items():
+        for name, flows in per_name.items():
             m = meas.get(name)
             if m is None or m <= 0:
                 continue
-            flow = float(np.mean([v[0] for v in vals]))
-            fixed = float(np.mean([v[1] for v in vals]))
-            samples.setdefault(classify(name), []).append((flow, fixed, float(m)))
+            samples.setdefault(classify(name), []).append((float(np.mean(flows)), spec.gpu.launch_us, float(m)))
     if not samples:
         raise CalibrationError("fit_op_classes: no measured op matched a lowered op by name")
     eff = dict(hw.efficiency)
     report: dict[str, Any] = {}
     for cls, rows in sorted(samples.items()):
         flow = np.array([r[0] for r in rows])
+        launch = np.array([r[1] for r in rows])
         meas = np.array([r[2] for r in rows])
-        if len(rows) >= min_samples and np.ptp(flow) > 0.05 * max(flow.max(), 1e-9):
-            coef, res = fit_linear(cls, np.stack([np.ones_like(flow), flow], axis=1), meas)
-            a, s = float(coef[0]), float(coef[1])
+        spread = np.ptp(flow / launch) > 0.05 * max(float(np.max(flow / launch)), 1e-9)
+        if len(rows) >= min_samples and spread and np.any(flow > 0):
+            coef, res = fit_linear(cls, np.stack([launch, flow], axis=1), meas)
+            f, s = float(coef[0]), float(coef[1])
+        elif np.any(flow > 0) and np.all(flow > 0):
+            f, s = 0.0, float(np.median(meas / flow))  # one size seen: all of it scales
+            res = (s * flow - meas) / meas
         else:
-            a = float(np.median([r[1] for r in rows]))
-            s = float(np.median((meas - a) / np.maximum(flow, 1e-9))) if np.any(flow > 0) else 0.0
-            s = max(s, 0.0)
-            res = (a + s * flow - meas) / meas
-            if not np.any(flow > 0):
-                a = float(np.median(meas))
-                res = (a - meas) / meas
-        eff[OP_FIXED_PREFIX + cls] = max(a, 1e-3)
+            f, s = float(np.median(meas / launch)), 0.0
+            res = (f * launch - meas) / meas
+        eff[OP_FIXED_PREFIX + cls] = max(f, 1e-3)
         if s > 0:
             eff[OP_EFF_PREFIX + cls] = float(np.clip(old_k.get(cls, 1.0) / s, 1e-5, 1e5))
-        report[cls] = {"n": len(rows), "fixed_us": round(a, 2), "flow_scale": round(s, 4),
+        report[cls] = {"n": len(rows), "fixed_launches": round(f, 3), "flow_scale": round(s, 4),
                        "rel_rms": round(float(np.sqrt(np.mean(res**2))), 4)}
     d = hw.to_dict()
     d["efficiency"] = eff
-    from simulator.hardware import HardwareSpec
-
     return HardwareSpec.from_dict(d, where=f"hardware {hw.name}"), report
 
 
@@ -524,7 +529,7 @@ def refine_gap(
     classify: Callable[[str], str],
     engine: str = "fast",
 ) -> tuple[Any, dict[str, Any]]:
-    """Fit the per-op host gap (OP_GAP) to measured iteration times of executed plans:
+    """Fit the per-op host gap (OP_GAP, in launches) to measured iteration times of executed plans:
     `runs` = (OpGraph as lowered, world size, measured iteration us). The graphs are
     re-tagged (tag_op_classes) for every trial gap. Returns (spec, report)."""
     from simulator.engine import simulate
@@ -543,14 +548,14 @@ def refine_gap(
         out = []
         for graph, w, meas in runs:
             sw = spec_for_world(spec, int(w))
-            tag_op_classes(graph, sw, classify)
-            out.append((simulate(graph, sw, engine=engine).iteration_us - meas) / meas)
+            tagged = tag_op_classes(graph, sw, classify)
+            out.append((simulate(tagged, sw, engine=engine).iteration_us - meas) / meas)
         return np.asarray(out)
 
     r0 = residuals(np.array([0.0]))
-    sol = least_squares(residuals, np.array([1.0]), bounds=([0.0], [1e5]), loss="soft_l1", f_scale=0.1,
-                        diff_step=0.5)
+    sol = least_squares(residuals, np.array([0.5]), bounds=([0.0], [1e3]), loss="soft_l1", f_scale=0.1,
+                        diff_step=0.2)
     gap = float(sol.x[0])
     r1 = residuals(sol.x)
-    return spec_with(gap), {"gap_us": gap, "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()),
+    return spec_with(gap), {"gap_launches": gap, "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()),
                             "fit_mape_after": float(np.abs(r1).mean())}

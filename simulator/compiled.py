@@ -8,7 +8,7 @@ fixed and flow time per unit and the resource busy times of each unit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ class Structure:
     eff_code: np.ndarray
     launch: np.ndarray  # 1.0 where the op pays launch overhead
     fixed_extra: np.ndarray
+    memo: dict[str, Any] = field(default_factory=dict)  # engine-specific views of the structure
 
 
 def structure(graph: OpGraph) -> Structure:
@@ -59,11 +60,17 @@ def structure(graph: OpGraph) -> Structure:
     return st
 
 
+def _col(cols: dict[str, Any], key: str, dtype: Any) -> np.ndarray:
+    """A column as a numpy array (a copy: the graph may still grow)."""
+    a = cols[key]
+    return np.frombuffer(a, dtype).copy() if len(a) else np.zeros(0, dtype)
+
+
 def _build_structure(graph: OpGraph) -> Structure:
     cols, codes = graph._cols, graph._codes
     ids = list(graph._ids)
     n = len(ids)
-    rank = np.array(cols["rank"], np.int64)
+    rank = _col(cols, "rank", np.int64)
     held = graph.ranks()
     slot_of = np.full(graph.world_size, -1, np.int64)
     slot_of[held] = np.arange(len(held))
@@ -74,7 +81,7 @@ def _build_structure(graph: OpGraph) -> Structure:
 
     # lanes: (rank, lane name) -> id; previous op on the lane from a stable sort by lane
     n_names = max(len(codes["lane"]), 1)
-    lane_key = rank * n_names + np.array(cols["lane"], np.int64)
+    lane_key = rank * n_names + _col(cols, "lane", np.int64)
     lk_unique, lane = np.unique(lane_key, return_inverse=True)
     lane = lane.reshape(-1)
     names = list(codes["lane"])
@@ -86,7 +93,7 @@ def _build_structure(graph: OpGraph) -> Structure:
         lane_prev[order[1:][same]] = order[:-1][same]
 
     # units: collectives 0..C-1 by (name, group); then one unit per ordinary op
-    coll = np.array(cols["coll"], np.int64)
+    coll = _col(cols, "coll", np.int64)
     C = len(codes["coll"])
     ordinary = coll < 0
     unit = coll.copy()
@@ -111,8 +118,8 @@ def _build_structure(graph: OpGraph) -> Structure:
         unit_coll.append((a["collective"], a["args"].get("eff_key")))
 
     # explicit dependencies, op level (CSR by destination)
-    src = np.array(graph._esrc, np.int64)
-    dst = np.array(graph._edst, np.int64)
+    src = np.frombuffer(graph._esrc, np.int64).copy() if len(graph._esrc) else np.zeros(0, np.int64)
+    dst = np.frombuffer(graph._edst, np.int64).copy() if len(graph._edst) else np.zeros(0, np.int64)
     order = np.argsort(dst, kind="stable")
     dep_src = src[order]
     dep_ptr = np.zeros(n + 1, np.int64)
@@ -128,30 +135,29 @@ def _build_structure(graph: OpGraph) -> Structure:
         bad = int(np.nonzero(unit == e_src[k])[0][0])
         raise OpGraphError(f"collective {ids[bad].partition(':')[2]!r}: one of its ops waits for another op "
                            "of the same collective (dependency or same lane)")
-    # duplicate edges (a dependency that is also the lane order) are kept: in-degrees count them too
-    order = np.argsort(e_src, kind="stable")
-    e_src, e_dst = e_src[order], e_dst[order]
+    # sort by source and drop duplicates (a dependency that is also the lane order)
+    key = np.sort(e_src * n_units + e_dst)
+    if key.size:
+        key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+    e_src, e_dst = key // max(n_units, 1), key % max(n_units, 1)
     usucc_ptr = np.zeros(n_units + 1, np.int64)
     np.cumsum(np.bincount(e_src, minlength=n_units), out=usucc_ptr[1:])
     uindeg = np.bincount(e_dst, minlength=n_units)
 
     members_ptr = np.zeros(n_units + 1, np.int64)
     np.cumsum(counts, out=members_ptr[1:])
-    demand = np.empty((n, 5))
-    for j, k in enumerate(("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes")):
-        demand[:, j] = np.fromiter(cols[k], np.float64, n)
-    mem = np.empty((n, 2))
-    mem[:, 0] = np.fromiter(cols["mem_alloc"], np.float64, n)
-    mem[:, 1] = np.fromiter(cols["mem_free"], np.float64, n)
+    demand = np.stack([_col(cols, k, np.float64) for k in ("flops", "hbm_bytes", "host_bytes", "pcie_bytes",
+                                                         "nic_bytes")], axis=1)
+    mem = np.stack([_col(cols, "mem_alloc", np.float64), _col(cols, "mem_free", np.float64)], axis=1)
     return Structure(
         ids=ids, graph=graph, rank=rank, slot=slot_of[rank], held=held, weights=weights, lane=lane,
         lane_keys=lane_keys, lane_prev=lane_prev, unit=unit, n_units=n_units,
         unit_coll=unit_coll, coll_units=np.arange(C, dtype=np.int64),
         members_ptr=members_ptr, members=np.argsort(unit, kind="stable"), dep_ptr=dep_ptr, dep_src=dep_src,
         usucc_ptr=usucc_ptr, usucc=e_dst, uindeg=uindeg, demand=demand, mem=mem,
-        dtypes=list(codes["dtype"]), dtype_code=np.array(cols["dtype"], np.int64),
-        eff_keys=list(codes["eff_key"]), eff_code=np.array(cols["eff_key"], np.int64),
-        launch=np.array(cols["launch"], np.float64), fixed_extra=np.array(cols["fixed_us"], np.float64),
+        dtypes=list(codes["dtype"]), dtype_code=_col(cols, "dtype", np.int64),
+        eff_keys=list(codes["eff_key"]), eff_code=_col(cols, "eff_key", np.int64),
+        launch=_col(cols, "launch", np.float64), fixed_extra=_col(cols, "fixed_us", np.float64),
     )
 
 
@@ -183,17 +189,22 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
         busy[:, 2:4] = 0.0
     fixed = st.launch * hw.gpu.launch_us + st.fixed_extra
     flow = busy.max(axis=1)
-    if len(st.coll_units):
+    C = len(st.coll_units)
+    if C:  # collectives are units 0..C-1, so their members lead st.members
         memo: dict[tuple[Any, Any], tuple[float, float, list[float]]] = {}  # layers repeat one collective
-        for u, (c, key) in zip(st.coll_units.tolist(), st.unit_coll):
-            hit = memo.get((c, key))
+        lat = np.empty(C)
+        bw = np.empty(C)
+        cb = np.empty((C, N_RES))
+        for u, key in enumerate(st.unit_coll):
+            hit = memo.get(key)
             if hit is None:
-                hit = memo[(c, key)] = collective_cost(c, hw, key)
-            lat, bw, b = hit
-            ms = st.members[st.members_ptr[u]:st.members_ptr[u + 1]]
-            busy[ms] = b
-            fixed[ms] += lat
-            flow[ms] = bw
+                hit = memo[key] = collective_cost(key[0], hw, key[1])
+            lat[u], bw[u], cb[u] = hit
+        ms = st.members[:st.members_ptr[C]]
+        mu = st.unit[ms]
+        busy[ms] = cb[mu]
+        fixed[ms] += lat[mu]
+        flow[ms] = bw[mu]
     # per unit: fixed/flow of its first member (members agree)
     first = st.members[st.members_ptr[:-1]]
     ufixed = fixed[first]

@@ -25,10 +25,13 @@ from simulator.opgraph import OpGraphError
 def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
     """Per op (start_us, end_us)."""
     U = st.n_units
-    indeg = st.uindeg.tolist()
-    sp = st.usucc_ptr.tolist()
-    succ_flat = st.usucc.tolist()
-    succ = [succ_flat[a:b] for a, b in zip(sp, sp[1:])]
+    lists = st.memo.get("fast")
+    if lists is None:  # hardware-independent: kept for the next hardware (sweeps)
+        sp = st.usucc_ptr.tolist()
+        succ_flat = st.usucc.tolist()
+        lists = st.memo["fast"] = ([succ_flat[a:b] for a, b in zip(sp, sp[1:])], st.uindeg.tolist())
+    succ = lists[0]
+    indeg = list(lists[1])
     rp = c.ures_ptr.tolist()
     pairs = list(zip(c.ures.tolist(), c.ubusy.tolist()))
     res_of = [pairs[a:b] for a, b in zip(rp, rp[1:])]
@@ -43,13 +46,11 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
     heap = [(0.0, u) for u in range(U) if indeg[u] == 0]
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
-    done = 0
     while heap:
         s, u = pop(heap)
         if ready[u] > s:  # a predecessor was slowed down after u became ready
             push(heap, (ready[u], u))
             continue
-        done += 1
         fs = s + ufixed[u]
         fin = fs + uflow[u]
         for r, b in res_of[u]:
@@ -83,9 +84,9 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
             indeg[v] = d
             if d == 0:
                 push(heap, (ready[v], v))
-    if done < U:
-        raise _deadlock(st, np.asarray(uend))
     us, ue = np.asarray(ustart), np.asarray(uend)
+    if U and ue.min() < 0:  # units never ready: a cycle through lanes or collectives
+        raise _deadlock(st, ue)
     return us[st.unit], ue[st.unit]
 
 

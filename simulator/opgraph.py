@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ ALGORITHMS = (None, "ring", "tree", "hierarchical", "direct")
 DEMANDS = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes")
 FORMAT_VERSION = 1
 _DEMAND_NAMES = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
+_INT_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll")
 _COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "launch", "fixed_us", "flops", "hbm_bytes", "host_bytes",
             "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
 
@@ -88,10 +90,11 @@ class OpGraph:
         # Ops and edges must therefore be added through add_op/add_dep only.
         self._ids: list[str] = []
         self._idx: dict[str, int] = {}
-        self._cols: dict[str, list[Any]] = {k: [] for k in _COLUMNS}
+        # typed arrays: numpy reads them without conversion (np.frombuffer)
+        self._cols: dict[str, array] = {k: array("q" if k in _INT_COLUMNS else "d") for k in _COLUMNS}
         self._codes: dict[str, dict[Any, int]] = {"lane": {}, "dtype": {}, "eff_key": {}, "coll": {}}
-        self._esrc: list[int] = []
-        self._edst: list[int] = []
+        self._esrc = array("q")
+        self._edst = array("q")
         self._version = 0  # bumped on every change; engines cache compiled structure per version
         self._cache: dict[str, Any] = {}
 
@@ -130,34 +133,12 @@ class OpGraph:
         self.g.add_node(nid, name=name, rank=rank, lane=lane, kind=kind, dtype=dtype, collective=collective,
                         args=args, flops=flops, hbm_bytes=hbm_bytes, host_bytes=host_bytes, pcie_bytes=pcie_bytes,
                         nic_bytes=nic_bytes, mem_alloc=mem_alloc, mem_free=mem_free)
-        codes, cols = self._codes, self._cols
         self._idx[nid] = len(self._ids)
         self._ids.append(nid)
-        cols["rank"].append(rank)
-        lc = codes["lane"]
-        cols["lane"].append(lc.setdefault(lane, len(lc)))
-        dc = codes["dtype"]
-        cols["dtype"].append(dc.setdefault(dtype, len(dc)))
-        if args:
-            ec = codes["eff_key"]
-            cols["eff_key"].append(ec.setdefault(args.get("eff_key"), len(ec)))
-            cols["launch"].append(0.0 if args.get("launch", True) is False else 1.0)
-            cols["fixed_us"].append(float(args.get("fixed_us", 0.0)))
-        else:
-            ec = codes["eff_key"]
-            cols["eff_key"].append(ec.setdefault(None, len(ec)))
-            cols["launch"].append(1.0)
-            cols["fixed_us"].append(0.0)
-        if collective is None:
-            cols["coll"].append(-1)
-        else:
-            cc = codes["coll"]
-            cols["coll"].append(cc.setdefault((name, collective.group), len(cc)))
-        for k, v in zip(_DEMAND_NAMES, vals):
-            cols[k].append(v)
+        self._append_columns(self.g.nodes[nid])
         for d in deps:
             self.add_dep(d, nid)
-        self._touch()
+        self._changed()
         return nid
 
     def add_dep(self, before: str, after: str) -> None:
@@ -171,12 +152,45 @@ class OpGraph:
             self.g.add_edge(before, after)
             self._esrc.append(self._idx[before])
             self._edst.append(self._idx[after])
-        self._touch()
+        self._changed()
 
-    def _touch(self) -> None:
+    def _append_columns(self, a: dict[str, Any]) -> None:
+        codes, cols = self._codes, self._cols
+        cols["rank"].append(a["rank"])
+        lc = codes["lane"]
+        cols["lane"].append(lc.setdefault(a["lane"], len(lc)))
+        dc = codes["dtype"]
+        cols["dtype"].append(dc.setdefault(a["dtype"], len(dc)))
+        args = a["args"] or {}
+        ec = codes["eff_key"]
+        cols["eff_key"].append(ec.setdefault(args.get("eff_key"), len(ec)))
+        cols["launch"].append(0.0 if args.get("launch", True) is False else 1.0)
+        cols["fixed_us"].append(float(args.get("fixed_us", 0.0)) if args else 0.0)
+        c = a["collective"]
+        if c is None:
+            cols["coll"].append(-1)
+        else:
+            cc = codes["coll"]
+            cols["coll"].append(cc.setdefault((a["name"], c.group), len(cc)))
+        for k in _DEMAND_NAMES:
+            cols[k].append(a[k])
+
+    def _changed(self) -> None:
         self._version += 1
         if self._cache:
             self._cache.clear()
+
+    def _touch(self) -> None:
+        """Call after editing op attributes in place (e.g. `args["eff_key"]`): the engines'
+        columns are read again from the node attributes."""
+        self._cols = {k: array("q" if k in _INT_COLUMNS else "d") for k in _COLUMNS}
+        self._codes = {"lane": {}, "dtype": {}, "eff_key": {}, "coll": {}}
+        nodes = self.g.nodes
+        for nid in self._ids:
+            self._append_columns(nodes[nid])
+        self._changed()
+
+    refresh = _touch
 
     # ------------------------------------------------------------------ reading
     def ops(self) -> Iterator[tuple[str, dict[str, Any]]]:

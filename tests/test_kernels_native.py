@@ -226,3 +226,39 @@ def test_bad_input_raises_one_clear_error(native):
         native.sparse_update(weight, None, torch.tensor([0]), torch.ones(1, 4), "adam", 0.1, 1e-8)
     with pytest.raises(ValueError, match="needs a state"):
         native.sparse_update(weight, None, torch.tensor([0]), torch.ones(1, 4), "rowwise_adagrad", 0.1, 1e-8)
+
+
+def test_sorted_inputs_take_the_presorted_path(native):
+    """Non-decreasing keys (as bag_backward hands rows to sparse_update) skip the sort."""
+    ids = torch.tensor([2, 2, 3, 7, 7, 7, 40, 41], dtype=torch.int64)
+    for got, want in zip(native.unique(ids), K.unique_ref(ids)):
+        assert torch.equal(got, want)
+    weight = torch.randn(50, 5)
+    state = torch.rand(50)
+    grads = torch.randn(len(ids), 5)
+    w_ref, s_ref = weight.clone(), state.clone()
+    K.sparse_update_ref(w_ref, s_ref, ids, grads, "rowwise_adagrad", 0.3)
+    native.sparse_update(weight, state, ids, grads, "rowwise_adagrad", 0.3, 1e-8)
+    torch.testing.assert_close(weight, w_ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(state, s_ref, rtol=1e-6, atol=1e-6)
+    offsets = torch.tensor([0, 3, 3, 8])
+    grad = torch.randn(3, 5)
+    rows, g = native.bag_backward(grad, ids, offsets, "mean", None)
+    want_rows, want_g = K.bag_backward_ref(grad, ids, offsets, "mean")
+    assert torch.equal(rows, want_rows)
+    torch.testing.assert_close(g, want_g, rtol=1e-6, atol=1e-6)
+
+
+def test_offsets_may_start_past_zero(native):
+    """CSR offsets that skip a prefix of indices (a slice of a larger batch)."""
+    weight = torch.randn(20, 3, dtype=torch.float64)
+    indices = torch.tensor([5, 1, 2, 2, 9, 4])
+    offsets = torch.tensor([2, 4, 6])
+    grad = torch.randn(2, 3, dtype=torch.float64)
+    psw = torch.rand(6, dtype=torch.float64)
+    rows, g = native.bag_backward(grad, indices, offsets, "sum", psw)
+    want_rows, want_g = K.bag_backward_ref(grad, indices[2:], offsets - 2, "sum", psw[2:])
+    assert torch.equal(rows, want_rows)
+    torch.testing.assert_close(g, want_g)
+    out = native.bag_forward(weight, indices, offsets, "sum", psw)
+    torch.testing.assert_close(out, K.bag_forward_ref(weight, indices[2:], offsets - 2, "sum", psw[2:]))

@@ -123,3 +123,28 @@ def test_micro_batches_lower_activation_memory_and_host_placement_moves_tables()
     assert host.memory.hbm["tables"].max() == 0 and host.memory.host["cold_tables"].max() > 0
     gather = host.op("fwd/pack0/cold_gather")
     assert np.max(gather.demand["pcie_bytes"]) > 0
+
+
+def test_dense_costs_follow_the_architecture():
+    from planner.dense import dense_cost
+
+    m = get_model("dlrm-criteo-kaggle")
+    d = dense_cost(m)
+    bottom = 2 * (13 * 512 + 512 * 256 + 256 * 16)
+    assert d.ops["bottom_mlp"].flops == bottom
+    f = 27  # 26 tables + the bottom MLP output
+    assert d.ops["interaction"].flops == 2 * f * f * 16
+    top_in = f * (f - 1) // 2 + 16
+    assert d.ops["top_mlp"].flops == 2 * (top_in * 512 + 512 * 256 + 256 * 1)
+    dcn = dense_cost(get_model("dcn-v2"))
+    assert dcn.ops["interaction"].params == 3 * ((26 * 16 + 13) ** 2 + 26 * 16 + 13)
+    din = dense_cost(get_model("din"))
+    assert din.ops["interaction"].flops > 100 * din.ops["top_mlp"].flops / 10  # attention over ~150 items
+
+
+def test_sequence_features_widen_the_pooled_output():
+    din = get_model("din")
+    plan = Plan(model=din, world_size=8, batch_size_per_rank=256, packs=[PackPlan("p", din.table_names[:4]),
+                                                                          PackPlan("s", din.table_names[4:])])
+    lo = lower(plan, hw8())
+    assert lo.packs[1].pooled_width == 2 * 32 * 200 and lo.packs[0].pooled_width == 4 * 32

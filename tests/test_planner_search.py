@@ -100,3 +100,32 @@ def test_cpu_plan_with_row_cap_is_executable_shape(tmp_path):
     d = json.loads((tmp_path / "p.json").read_text())
     assert d["world_size"] == 2 and d["batch_size_per_rank"] % d["micro_batches"] == 0
     assert all(t["num_rows"] <= 500 for t in d["model"]["tables"])
+
+
+def test_torchrec_like_is_scored_with_a_fused_exchange():
+    m = get_model("dlrm-criteo-kaggle")
+    hw = load_hardware("p2res-v100")
+    acc = table_access(m)
+    plan = baseline_plan("torchrec-like", m, hw.world_size, 4096, hw, acc)
+    assert plan.notes["fused_exchange"]
+    fused = evaluate(plan, hw, acc, "fast", fuse_table_wise=True)
+    apart = evaluate(plan, hw, acc, "fast")
+    tw = [p for p in plan.packs if p.sharding == "table_wise"]
+    assert len(tw) > 1
+    assert len(fused.lowered.packs) == len(plan.packs) - len(tw) + 1
+    assert fused.iteration_us < apart.iteration_us
+    # the fused exchange still carries every table's traffic
+    assert sum(pv.cold_unique for pv in fused.lowered.packs) == pytest.approx(
+        sum(pv.cold_unique for pv in apart.lowered.packs))
+
+
+def test_cold_rows_move_to_host_memory_when_device_memory_is_short():
+    m = get_model("dlrm-mlperf")  # ~90 GB of tables
+    hw = load_hardware("dgx-h100", ["gpu.hbm_bytes=8GB"])
+    res = search(m, hw, batch_size_per_rank=1024, micro_batch_options=(1, 2), time_budget_s=10)
+    assert any(p.placement == "host" for p in res.plan.packs)
+    mem = res.best.lowered.memory
+    assert mem.fits() and mem.host_total.max() > 0
+    tiny = load_hardware("dgx-h100", ["gpu.hbm_bytes=8GB", "host.dram_bytes=16GB"])
+    with pytest.raises(PlanError, match="does not fit"):
+        search(m, tiny, batch_size_per_rank=1024, micro_batch_options=(1,), time_budget_s=10)

@@ -72,9 +72,9 @@ def test_coverage_presence_and_expected_distinct(tmp_path):
             assert f.coverage_at(n) == pytest.approx(counts[:n].sum() / total)
         assert f.coverage(0.1) == pytest.approx(f.coverage_at(0.1 * len(counts)))
         assert f.hot_ids(3).tolist() == f.ids[:3].tolist() and cnt[int(f.ids[0])] == counts[0]
-        # Batch presence over the sampled batches (each chunk starts a batch; chunks > 30 batches here).
-        assert f.presence_batches == 30
-        assert f.presence_hist.sum() >= len(f.ids[:10]) and len(f.presence_hist) == 31
+        # Batch presence: at most 30 batches, spread over the file (every 2nd of ~40 here).
+        assert 10 <= f.presence_batches <= 30
+        assert len(f.presence_hist) == f.presence_batches + 1 and f.presence_hist[-1] >= 1
         # Expected distinct per batch: the formula against a direct evaluation and the measurement.
         p = counts / total
         L = 500 * f.pooling

@@ -131,3 +131,33 @@ def test_microbenchmarks_run_in_two_gloo_ranks():
     fits = fit_samples(samples)
     # A loopback all-to-all moves at least 10 MB/s and a gather at least 100 MB/s on any machine.
     assert fits["all_to_all"].rate > 1e7 and fits["gather"].rate > 1e8
+
+
+@pytest.mark.dist
+def test_calibrate_command_writes_a_loadable_spec(tmp_path, capsys):
+    from picasso.cli import main
+
+    out = tmp_path / "hw.json"
+    assert main(["calibrate", "--nproc", "2", "--quick", "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    hw = load_hardware(out)
+    assert hw.gpus_per_node == 2 and calibrated_worlds(hw) == [1, 2]
+    for key in ("compute", "hbm", "all_to_all", "all_reduce"):
+        assert hw.efficiency[key] > 0
+    assert any(k.startswith("fit.w2.") for k in hw.source)  # residuals travel with the spec
+    fit = json.loads((tmp_path / "hw.fit.json").read_text())
+    assert fit["fits"]["2"]["all_to_all"]["n"] >= 3
+    assert report["residuals"]["2"]["samples"] > 20
+
+
+def test_cli_bad_input_is_one_line(tmp_path, capsys):
+    from picasso.cli import main
+
+    assert main(["calibrate", "--nproc", "0", "-o", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--nproc" in err[0]
+    assert main(["validate", "--data", str(tmp_path / "missing.tsv"), "-o", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing.tsv" in err[0]
+    assert main(["validate", "--data", "x", "--plans", "5", "--fit-plans", "5"]) == 2
+    assert "fit-plans" in capsys.readouterr().err

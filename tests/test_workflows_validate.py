@@ -40,7 +40,7 @@ def hw_for(hw):
 
 def test_sweep_varies_every_knob(setup):
     model, access, hw = setup
-    cases = build_sweep(model, access, hw_for(hw), n_plans=24, include_planner=False, fit_every=4)
+    cases = build_sweep(model, access, hw_for(hw), n_plans=24, include_planner=False, fit_count=6)
     assert len(cases) == 24
     assert len({c.name for c in cases}) == 24
     plans = [c.plan for c in cases]
@@ -167,3 +167,38 @@ def test_refine_recovers_known_factors(setup):
     for graph, w, meas_it, _ in held:
         pred = simulate(graph, spec_for_world(refined, w)).iteration_us
         assert pred == pytest.approx(meas_it, rel=0.03)
+
+
+def test_op_class_fit_recovers_known_coefficients(setup):
+    """Per-op-class fixed costs and rate factors set on a 'true' machine are recovered
+    from op timings of simulated runs, and predict held-out plans' iterations."""
+    from picasso.workflows.validate import op_class
+    from simulator.calibration import fit_op_classes, refine_gap, spec_for_world, tag_op_classes
+    from simulator.engine import simulate
+    from simulator.hardware import HardwareSpec
+
+    model, access, hw = setup
+    d = hw.to_dict()
+    d["efficiency"] = {"op:fwd/dense/top_mlp": 0.25, "opfixed:fwd/dense/top_mlp": 4.0,
+                       "op:bwd/dense/interaction": 0.1, "opfixed:bwd/dense/interaction": 20.0,
+                       "opfixed:fwd/pack/route": 3.0, "opgap": 0.5}
+    truth = HardwareSpec.from_dict(d)
+    cases = build_sweep(model, access, hw_for(hw), n_plans=12, include_planner=False, batches=(256, 1024))
+    runs = []
+    for c in cases:
+        w = c.plan.world_size
+        base_graph = predict(c.plan, spec_for_world(hw, w), access=access).graph
+        res = simulate(tag_op_classes(base_graph, spec_for_world(truth, w), op_class), spec_for_world(truth, w))
+        meas_ops = mean_op_durations(res.timeline)
+        runs.append((base_graph, w, res.iteration_us, meas_ops))
+    fit, held = runs[::2], runs[1::2]
+    spec1, report = fit_op_classes(hw, [(g, w, ops) for g, w, _, ops in fit], op_class)
+    assert report["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
+    assert report["fwd/dense/top_mlp"]["fixed_launches"] == pytest.approx(4.5, rel=0.1)  # fixed + gap
+    assert report["bwd/dense/interaction"]["flow_scale"] == pytest.approx(10.0, rel=0.05)
+    spec2, gap = refine_gap(spec1, [(g, w, it) for g, w, it, _ in fit], op_class)
+    assert gap["fit_mape_after"] < 0.05
+    for graph, w, meas_it, _ in held:
+        sw = spec_for_world(spec2, w)
+        pred = simulate(tag_op_classes(graph, sw, op_class), sw).iteration_us
+        assert pred == pytest.approx(meas_it, rel=0.05)

@@ -206,3 +206,41 @@ def scale_feature(fp: FeatureProfile, rows: int) -> FeatureProfile:
         exact=False, extrapolated_to=rows, group_values=gv, group_sizes=gs,
         batch_size=fp.batch_size, model=model,
     )  # fmt: skip
+
+
+def write_row_sample(src, dst, fraction: float, seed: int = 0) -> int:
+    """Copy a random `fraction` of the lines of text file `src` to `dst`; returns lines kept."""
+    rng = np.random.default_rng(seed)
+    kept = 0
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while True:
+            lines = fin.readlines(1 << 24)
+            if not lines:
+                break
+            keep = np.flatnonzero(rng.random(len(lines)) < fraction)
+            fout.writelines(lines[i] for i in keep)
+            kept += len(keep)
+    return kept
+
+
+def validation_errors(full, sample, fractions=(0.01, 0.1)) -> list[dict]:
+    """Per feature: predicted (from `sample` scaled to full.rows) vs actual distinct and coverage."""
+    pred = sample.scale_to(full.rows)
+    out = []
+    for name, f in full.features.items():
+        g = pred.features[name]
+        rec = {
+            "name": name,
+            "sample_distinct": sample.features[name].distinct,
+            "true_distinct": f.distinct,
+            "pred_distinct": g.distinct,
+            "distinct_rel_err": g.distinct / f.distinct - 1 if f.distinct else 0.0,
+        }
+        for x in fractions:
+            key = f"top{x * 100:g}pct"
+            rec[f"true_cov_{key}"] = float(f.coverage(x))
+            rec[f"pred_cov_{key}"] = float(g.coverage(x))
+            rec[f"cov_err_{key}"] = float(g.coverage(x) - f.coverage(x))
+        rec["model"] = (g.model or {}).get("kind")
+        out.append(rec)
+    return out

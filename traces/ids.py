@@ -20,16 +20,35 @@ INT63_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 
-# ASCII byte -> nibble value, 0x80 marks a non-hex byte (detected with one AND per 8 bytes).
-_HEX_LUT = np.full(256, 0x80, dtype=np.uint8)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX_LUT[_c] = _i
-for _i, _c in enumerate(b"ABCDEF"):
-    _HEX_LUT[_c] = 10 + _i
+
+
+_B80 = np.uint64(0x8080808080808080)
+_B0F = np.uint64(0x0F0F0F0F0F0F0F0F)
+_B20 = np.uint64(0x2020202020202020)
+_LO4 = np.uint64(0x000F000F000F000F)
+_U4, _U8 = np.uint64(4), np.uint64(8)
+
+
+def _byte_range(w: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """0x80 in each byte of w (all bytes < 0x80) that lies in [lo, hi], else 0 (no carries)."""
+    add_lo = np.uint64(int.from_bytes(bytes([0x80 - lo]) * 8, "little"))
+    add_hi = np.uint64(int.from_bytes(bytes([0x7F - hi]) * 8, "little"))
+    return (w + add_lo) & ~(w + add_hi) & _B80
+
+
+def _swar_hex(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """8 ASCII hex chars per uint64 -> (8 nibbles, one per byte; valid flag per word)."""
+    ascii7 = (w & _B80) == 0
+    w7 = w & ~_B80
+    digit = _byte_range(w7, 0x30, 0x39)
+    letter = _byte_range(w7 | _B20, 0x61, 0x66)  # a-f, and A-F folded to lower case
+    ok = ascii7 & ((digit | letter) == _B80)
+    nib = (w7 & _B0F) + (letter >> np.uint64(7)) * np.uint64(9)
+    return nib, ok
 
 
 def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(offsets int64 [n+1], data uint8, valid bool [n] or None) of a string/binary array."""
+    """(offsets int32/int64 [n+1], data uint8, valid bool [n] or None) of a string/binary array."""
     if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type):
         odt = np.int64
     elif pa.types.is_string(arr.type) or pa.types.is_binary(arr.type):
@@ -38,7 +57,7 @@ def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | 
         raise TypeError(f"not a string array: {arr.type}")
     bufs = arr.buffers()
     n = len(arr)
-    offsets = np.frombuffer(bufs[1], dtype=odt, count=n + 1 + arr.offset)[arr.offset :].astype(np.int64)
+    offsets = np.frombuffer(bufs[1], dtype=odt, count=n + 1 + arr.offset)[arr.offset :]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     valid = None
     if arr.null_count:
@@ -51,6 +70,14 @@ def parse_hex8(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     Empty or null = missing (present False, bad False); anything but 8 hex chars = bad.
     """
+    vals, present, bad = parse_hex8_present(arr)
+    ids = np.zeros(len(present), dtype=np.int64)
+    ids[present] = vals
+    return ids, present, bad
+
+
+def parse_hex8_present(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Like parse_hex8 but returns only the present values, in row order (no scatter)."""
     offsets, data, valid = string_buffers(arr)
     lengths = np.diff(offsets)
     present = lengths == 8
@@ -58,32 +85,30 @@ def parse_hex8(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if valid is not None:
         present &= valid
         bad &= valid
-    ids = np.zeros(len(lengths), dtype=np.int64)
-    k = int(present.sum())
+    k = int(np.count_nonzero(present))
     if k == 0:
-        return ids, present, bad
+        return np.zeros(0, np.int64), present, bad
     start, end = int(offsets[0]), int(offsets[-1])
-    if not bad.any() and valid is None and end - start == 8 * k:
+    if end - start == 8 * k and valid is None and not bad.any():
         # Fast path: every present value is 8 bytes and they sit back to back in the buffer.
         raw = data[start:end]
     else:
         pos = offsets[:-1][present]
         raw = data[(pos[:, None] + np.arange(8)).ravel()]
-    nib = _HEX_LUT[raw]
-    w = nib.view(">u8").astype(np.uint64)  # nibble i in byte i, most significant first
-    nonhex = (w & np.uint64(0x8080808080808080)) != 0
-    # SWAR: squeeze eight 4-bit nibbles (one per byte) into one 32-bit number.
-    w = (w | (w >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
-    w = (w | (w >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
-    w = (w | (w >> np.uint64(16))) & np.uint64(0xFFFFFFFF)
-    vals = w.astype(np.int64)
+    w = raw.view("<u8")  # byte i = character i (most significant nibble first)
+    nib, ok = _swar_hex(w)
+    nonhex = ~ok
+    # Pairs of nibbles -> bytes -> 16-bit halves -> 32 bits (little-endian lanes).
+    w = ((nib & _LO4) << _U4) | ((nib >> _U8) & _LO4)
+    w = ((w & np.uint64(0x000000FF000000FF)) << _U8) | ((w >> np.uint64(16)) & np.uint64(0x000000FF000000FF))
+    w = ((w & np.uint64(0xFFFF)) << np.uint64(16)) | ((w >> np.uint64(32)) & np.uint64(0xFFFF))
+    vals = w.view(np.int64)
     if nonhex.any():
         badidx = np.flatnonzero(present)[nonhex]
         bad[badidx] = True
         present[badidx] = False
         vals = vals[~nonhex]
-    ids[present] = vals
-    return ids, present, bad
+    return vals, present, bad
 
 
 def fnv1a64(arr: pa.Array) -> np.ndarray:

@@ -13,6 +13,7 @@ import csv
 import io
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from traces.errors import TraceError
-from traces.ids import ints_to_ids, parse_hex8, strings_to_ids
+from traces.ids import ints_to_ids, parse_hex8_present, strings_to_ids
 
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 MAX_BAD_LINES = 10
@@ -93,8 +94,11 @@ class _BlockSource:
         self.bytes_done = 0
 
     def __iter__(self) -> Iterator[tuple[bytes, int]]:
+        if not self.gzip:
+            yield from self._plain()
+            return
         raw = pa.OSFile(self.path, "rb")
-        stream = pa.CompressedInputStream(raw, "gzip") if self.gzip else raw
+        stream = pa.CompressedInputStream(raw, "gzip")
         line = 1
         rest = b""
         try:
@@ -118,6 +122,36 @@ class _BlockSource:
                 yield rest + b"\n", line
         finally:
             stream.close()
+
+    def _plain(self) -> Iterator[tuple[bytes, int]]:
+        """Plain files: read a block, cut after its last newline, seek back to the cut."""
+        line = 1
+        pos = 0
+        with open(self.path, "rb", buffering=0) as f:
+            while True:
+                try:
+                    buf = f.read(self.chunk_bytes)
+                except OSError as exc:
+                    raise TraceError(f"{self.path}: cannot read ({_first_line(exc)})") from None
+                if not buf:
+                    break
+                cut = buf.rfind(b"\n")
+                while cut < 0 and len(buf) >= self.chunk_bytes:  # a line longer than a block
+                    more = f.read(self.chunk_bytes)
+                    if not more:
+                        break
+                    buf += more
+                    cut = buf.rfind(b"\n")
+                if cut < 0 or cut == len(buf) - 1:
+                    block = buf if cut >= 0 else buf + b"\n"
+                    pos += len(buf)
+                else:
+                    block = buf[: cut + 1]
+                    pos += cut + 1
+                    f.seek(pos)
+                self.bytes_done = pos
+                yield block, line
+                line += block.count(b"\n")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -293,20 +327,35 @@ class DelimitedReader(Reader):
         )
 
     def __iter__(self) -> Iterator[Chunk]:
+        # A worker thread reads and parses block k+1 (pyarrow and most numpy work release
+        # the GIL) while the caller consumes chunk k. Blocks are still handled in order.
+        blocks = iter(self.source)
+
+        def next_chunk() -> tuple[Chunk | None, float]:
+            for block, line in blocks:
+                if line == 1 and self.header:
+                    nl = block.find(b"\n")
+                    block, line = block[nl + 1 :], 2
+                    if not block.strip(b"\r\n"):
+                        continue
+                chunk = self._read_block(block, line, 0)
+                if chunk is not None:
+                    return chunk, self.source.bytes_done
+            return None, self.source.bytes_done
+
         first_row = 0
-        for block, line in self.source:
-            if line == 1 and self.header:
-                nl = block.find(b"\n")
-                block, line = block[nl + 1 :], 2
-                if not block.strip(b"\r\n"):
-                    continue
-            chunk = self._read_block(block, line, first_row)
-            self._report(self.source.bytes_done)
-            if chunk is None:
-                continue
-            first_row += chunk.rows
-            self.stats.rows_ok += chunk.rows
-            yield chunk
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="picasso-read") as pool:
+            pending = pool.submit(next_chunk)
+            while True:
+                chunk, done = pending.result()
+                self._report(done)
+                if chunk is None:
+                    return
+                pending = pool.submit(next_chunk)
+                chunk.first_row = first_row
+                first_row += chunk.rows
+                self.stats.rows_ok += chunk.rows
+                yield chunk
 
     def _read_block(self, block: bytes, line: int, first_row: int) -> Chunk | None:
         bad_rows: list = []
@@ -379,8 +428,8 @@ class DelimitedReader(Reader):
     def _categorical(self, col: pa.Array, c: _Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(col)
         if c.hex8:
-            ids, present, bad = parse_hex8(col)
-            return ids[present], _offsets_from_present(present), bad
+            vals, present, bad = parse_hex8_present(col)
+            return vals, _offsets_from_present(present), bad
         if c.multi_sep:
             return (*_split_multi(col, c.multi_sep), np.zeros(n, dtype=bool))
         ids, present = strings_to_ids(col)

@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         search_info = {"elapsed_s": res.elapsed_s, "candidates": len(res.candidates), "chosen": res.best.label}
     plan.hardware = hw.name
     if args.profile:
-        plan.notes["profile"] = str(args.profile)
+        from pathlib import Path
+
+        plan.notes["profile"] = str(Path(args.profile).resolve())
         if args.scale_to:
             plan.notes["profile_scale_to"] = int(args.scale_to)
     if args.row_cap:
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         plan.notes["hardware_overrides"] = list(args.set)
     ex = explain(plan, hw, access=access, evaluation=evaluation)
     plan.notes["predicted_iteration_us"] = ex.evaluation.iteration_us
+    plan.notes["predicted_samples_per_s"] = plan.global_batch / ex.evaluation.iteration_us * 1e6
     plan.notes["speedups"] = ex.speedups()
     plan.save(args.output, hot_ids=hot_ids if hot_ids else None)
     out = {"plan": str(args.output), **ex.to_dict()}
@@ -105,6 +108,17 @@ def _int_list(text: str, flag: str) -> list[int]:
     return vals
 
 
+def _memory_rows(mem: dict) -> list[dict]:
+    gib = 2.0**30
+    rows = [{"memory": "device", "component": k, "GiB": v / gib} for k, v in mem["hbm_by_component"].items()]
+    rows.append({"memory": "device", "component": "peak / capacity",
+                 "GiB": f"{mem['hbm_peak'] / gib:.2f} / {mem['hbm_capacity'] / gib:.2f}"})
+    rows += [{"memory": "host", "component": k, "GiB": v / gib} for k, v in mem["host_by_component"].items()]
+    rows.append({"memory": "host", "component": "peak / capacity",
+                 "GiB": f"{mem['host_peak'] / gib:.2f} / {mem['host_capacity'] / gib:.2f}"})
+    return rows
+
+
 def write_plan_html(path: str, ex) -> None:
     """The explanation as one HTML page: tables, the simulated timeline, speedups."""
     from picasso.workflows.report import Section, bar_figure, json_block, render, table_html, write_report
@@ -122,7 +136,7 @@ def write_plan_html(path: str, ex) -> None:
         ), figures=[bar_figure(["plan"] + names, {"iteration (us)": [d["predicted_iteration_us"]]
                                                    + [d["baselines_us"][n] for n in names]},
                                "predicted iteration time", "us")]),
-        Section("Memory per rank", json_block(d["memory"])),
+        Section("Memory per rank (peak over ranks, GiB)", table_html(_memory_rows(d["memory"]))),
         Section("Time by phase and resource", json_block({"phase": d["time_by_phase_us"],
                                                            "resource": d["time_by_resource_us"]})),
     ]

@@ -14,9 +14,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="hardware spec: `picasso calibrate` output, a preset or a file")
     p.add_argument("--model", default="dlrm-criteo-kaggle", help="model preset")
     p.add_argument("--row-cap", type=int, default=50_000, help="cap every table at N rows (CPU runs)")
-    p.add_argument("--plans", type=int, default=24, help="plans in the sweep (validated plus fit)")
-    p.add_argument("--fit-plans", type=int, default=0,
-                   help="of the plans, K form a disjoint fit set that refines the spec before validating")
+    p.add_argument("--plans", type=int, default=28, help="plans in the sweep (validated plus fit)")
+    p.add_argument("--fit-plans", type=int, default=8,
+                   help="of the plans, K (every n-th) form a disjoint fit set: per-op-class coefficients "
+                        "are fitted on them before the others are validated (0: microbenchmarks only)")
     p.add_argument("--nproc-max", type=int, default=4, help="largest world size in the sweep")
     p.add_argument("--batch-sizes", default="256,512,1024", help="batch sizes per rank, comma-separated")
     p.add_argument("--steps", type=int, default=5, help="timed steps per plan")

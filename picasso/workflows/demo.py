@@ -65,7 +65,7 @@ def run_demo(args: Namespace) -> int:
     row_cap = int(getattr(args, "row_cap", 50_000))
     batch = int(getattr(args, "batch", 512))
     steps = int(getattr(args, "steps", 8))
-    n_plans = int(getattr(args, "plans", 8))
+    n_plans = int(getattr(args, "plans", 9))
     ctx: dict[str, Any] = {}
 
     data = out / "data.tsv"
@@ -91,6 +91,7 @@ def run_demo(args: Namespace) -> int:
     with st.stage("plan", f"search on the calibrated machine, {WORLD} ranks, tables capped at {row_cap:,} rows"):
         from planner.access import table_access
         from planner.explain import explain
+        from planner.plan import Plan
         from planner.presets import get_model
         from planner.search import search
         from simulator.calibration import spec_for_world
@@ -106,8 +107,8 @@ def run_demo(args: Namespace) -> int:
         ctx.update(plan=plan, hot_ids=res.hot_ids, explanation=expl, access=access, hw=hw, model=model)
 
     with st.stage("simulate", "the plan and the baselines, discrete-event engine"):
-        from planner.baselines import BASELINES, baseline_plan
         from picasso.workflows.validate import predict
+        from planner.baselines import BASELINES, baseline_plan
 
         predicted = {"picasso": predict(plan, hw, access=access, engine="simpy")}
         base_plans = {}
@@ -134,11 +135,20 @@ def run_demo(args: Namespace) -> int:
 
         vargs = Namespace(
             data=str(data), format="criteo", hardware=str(out / "hardware.json"), model=MODEL, row_cap=row_cap,
-            plans=n_plans, fit_plans=0, nproc_max=WORLD, batch_sizes=[256, 512], steps=4, warmup=2,
+            plans=n_plans, fit_plans=min(max(2, n_plans // 3), n_plans - 2) if n_plans >= 4 else 0,
+            nproc_max=WORLD, batch_sizes=[256, 512], steps=4, warmup=2,
             run_timeout=300.0, no_planner=False, out_dir=str(out / "validate"), log=st.log, save_refined=None,
         )
         vres, vruns = run_validate(vargs)
         ctx["validate"] = (vres, vruns)
+        # the plan and the baselines once more, with the spec refined on the fit plans
+        from picasso.workflows.validate import predict_tagged
+        from simulator.hardware import load_hardware
+
+        if vres.get("refined_hardware"):
+            refined = load_hardware(vres["refined_hardware"])
+            ctx["refined"] = {n: predict_tagged(Plan.load(pth), refined, access=access)
+                              for n, pth in [("picasso", plan_path), *base_plans.items()]}
 
     with st.stage("report", "one self-contained HTML page"):
         report_path = out / "report.html"
@@ -151,7 +161,7 @@ def run_demo(args: Namespace) -> int:
         print(json.dumps(summary, indent=1, default=str))
     else:
         print(f"picasso demo: done in {total:.0f} s; report: {report_path}")
-        for k in ("predicted_speedup", "measured_speedup"):
+        for k in ("predicted_speedup", "predicted_speedup_refit", "measured_speedup"):
             print(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
         v = summary["validate"]
         print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {v['spearman']}")
@@ -167,19 +177,28 @@ def demo_summary(ctx: dict[str, Any], stages: list[dict[str, Any]], total: float
     pred = {n: p.iteration_us for n, p in ctx["predicted"].items()}
     meas = {n: m.iteration_us for n, m in ctx["measured"].items()}
     vres = ctx["validate"][0]
+    refit = {n: p.iteration_us for n, p in ctx.get("refined", {}).items()}
     return {
         "report": str(report), "seconds": round(total, 1), "stages": stages,
-        "predicted_iteration_us": pred, "measured_iteration_us": meas,
-        "predicted_speedup": _speedups(pred), "measured_speedup": _speedups(meas),
+        "predicted_iteration_us": pred, "predicted_iteration_us_refit": refit, "measured_iteration_us": meas,
+        "predicted_speedup": _speedups(pred), "predicted_speedup_refit": _speedups(refit),
+        "measured_speedup": _speedups(meas),
         "samples_per_s": {n: m.samples_per_s for n, m in ctx["measured"].items()},
-        "validate": {"plans": vres["plans"], "mape": vres["mape"], "spearman": vres["spearman"],
+        "validate": {"plans": vres["plans"], "plans_fit": vres.get("plans_fit", 0), "mape": vres["mape"],
+                     "spearman": vres["spearman"], "microbench_only": vres.get("microbench_only"),
                      "failed": len(vres.get("failed", []))},
     }
 
 
 def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, Any]], total: float) -> None:
     from picasso.workflows.report import (
-        Section, bar_figure, coverage_figure, gantt_figure, render, table_html, write_report,
+        Section,
+        bar_figure,
+        coverage_figure,
+        gantt_figure,
+        render,
+        table_html,
+        write_report,
     )
     from picasso.workflows.validate import validation_sections
 
@@ -189,13 +208,19 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
     secs: list[Section] = []
 
     names = list(pred)
+    refit = ctx.get("refined", {})
     pred_sp = _speedups({n: pred[n].iteration_us for n in names})
     meas_sp = _speedups({n: meas[n].iteration_us for n in names})
+    refit_sp = _speedups({n: refit[n].iteration_us for n in names if n in refit})
     intro = (
         f"<p>Synthetic Criteo data, model {html.escape(plan.model.name)}, {plan.world_size} gloo ranks on this "
         f"machine, batch {plan.batch_size_per_rank}/rank. Whole demo: {total:.0f} s.</p>"
-        + table_html([{"plan": n, "predicted ms": pred[n].iteration_us / 1e3, "measured ms": meas[n].iteration_us / 1e3,
+        + table_html([{"plan": n, "predicted ms": pred[n].iteration_us / 1e3,
+                       "predicted ms (refit)": refit[n].iteration_us / 1e3 if n in refit else "",
+                       "measured ms": meas[n].iteration_us / 1e3,
                        "error": f"{(pred[n].iteration_us - meas[n].iteration_us) / meas[n].iteration_us:+.1%}",
+                       "error (refit)": f"{(refit[n].iteration_us - meas[n].iteration_us) / meas[n].iteration_us:+.1%}"
+                       if n in refit else "",
                        "measured samples/s": meas[n].samples_per_s,
                        "picasso speedup (pred.)": "" if n == "picasso" else _fmt_x(pred_sp.get(n)),
                        "picasso speedup (meas.)": "" if n == "picasso" else _fmt_x(meas_sp.get(n))}
@@ -227,9 +252,12 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
     base = [n for n in names if n != "picasso"]
     secs.append(Section("Speedups over the baselines", "",
                         [bar_figure(base, {"predicted": [pred_sp.get(n) or 0 for n in base],
+                                           "predicted (refit)": [refit_sp.get(n) or 0 for n in base],
                                            "measured": [meas_sp.get(n) or 0 for n in base]},
                                     "picasso plan: speedup over each baseline", "speedup (x)"),
                          bar_figure(names, {"predicted": [pred[n].iteration_us / 1e3 for n in names],
+                                            "predicted (refit)": [refit[n].iteration_us / 1e3 if n in refit else 0
+                                                                  for n in names],
                                             "measured": [meas[n].iteration_us / 1e3 for n in names]},
                                     "Iteration time", "ms")]))
     speed_idx = len(secs) - 1

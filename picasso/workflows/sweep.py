@@ -156,13 +156,13 @@ def build_sweep(
     worlds: tuple[int, ...] = (1, 2, 4),
     batches: tuple[int, ...] = (256, 512, 1024),
     include_planner: bool = True,
-    fit_every: int = 0,
+    fit_count: int = 0,
 ) -> list[Case]:
     """`n_plans` cases cycling through the recipes, worlds and batch sizes.
 
     Worlds and batches advance at different strides so that recipes meet different
-    ones on later rounds. Every `fit_every`-th case (0: none) is marked role "fit": a
-    set disjoint from the validated ones, for `picasso validate --fit-plans`.
+    ones on later rounds. `fit_count` cases, evenly spread over the list, are marked role
+    "fit": a set disjoint from the validated ones, for `picasso validate --fit-plans`.
     """
     if n_plans < 1:
         raise ValueError(f"--plans must be at least 1, got {n_plans}")
@@ -187,8 +187,8 @@ def build_sweep(
             continue
         knobs = {"recipe": name, "world": world, "batch": plan.batch_size_per_rank, **knobs}
         cases.append(Case(key, plan, ids, knobs))
-    if fit_every:
-        for j, c in enumerate(cases):
-            if j % fit_every == fit_every - 1:
-                c.role = "fit"
+    if fit_count:
+        n = len(cases)
+        for i in range(min(fit_count, n)):
+            cases[min(n - 1, int((i + 0.5) * n / fit_count))].role = "fit"
     return cases

@@ -172,6 +172,45 @@ def predict(plan: Any, hw: Any, profile: Any = None, access: Any = None, engine:
     return Predicted(float(res.iteration_us), mean_op_durations(tl), tl, low.graph)
 
 
+def op_class(name: str) -> str:
+    """An op's class for per-class calibration: micro-batch dropped, packs alike."""
+    from planner.op_names import base_name, split_name
+
+    phase, scope, op, _ = split_name(base_name(name))
+    return f"{phase}/{scope if scope in ('dense', 'input') else 'pack'}/{op}"
+
+
+def predict_tagged(plan: Any, hw: Any, profile: Any = None, access: Any = None, engine: str = "fast") -> Predicted:
+    """Predict with a spec that carries per-op-class coefficients (simulator.calibration)."""
+    from planner.lowering import lower
+    from simulator.calibration import spec_for_world, tag_op_classes
+    from simulator.engine import simulate
+
+    spec = spec_for_world(hw, plan.world_size)
+    graph = lower(plan, spec, profile=profile, access=access, check_memory=False).graph
+    graph = tag_op_classes(graph, spec, op_class)
+    res = simulate(graph, spec, engine=engine)
+    return Predicted(float(res.iteration_us), mean_op_durations(res.timeline), res.timeline, graph)
+
+
+def refit_on_runs(hw: Any, fit: list[tuple[Case, Measured]], profile: Any, access: Any) -> tuple[Any, dict[str, Any]]:
+    """Per-op-class coefficients from the fit plans' op timings, then the per-op host gap
+    from their iteration times (simulator.calibration.fit_op_classes, refine_gap)."""
+    from planner.lowering import lower
+    from simulator.calibration import fit_op_classes, refine_gap, spec_for_world
+
+    if not fit:
+        raise ValidateError("--fit-plans: no fit plan could be run")
+
+    def graph(c: Case) -> Any:
+        return lower(c.plan, spec_for_world(hw, c.plan.world_size), profile=profile, access=access,
+                     check_memory=False).graph
+
+    spec1, classes = fit_op_classes(hw, [(graph(c), c.plan.world_size, m.op_us) for c, m in fit], op_class)
+    spec2, gap = refine_gap(spec1, [(graph(c), c.plan.world_size, m.iteration_us) for c, m in fit], op_class)
+    return spec2, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "gap": gap}
+
+
 # ----------------------------------------------------------------------------- comparing
 
 
@@ -296,11 +335,8 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
     access = table_access(model, profile)
     worlds = tuple(n for n in (1, 2, 4, 8) if n <= args.nproc_max)
     batches = tuple(int(b) for b in args.batch_sizes)
-    fit_every = 0
-    if args.fit_plans:
-        fit_every = max(2, args.plans // args.fit_plans)
     cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=args.plans, worlds=worlds,
-                        batches=batches, include_planner=not args.no_planner, fit_every=fit_every)
+                        batches=batches, include_planner=not args.no_planner, fit_count=args.fit_plans)
     results, runs, failed = [], [], []
     t_start = time.perf_counter()
     for i, case in enumerate(cases):
@@ -332,13 +368,9 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
     if not validated:
         raise ValidateError(f"no plan could be run and validated ({len(failed)} failed: {failed[0]['error'] if failed else '-'})")
     if args.fit_plans:
-        from simulator.calibration import refine_on_runs
-
-        fit = [(c, m, p) for c, m, p in runs if c.role == "fit"]
-        refined, fit_report = refine_on_runs(
-            hw, [(p.graph, c.plan.world_size, m.iteration_us, m.op_us) for c, m, p in fit])
+        refined, fit_report = refit_on_runs(hw, [(c, m) for c, m, _ in runs if c.role == "fit"], profile, access)
         for rec, (c, m, _p) in zip(results, runs):
-            p2 = predict(c.plan, spec_for_world(refined, c.plan.world_size), profile=profile, access=access)
+            p2 = predict_tagged(c.plan, refined, profile, access)
             rec["predicted_us_microbench"] = rec["predicted_us"]
             rec["predicted_us"] = round(p2.iteration_us, 1)
             rec["error"] = round((p2.iteration_us - m.iteration_us) / m.iteration_us, 4)
@@ -350,9 +382,9 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
                 o["error"] = None if v is None else round((v - o["measured_us"]) / o["measured_us"], 4)
         result["refit"] = fit_report
         result["microbench_only"] = summary(validated, "predicted_us_microbench")
-        if getattr(args, "save_refined", None):
-            refined.save(args.save_refined)
-            result["refined_hardware"] = str(args.save_refined)
+        refined_path = Path(getattr(args, "save_refined", None) or out_dir / "hardware.refined.json")
+        refined.save(refined_path)
+        result["refined_hardware"] = str(refined_path)
     s = summary(validated)
     result.update({
         "plans": len(validated), "plans_fit": len(results) - len(validated), "plans_total": len(results),
@@ -363,8 +395,25 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
         "per_plan": results,
         "failed": failed,
         "wall_s": round(time.perf_counter() - t_start, 1),
+        "machine": machine(),
     })
+    write_json(out_dir / "validate.json", result)
     return result, runs
+
+
+def machine() -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    return {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "platform": platform.platform(), "torch": torch.__version__, "python": platform.python_version()}
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    from picasso.workflows.report import write_report
+
+    write_report(path, json.dumps(obj, indent=1, default=_json_default))
 
 
 # ----------------------------------------------------------------------------- report and command
@@ -385,8 +434,9 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
     if "microbench_only" in result:
         mb = result["microbench_only"]
         lines.append(f"<p>With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
-                     f"{(mb['spearman'] or float('nan')):.3f}. Refit factors: "
-                     + ", ".join(f"{k} x{v:.3g}" for k, v in result["refit"]["factors"].items()) + "</p>")
+                     f"{(mb['spearman'] or float('nan')):.3f}. Refit on the fit plans: per-op-class "
+                     f"coefficients for {len(result['refit']['op_classes'])} classes, per-op host gap "
+                     f"{result['refit']['gap']['gap_launches']:.2f} launches.</p>")
     rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
              "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
              "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
@@ -423,7 +473,6 @@ def run_validate_command(args: Any) -> int:
     result, runs = run_validate(args)
     out_dir = Path(args.out_dir)
     text = json.dumps(result, indent=1, default=_json_default)
-    write_report(out_dir / "validate.json", text)
     if args.results:
         write_report(args.results, text)
     if args.html:
