@@ -90,13 +90,12 @@ at::Tensor bag_forward(const at::Tensor& weight_in, const at::Tensor& indices_in
   const at::Tensor indices = as_long(indices_in), offsets = as_long(offsets_in);
   std::optional<at::Tensor> psw;
   if (psw_in) psw = psw_in->contiguous();
-  check_offsets_cpu(offsets, indices.numel());
   const int64_t num_bags = offsets.numel() - 1;
   at::Tensor out = at::empty({num_bags, weight.size(1)}, weight.options());
   {
     pybind11::gil_scoped_release nogil;
     cpu::bag_forward(dtype_of(weight), weight.data_ptr(), weight.size(0), weight.size(1),
-                     indices.data_ptr<int64_t>(), offsets.data_ptr<int64_t>(), num_bags, pool,
+                     indices.data_ptr<int64_t>(), indices.numel(), offsets.data_ptr<int64_t>(), num_bags, pool,
                      psw ? psw->data_ptr() : nullptr, out.data_ptr());
   }
   return out;

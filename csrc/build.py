@@ -1,17 +1,20 @@
 """Build (once, cached) and load the native kernels with torch.utils.cpp_extension + ninja.
 
 The CPU library always builds where a C++ compiler exists; the CUDA kernels are added when
-torch itself has CUDA and a toolkit is found. Builds are cached under csrc/_build (gitignored)
-or $PICASSO_NATIVE_BUILD_DIR, one directory per torch version and build flavour; ninja only
-recompiles changed sources. `python -m csrc.build` builds and prints what it did.
+torch itself has CUDA and a toolkit is found. Builds are cached under csrc/_build (gitignored;
+~/.cache/picasso/native where csrc/ is read-only) or $PICASSO_NATIVE_BUILD_DIR, one directory
+per torch version and build flavour; ninja only recompiles changed sources.
+`python -m csrc.build [-v]` builds and prints what it did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -44,8 +47,15 @@ def build_dir(with_cuda: bool) -> Path:
     import torch
 
     flavour = f"cu{torch.version.cuda.replace('.', '')}" if with_cuda else "cpu"
-    tag = f"torch{torch.__version__.split('+')[0]}-{flavour}-py{sys.version_info.major}{sys.version_info.minor}"
-    root = Path(os.environ.get("PICASSO_NATIVE_BUILD_DIR") or SRC_DIR / "_build")
+    tag = (
+        f"torch{torch.__version__.split('+')[0]}-{flavour}-py{sys.version_info.major}{sys.version_info.minor}"
+    )
+    if os.environ.get("PICASSO_NATIVE_BUILD_DIR"):
+        root = Path(os.environ["PICASSO_NATIVE_BUILD_DIR"])
+    elif os.access(SRC_DIR, os.W_OK):
+        root = SRC_DIR / "_build"
+    else:  # installed read-only: the user cache
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "picasso" / "native"
     return root / tag
 
 
@@ -66,22 +76,44 @@ def load(verbose: bool = False) -> ModuleType:
         directory = build_dir(with_cuda)
         directory.mkdir(parents=True, exist_ok=True)
         try:
-            module = cpp_extension.load(
-                name="picasso_native_cuda" if with_cuda else "picasso_native",
-                sources=[str(SRC_DIR / s) for s in sources],
-                extra_include_paths=[str(SRC_DIR)],
-                extra_cflags=["-O3", "-fopenmp", *defines],
-                extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", *defines],
-                extra_ldflags=["-fopenmp"],
-                build_directory=str(directory),
-                with_cuda=with_cuda,
-                verbose=verbose,
-            )
+            with _build_lock(directory):
+                module = cpp_extension.load(
+                    name="picasso_native_cuda" if with_cuda else "picasso_native",
+                    sources=[str(SRC_DIR / s) for s in sources],
+                    extra_include_paths=[str(SRC_DIR)],
+                    extra_cflags=["-O3", "-fopenmp", *defines],
+                    extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", *defines],
+                    extra_ldflags=["-fopenmp"],
+                    build_directory=str(directory),
+                    with_cuda=with_cuda,
+                    verbose=verbose,
+                )
         except Exception as exc:  # noqa: BLE001 - compiler/ninja/import errors of every kind
             raise NativeBuildError(f"{type(exc).__name__}: {_last_line(exc)}") from exc
         build_seconds = time.perf_counter() - started
         _module = module
         return module
+
+
+@contextlib.contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    """Serialise builds across processes with a lock the OS drops if its holder dies.
+
+    torch's own lock file is left behind by a killed build and then blocks every later load
+    forever; while holding this lock no other picasso build runs, so such a file is stale.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: rely on torch's lock alone
+        yield
+        return
+    with open(directory / "picasso.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            (directory / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _last_line(exc: BaseException) -> str:

@@ -19,9 +19,10 @@ enum class Optim : int { Sgd = 0, RowwiseAdagrad = 1 };
 namespace cpu {
 
 // out[b] = pool over i in [offsets[b], offsets[b+1]) of psw[i] * weight[indices[i]];
-// fp16/bf16 accumulate in fp32. psw may be null.
+// fp16/bf16 accumulate in fp32. psw may be null. Offsets and indices are range-checked.
 void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, const int64_t* indices,
-                 const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw, void* out);
+                 int64_t num_indices, const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw,
+                 void* out);
 
 // Sparse gradient of bag_forward: rows_out[0:U] = unique indices ascending, grads_out[u] the sum
 // of the (scaled) grad_out rows of every occurrence. Buffers hold num_indices entries; returns U.

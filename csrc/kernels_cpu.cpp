@@ -248,8 +248,8 @@ void group_by_key(const int64_t* keys, int64_t n, bool need_perm, int64_t* inver
 }
 
 // ---- 1. packed gather + pool ------------------------------------------------------------
-// First position in [begin, end) whose index is outside [0, num_rows), or -1. A separate
-// branch-free pass: a check inside the gather loop halves its speed.
+// First position in [begin, end) whose index is outside [0, num_rows), or -1. Kept out of the
+// gather loop: a check inside it halves its speed.
 int64_t first_out_of_range(const int64_t* indices, int64_t begin, int64_t end, int64_t num_rows) {
   const uint64_t limit = static_cast<uint64_t>(num_rows);
   bool any = false;
@@ -275,7 +275,7 @@ inline void pool_bag(const T* __restrict weight, int64_t num_rows, int64_t dim, 
       const int64_t rn = indices[i + kPrefetch];
       if (static_cast<uint64_t>(rn) < static_cast<uint64_t>(num_rows)) __builtin_prefetch(weight + rn * dim);
     }
-    const T* row = weight + indices[i] * dim;  // validated by first_out_of_range
+    const T* row = weight + indices[i] * dim;  // bag validated by the caller
     if (psw) {
       const A a = Acc<T>::load(psw[i]);
 #pragma omp simd
@@ -289,12 +289,12 @@ inline void pool_bag(const T* __restrict weight, int64_t num_rows, int64_t dim, 
 
 template <class T, int64_t DIM>
 void bag_forward_impl(const T* weight, int64_t num_rows, int64_t dim_rt, const int64_t* indices,
-                      const int64_t* offsets, int64_t num_bags, Pool mode, const T* psw, T* out) {
+                      int64_t num_indices, const int64_t* offsets, int64_t num_bags, Pool mode, const T* psw,
+                      T* out) {
   using A = typename Acc<T>::type;
   const int64_t dim = DIM > 0 ? DIM : dim_rt;
-  const int64_t total_end = offsets[num_bags];
-  const int64_t bad = first_out_of_range(indices, offsets[0], total_end, num_rows);
-  if (bad >= 0) throw_index("index", bad, indices[bad], num_rows);
+  const int64_t total_end = std::clamp<int64_t>(offsets[num_bags], 0, num_indices);  // prefetch bound
+  std::atomic<int64_t> bad{-1}, bad_bag{-1};
   const int64_t work = (offsets[num_bags] - offsets[0] + num_bags) * dim;
 #pragma omp parallel if (work > kParallelGrain)
   {
@@ -302,9 +302,20 @@ void bag_forward_impl(const T* weight, int64_t num_rows, int64_t dim_rt, const i
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < num_bags; ++b) {
       const int64_t start = offsets[b], end = offsets[b + 1];
+      if (start < 0 || end < start || end > num_indices) {  // offsets checked here, not in a pass
+        bad_bag.store(b, std::memory_order_relaxed);
+        continue;
+      }
       T* o = out + b * dim;
       const bool divide = mode == Pool::Mean && end > start;
       const A n = static_cast<A>(end - start);
+      // Validate the bag first (branch-free, in L1), then gather without checks.
+      bool ok = true;
+      for (int64_t i = start; i < end; ++i) ok &= static_cast<uint64_t>(indices[i]) < static_cast<uint64_t>(num_rows);
+      if (!ok) {
+        bad.store(first_out_of_range(indices, start, end, num_rows), std::memory_order_relaxed);
+        continue;
+      }
       if constexpr (DIM > 0) {
         A acc[DIM] = {};
         pool_bag<T, DIM>(weight, num_rows, dim, indices, start, end, total_end, psw, acc);
@@ -317,6 +328,13 @@ void bag_forward_impl(const T* weight, int64_t num_rows, int64_t dim_rt, const i
       }
     }
   }
+  const int64_t b = bad_bag.load();
+  if (b >= 0)
+    throw std::out_of_range("picasso native: offsets of bag " + std::to_string(b) + " are [" +
+                            std::to_string(offsets[b]) + ", " + std::to_string(offsets[b + 1]) +
+                            "), expected non-decreasing offsets within [0, " + std::to_string(num_indices) + "]");
+  const int64_t pos = bad.load();
+  if (pos >= 0) throw_index("index", pos, indices[pos], num_rows);
 }
 
 // Lengths-per-position: bag_of[i] = bag holding position i.
@@ -491,7 +509,8 @@ int64_t route_ids_impl(const int64_t* ids, int64_t n, const H* hot_map, int64_t 
 }  // namespace
 
 void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, const int64_t* indices,
-                 const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw, void* out) {
+                 int64_t num_indices, const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw,
+                 void* out) {
   dispatch(dt, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* w = static_cast<const T*>(weight);
@@ -501,20 +520,20 @@ void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, co
       // Fixed widths let the compiler unroll the row loop into a few vector loads.
       switch (dim) {
         case 8:
-          return bag_forward_impl<T, 8>(w, num_rows, dim, indices, offsets, num_bags, mode, p, o);
+          return bag_forward_impl<T, 8>(w, num_rows, dim, indices, num_indices, offsets, num_bags, mode, p, o);
         case 16:
-          return bag_forward_impl<T, 16>(w, num_rows, dim, indices, offsets, num_bags, mode, p, o);
+          return bag_forward_impl<T, 16>(w, num_rows, dim, indices, num_indices, offsets, num_bags, mode, p, o);
         case 32:
-          return bag_forward_impl<T, 32>(w, num_rows, dim, indices, offsets, num_bags, mode, p, o);
+          return bag_forward_impl<T, 32>(w, num_rows, dim, indices, num_indices, offsets, num_bags, mode, p, o);
         case 64:
-          return bag_forward_impl<T, 64>(w, num_rows, dim, indices, offsets, num_bags, mode, p, o);
+          return bag_forward_impl<T, 64>(w, num_rows, dim, indices, num_indices, offsets, num_bags, mode, p, o);
         case 128:
-          return bag_forward_impl<T, 128>(w, num_rows, dim, indices, offsets, num_bags, mode, p, o);
+          return bag_forward_impl<T, 128>(w, num_rows, dim, indices, num_indices, offsets, num_bags, mode, p, o);
         default:
           break;
       }
     }
-    bag_forward_impl<T, 0>(w, num_rows, dim, indices, offsets, num_bags, mode, p, o);
+    bag_forward_impl<T, 0>(w, num_rows, dim, indices, num_indices, offsets, num_bags, mode, p, o);
   });
 }
 

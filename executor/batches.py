@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
 
@@ -231,9 +230,11 @@ class Prefetcher:
         return x
 
     def close(self) -> None:
+        """Stop the thread and wait for it: a thread left inside torch at exit aborts the process."""
         self.stop.set()
-
-
-def check_model_data(model: ModelSpec) -> None:
-    if model.num_dense < 0:
-        raise PlanError("num_dense must be >= 0")
+        while self.thread.is_alive():
+            try:
+                self.q.get(timeout=0.05)  # unblock a pending put
+            except queue.Empty:
+                pass
+            self.thread.join(timeout=0.05)

@@ -58,8 +58,12 @@ class Comm:
 
     def all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Concatenate every rank's (rows, values) in rank order (padded all_gather)."""
+        return self.start_all_gather_rows(rows, values, async_op=False)()
+
+    def start_all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor, async_op: bool = True):
+        """Launch `all_gather_rows`; returns a function that waits and gives the result."""
         if self.world == 1:
-            return rows, values
+            return lambda: (rows, values)
         n = torch.tensor([len(rows)], dtype=torch.int64, device=rows.device)
         sizes = [torch.zeros_like(n) for _ in range(self.world)]
         dist.all_gather(sizes, n)
@@ -71,12 +75,19 @@ class Comm:
         pv[: len(rows)] = values
         gr = [torch.empty_like(pr) for _ in range(self.world)]
         gv = [torch.empty_like(pv) for _ in range(self.world)]
-        dist.all_gather(gr, pr)
-        dist.all_gather(gv, pv)
-        return (
-            torch.cat([g[:s] for g, s in zip(gr, sizes_l)]),
-            torch.cat([g[:s] for g, s in zip(gv, sizes_l)]),
-        )
+        h1 = dist.all_gather(gr, pr, async_op=async_op)
+        h2 = dist.all_gather(gv, pv, async_op=async_op)
+
+        def finish() -> tuple[torch.Tensor, torch.Tensor]:
+            for h in (h1, h2):
+                if h is not None:
+                    h.wait()
+            return (
+                torch.cat([g[:s] for g, s in zip(gr, sizes_l)]),
+                torch.cat([g[:s] for g, s in zip(gv, sizes_l)]),
+            )
+
+        return finish
 
     def barrier(self) -> None:
         if self.world > 1:

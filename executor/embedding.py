@@ -102,10 +102,16 @@ class ShardedPack:
         offsets = torch.cat(offs + [torch.tensor([base], device=indices.device)])
         return indices, offsets
 
-    def prepare(self, indices: torch.Tensor, offsets: torch.Tensor) -> Lookup:
-        """Dedup and route: hot slots, cold rows grouped by destination rank."""
-        L = self.layout
+    def dedup(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         uniq, inverse, _ = kernels.unique(indices)
+        return uniq, inverse
+
+    def prepare(
+        self, indices: torch.Tensor, offsets: torch.Tensor, deduped: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> Lookup:
+        """Route the unique rows: hot slots, cold rows grouped by destination rank."""
+        L = self.layout
+        uniq, inverse = deduped if deduped is not None else self.dedup(indices)
         r = kernels.route_ids(uniq, self.hot_map, self.num_owners)
         splits = [0] * L.world
         cold_pos, cold_local = r.cold_pos, r.cold_local
@@ -242,17 +248,30 @@ class ShardedPack:
         self.grad_handles = []
 
     # ---- optimizer ----------------------------------------------------------------
+    def _pending_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pending:
+            return torch.cat([r for r, _ in self.pending]), torch.cat([x for _, x in self.pending])
+        return (torch.zeros(0, dtype=torch.int64, device=self.dev),
+                torch.zeros(0, self.layout.dim, device=self.dev))
+
+    def start_replicated_sync(self, async_op: bool) -> None:
+        """Replicated packs: launch the all-gather of the (locally summed) row gradients, so
+        every replica applies the same concatenation and replicas stay identical."""
+        rows, g = self._pending_rows()
+        if len(rows):
+            rows, inv = torch.unique(rows, sorted=True, return_inverse=True)
+            g = torch.zeros(len(rows), g.shape[1], device=self.dev).index_add_(0, inv, g)
+        self._replica_sync = self.comm.start_all_gather_rows(rows, g, async_op)
+
     def apply_cold(self) -> None:
         L = self.layout
-        if self.pending:
-            rows = torch.cat([r for r, _ in self.pending])
-            g = torch.cat([x for _, x in self.pending])
-        else:
-            rows = torch.zeros(0, dtype=torch.int64, device=self.dev)
-            g = torch.zeros(0, L.dim, device=self.dev)
         if self.local_only:
-            # every replica applies the same concatenation, so replicas stay identical
-            rows, g = self.comm.all_gather_rows(rows, g)
+            if getattr(self, "_replica_sync", None) is None:
+                self.start_replicated_sync(async_op=False)
+            rows, g = self._replica_sync()
+            self._replica_sync = None
+        else:
+            rows, g = self._pending_rows()
         if len(rows) == 0:
             return
         if L.sharding == "column_wise" and self.adagrad:

@@ -9,8 +9,9 @@ Dispatch: call the module-level names (`kernels.bag_forward(...)`, ...). The fir
 or loads the native library (csrc/build.py, cached) and swaps those names for the native
 versions; if it cannot load, one warning is issued and the *_ref functions stay in place.
 `PICASSO_NATIVE=0` forces the reference path. `native_status()` says which path is live.
-The native versions fall back to the reference per call for what they do not cover (autograd
-through `weight`, CUDA tensors without the CUDA build, non-float dtypes).
+The native versions fall back to the reference per call for what they do not cover (gradients
+for per-sample weights, CUDA tensors without the CUDA build, non-float dtypes); autograd through
+`weight` is native and gives the reference's dense gradient.
 """
 
 from __future__ import annotations
@@ -152,6 +153,30 @@ def _lib_handles(*tensors: torch.Tensor | None) -> bool:
     return True
 
 
+class _NativeBag(torch.autograd.Function):
+    """Native gather + pool with the reference's dense gradient for `weight` (autograd users)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str, psw: Any
+    ) -> torch.Tensor:
+        assert _lib is not None
+        ctx.save_for_backward(indices, offsets, psw)
+        ctx.mode = mode
+        ctx.weight_shape = weight.shape
+        return _lib.bag_forward(weight.detach(), indices, offsets, mode, psw)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        assert _lib is not None
+        indices, offsets, psw = ctx.saved_tensors
+        rows, grads = _lib.bag_backward(grad_out.contiguous(), indices, offsets, ctx.mode, psw)
+        grad_weight = grad_out.new_zeros(ctx.weight_shape)
+        grad_weight[rows] = grads
+        return grad_weight, None, None, None, None
+
+
 def bag_forward_native(
     weight: torch.Tensor,
     indices: torch.Tensor,
@@ -159,13 +184,15 @@ def bag_forward_native(
     mode: str = "sum",
     per_sample_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Native bag_forward; autograd through `weight` keeps the reference (it records the graph)."""
-    needs_graph = torch.is_grad_enabled() and (
-        weight.requires_grad or (per_sample_weights is not None and per_sample_weights.requires_grad)
-    )
-    if needs_graph or weight.dtype not in _FLOAT_DTYPES or not _lib_handles(weight, indices, offsets):
+    """Native bag_forward; with autograd through `weight` it returns the same dense gradient."""
+    if weight.dtype not in _FLOAT_DTYPES or not _lib_handles(weight, indices, offsets, per_sample_weights):
         return bag_forward_ref(weight, indices, offsets, mode, per_sample_weights)
     assert _lib is not None
+    if torch.is_grad_enabled():
+        if per_sample_weights is not None and per_sample_weights.requires_grad:
+            return bag_forward_ref(weight, indices, offsets, mode, per_sample_weights)  # d/d(psw) not native
+        if weight.requires_grad:
+            return _NativeBag.apply(weight, indices, offsets, mode, per_sample_weights)
     return _lib.bag_forward(weight, indices, offsets, mode, per_sample_weights)
 
 
@@ -262,7 +289,9 @@ def load_native(warn: bool = True) -> bool:
             _reason = f"native kernels unavailable: {exc}"
             _install(_REF)
             if warn:
-                warnings.warn(f"picasso: {_reason}; using the pure-PyTorch path", RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"picasso: {_reason}; using the pure-PyTorch path", RuntimeWarning, stacklevel=3
+                )
             return False
         _reason = None
         _install(_NATIVE)

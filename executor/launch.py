@@ -40,13 +40,13 @@ def first_error(log: str) -> str:
     mine = [ln for ln in lines if re.match(r"executor rank \d+: error:", ln)]
     direct = [m for m in mine if "another rank probably died" not in m]
     if direct:  # a rank that failed on its own says why
-        return direct[0]
+        return re.sub(r"^executor (rank \d+): error: ", r"\1: ", direct[0])
     root = log.split("Root Cause", 1)[1] if "Root Cause" in log else ""
     m = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", root, re.S)
     if m:  # a rank that died gives no line of its own; torchrun names it
         return f"worker rank {m.group(1)} died (exit code {m.group(2)}); the other ranks stopped"
     if mine:
-        return mine[0]
+        return re.sub(r"^executor (rank \d+): error: ", r"\1: ", mine[0])
     tail = [ln for ln in lines if ln.strip()]
     return tail[-1] if tail else "the workers failed without output"
 
@@ -69,6 +69,9 @@ def launch(
     from planner.plan import Plan
 
     plan = Plan.load(plan_path)
+    plan.load_hot_ids(plan_path)  # a missing or wrong hot-ID file fails here, before any worker starts
+    if data != "synthetic" and not Path(data).exists():
+        raise FileNotFoundError(f"{data}: no such data file")
     nproc = nproc or plan.world_size // nnodes
     if nproc * nnodes != plan.world_size:
         raise ValueError(
@@ -79,7 +82,9 @@ def launch(
         args = ["--plan", str(plan_path), "--data", str(data), "--format", fmt, "--steps", str(steps),
                 "--result", str(result_path), *(extra or [])]
         cmd = torchrun_command(args, nproc, nnodes, node_rank, master_addr, master_port)
-        full_env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), **(env or {})}
+        # OpenMP threads that spin while waiting make a shared core many times slower
+        defaults = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), "OMP_WAIT_POLICY": "PASSIVE"}
+        full_env = {**defaults, **os.environ, **(env or {})}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import io
 import os
 import socket
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -29,12 +31,12 @@ def init_process_group(rank: int, world: int, port: int, timeout_s: float = 60.0
 
 def _entry(rank: int, world: int, port: int, timeout_s: float, fn: Callable, args: tuple, q) -> None:
     try:
-        import torch
-
         torch.set_num_threads(1)
         init_process_group(rank, world, port, timeout_s)
         out = fn(rank, world, *args)
-        q.put((rank, "ok", out))
+        buf = io.BytesIO()
+        torch.save(out, buf)  # plain bytes: tensors shared through the queue die with the process
+        q.put((rank, "ok", buf.getvalue()))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         q.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
@@ -59,11 +61,11 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
     for _ in range(world):
         try:
             rank, status, out = q.get(timeout=timeout_s * 3)
-        except Exception:  # noqa: BLE001 - queue.Empty: a rank died without reporting
-            errors.append("a rank exited without reporting")
+        except Exception as exc:  # noqa: BLE001 - queue.Empty: a rank died without reporting
+            errors.append(f"a rank exited without reporting ({type(exc).__name__}: {exc})")
             break
         if status == "ok":
-            results[rank] = out
+            results[rank] = torch.load(io.BytesIO(out), weights_only=False)
         else:
             errors.append(f"rank {rank}: {out}")
     for p in procs:

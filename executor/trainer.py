@@ -20,17 +20,20 @@ from executor.batches import Batch
 from executor.comm import Comm
 from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
+from executor.optim import DenseOptimizer
 from executor.timing import OpTimer
 from planner.plan import Plan
 
 
-def make_dense_optimizer(plan: Plan, params) -> torch.optim.Optimizer:
+def make_dense_optimizer(plan: Plan, params) -> DenseOptimizer:
     o = plan.optimizer
-    if o.dense == "sgd":
-        return torch.optim.SGD(params, lr=o.dense_lr)
-    if o.dense == "adagrad":
-        return torch.optim.Adagrad(params, lr=o.dense_lr, eps=o.eps)
-    return torch.optim.Adam(params, lr=o.dense_lr, eps=o.eps)
+    return DenseOptimizer(params, o.dense, o.dense_lr, o.eps)
+
+
+def backward_with(out: torch.Tensor, grad: torch.Tensor) -> None:
+    """out.backward(grad), written as a scalar backward: exact (d sum(out * g) / d out = g), and it
+    keeps autograd from importing sympy for the shape check of an explicit gradient (seconds)."""
+    (out * grad).sum().backward()
 
 
 def pad_sequences(flat: torch.Tensor, offsets: torch.Tensor, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,15 +99,16 @@ class Trainer:
             for j, p in enumerate(self.packs):
                 with T.op("fwd", p.name, "dedup", i):
                     idx, offs = p.pack_inputs(mb.sparse)
+                    uq = p.dedup(idx)
                 with T.op("fwd", p.name, "route", i):
-                    lk = p.prepare(idx, offs)
+                    lk = p.prepare(idx, offs, uq)
                 with T.op("fwd", p.name, "hot_gather", i):
                     p.hot_gather(lk)
                 lks[i][j] = lk
                 if p.local_only:
                     continue
                 toks[("ids", i, j)] = T.start("fwd", p.name, "a2a_ids", i, lane="comm")
-                counts = self.comm.exchange_counts(torch.tensor(lk.send_splits, dtype=torch.int64))
+                counts = self.comm.exchange_counts(torch.tensor(lk.send_splits, dtype=torch.int64, device=self.dev))
                 p.send_ids(lk, counts.tolist(), async_op=ov)
                 if not ov:
                     self._gather(p, lk, toks, i, j)
@@ -136,11 +140,17 @@ class Trainer:
                 g = leaves[j].grad if leaves[j].grad is not None else torch.zeros_like(leaves[j])
                 with T.op("bwd", p.name, "pool", i):
                     gu = p.unique_grad(lk, g)
-                tok = T.start("bwd", p.name, "a2a_grad", i, lane="comm")
+                tok = None if p.local_only else T.start("bwd", p.name, "a2a_grad", i, lane="comm")
                 p.backward(lk, gu, async_op=ov)
                 toks[("grad", i, j)] = tok
                 lks[i][j] = None  # free the micro-batch's buffers
-        # 4. gradient sync and updates
+        # 4. gradient sync and updates (replicated packs' row gradients first: gloo runs
+        # collectives in launch order, and the cold updates wait for them)
+        rep_toks = {}
+        for p in self.packs:
+            if p.local_only:  # lowering: one all_gather + apply, named opt/<pack>/cold_update
+                rep_toks[p.name] = T.start("opt", p.name, "cold_update", lane="comm")
+                p.start_replicated_sync(async_op=ov)
         hot_handles = []
         for p in self.packs:
             tok = T.start("bwd", p.name, "hot_allreduce", lane="comm") if p.num_hot else None
@@ -151,6 +161,10 @@ class Trainer:
             p.wait_grads()
             for i in range(k):
                 T.end(toks.pop(("grad", i, j), None))
+            if p.local_only:
+                p.apply_cold()
+                T.end(rep_toks.pop(p.name))
+                continue
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
         for p, (h, tok) in zip(self.packs, hot_handles):
@@ -191,10 +205,10 @@ class Trainer:
         with T.op("bwd", "dense", "top_mlp", i):
             loss.backward()
         with T.op("bwd", "dense", "interaction", i):
-            z.backward(zd.grad)
+            backward_with(z, zd.grad)
         with T.op("bwd", "dense", "bottom_mlp", i):
             if b.requires_grad:
-                b.backward(bd.grad)
+                backward_with(b, bd.grad)
         return float(loss.detach())
 
     def _start_dense_allreduce(self, async_op: bool):

@@ -25,6 +25,9 @@ class Explanation:
     plan: Plan
     evaluation: Evaluation
     baselines: dict[str, Evaluation] = field(default_factory=dict)
+    # baselines whose score assumes an exchange the executor does not do (torchrec-like's
+    # fused table-wise all-to-all), simulated as the executor runs them
+    as_executed: dict[str, Evaluation] = field(default_factory=dict)
 
     # ---- pieces ------------------------------------------------------------------
     def packs(self) -> list[dict[str, Any]]:
@@ -86,6 +89,7 @@ class Explanation:
             "baselines_us": {n: e.iteration_us for n, e in self.baselines.items()},
             "baseline_problems": {n: e.problem for n, e in self.baselines.items() if e.problem},
             "speedups": self.speedups(),
+            "baselines_as_executed_us": {n: e.iteration_us for n, e in self.as_executed.items()},
         }
 
     def text(self) -> str:
@@ -117,12 +121,19 @@ class Explanation:
         lines.append(f"memory per rank (peak over ranks): device {gib(mem['hbm_peak'])} of {gib(mem['hbm_capacity'])}"
                      f", host {gib(mem['host_peak'])} of {gib(mem['host_capacity'])}")
         lines.append("  " + ", ".join(f"{k} {gib(v)}" for k, v in mem["hbm_by_component"].items()))
+        per_rank = mem["hbm_per_rank"]
+        if len(per_rank) <= 16 and max(per_rank) - min(per_rank) > 0.01 * max(per_rank):
+            lines.append("  device memory by rank: " + ", ".join(f"{r}: {gib(v)}" for r, v in enumerate(per_rank)))
         lines.append("")
         lines.append("speedup over baselines (same simulator):")
         for name, s in d["speedups"].items():
             us = d["baselines_us"][name]
             why = d["baseline_problems"].get(name)
             lines.append(f"  {name:14s} " + (f"{us:10.1f} us  -> {s:.2f}x" if s else f"n/a ({why})"))
+        for name, us in d["baselines_as_executed_us"].items():
+            if us:
+                lines.append(f"  ({name} as the executor runs it, one exchange per pack: {us:.1f} us -> "
+                             f"{us / d['predicted_iteration_us']:.2f}x)")
         return "\n".join(lines)
 
 
@@ -154,7 +165,7 @@ def explain(
     ev = evaluation or evaluate(plan, hw, access, engine, full_symmetry(plan), "plan")
     if ev.iteration_us is None:
         raise PlanError(ev.problem or "the plan cannot be simulated")
-    out = {}
+    out, executed = {}, {}
     for name in baselines:
         try:
             bp = baseline_plan(name, plan.model, plan.world_size, plan.batch_size_per_rank, hw, access)
@@ -162,6 +173,8 @@ def explain(
             out[name] = Evaluation(name, plan, None, engine, problem=str(exc))
             continue
         # torchrec-like is scored as TorchRec runs it: one exchange per group of table-wise tables
-        out[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name,
-                             fuse_table_wise=bool(bp.notes.get("fused_exchange")))
-    return Explanation(plan, ev, out)
+        fused = bool(bp.notes.get("fused_exchange"))
+        out[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name, fuse_table_wise=fused)
+        if fused:
+            executed[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name)
+    return Explanation(plan, ev, out, executed)

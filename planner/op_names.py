@@ -15,8 +15,8 @@ from __future__ import annotations
 
 PHASES = ("fwd", "bwd", "opt")
 
-# Ops per pack, in execution order.
-PACK_FWD = ("route", "hot_gather", "dedup", "a2a_ids", "cold_gather", "a2a_emb", "pool")
+# Ops per pack, in execution order (the executor dedups a pack's IDs before routing them).
+PACK_FWD = ("dedup", "route", "hot_gather", "a2a_ids", "cold_gather", "a2a_emb", "pool")
 PACK_BWD = ("pool", "a2a_grad", "hot_allreduce")
 PACK_OPT = ("cold_update", "hot_update")
 # Ops of the dense part and the input.

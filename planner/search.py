@@ -266,10 +266,13 @@ def search(
     steps = len(layouts) * len(ks) * 2 + REFINE_TOP * len(HOT_SCALES) + 8
     done = 0
     best: Evaluation | None = None
-    # stage 1: packing layout x micro-batches x interleaving, closed-form hot sizes
+    # stage 1: packing layout x interleaving x micro-batches, closed-form hot sizes; the
+    # micro-batch count is walked upwards and left once a larger count stops paying off
+    # (more micro-batches trade launch and latency overhead for overlap: one optimum)
     for _, lname, packs in layouts:
-        for k in ks:
-            for ki in (False, True):
+        for ki in (False, True):
+            prev: Evaluation | None = None
+            for k in ks:
                 if over_budget() and best is not None:
                     break
                 ev = score(f"{lname} k={k} ki={int(ki)} hot=x1", make(packs, k, ki, 1.0))
@@ -278,6 +281,9 @@ def search(
                     progress(done, steps)
                 if better(best, ev):
                     best = ev
+                if prev is not None and prev.iteration_us is not None and not better(prev, ev):
+                    break
+                prev = ev
     if best is None:
         raise PlanError(next((e.problem for e in log if e.problem and "host" in e.problem), None)
                         or next((e.problem for e in reversed(log) if e.problem), "no plan fits in memory"))

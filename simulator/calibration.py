@@ -200,26 +200,6 @@ def fit_collectives(rows_by_kind: dict[str, list[dict[str, Any]]], launch_us: fl
     return out
 
 
-def fit_op_coefficients(
-    ops: Sequence[dict[str, Any]],
-) -> dict[str, AffineFit]:
-    """Fit per-op-class coefficients from executed ops: `{"cls", "work", "us"}` each.
-
-    Used when calibrating against a fit set of executed plans instead of (or on top of)
-    microbenchmarks: each op class gets its own fixed cost and rate.
-    """
-    by_cls: dict[str, list[dict[str, Any]]] = {}
-    for o in ops:
-        by_cls.setdefault(str(o["cls"]), []).append(o)
-    out = {}
-    for cls, rows in sorted(by_cls.items()):
-        work = [float(r["work"]) for r in rows]
-        if len(rows) < 2 or len(set(work)) < 2:
-            continue
-        out[cls] = fit_affine(cls, work, [float(r["us"]) for r in rows], str(rows[0].get("unit", "")))
-    return out
-
-
 def summarize(fits: dict[str, AffineFit]) -> dict[str, Any]:
     """Residual summary over all fits: the worst relative RMS and the overall one."""
     allr = np.concatenate([np.asarray(f.residuals) for f in fits.values() if f.residuals] or [np.zeros(1)])
@@ -467,8 +447,9 @@ def fit_op_classes(
     runs: Sequence[tuple[Any, int, dict[str, float]]],
     classify: Callable[[str], str],
     min_samples: int = 3,
+    fixed: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
-    """Fit each op class's fixed cost and rate factor to executed plans.
+    """Fit each compute op class's fixed cost and rate factor to executed plans.
 
     `runs` = (OpGraph as lowered, world size, measured per-op us by op name). For every op
     of a class, the model's flow time under `hw` (simulator.cost, the spec of its world
@@ -476,7 +457,10 @@ def fit_op_classes(
     measured = f * launch_us + s * flow (f, s >= 0, relative residuals). The class then
     costs f launches fixed and its flow runs 1/s as fast (efficiency "op:<class>" = old
     factor / s, "opfixed:<class>" = f). Classes with fewer than `min_samples` ops or no
-    spread get a pure fixed cost (no flow) or a pure scale. Returns (spec, report).
+    spread (or with fixed=False) keep the launch as fixed cost and get a pure scale, or
+    without flow a pure fixed cost. Collectives are left to
+    `refine_iterations`: their measured span runs from launch to wait, which holds the
+    work overlapped with them and the wait for other ranks. Returns (spec, report).
     """
     from simulator.cost import op_busy
     from simulator.hardware import HardwareSpec
@@ -487,6 +471,8 @@ def fit_op_classes(
         spec = spec_for_world(hw, int(world))
         per_name: dict[str, list[float]] = {}
         for _nid, a in graph.ops():
+            if a.get("collective") is not None:
+                continue  # a measured collective spans launch to wait (overlap, peers): see refine_iterations
             _fixed, flow, _ = op_busy(a, spec)
             per_name.setdefault(a["name"], []).append(flow)
             old_k[classify(a["name"])] = spec.eff((a.get("args") or {}).get("eff_key"))
@@ -504,12 +490,15 @@ def fit_op_classes(
         launch = np.array([r[1] for r in rows])
         meas = np.array([r[2] for r in rows])
         spread = np.ptp(flow / launch) > 0.05 * max(float(np.max(flow / launch)), 1e-9)
-        if len(rows) >= min_samples and spread and np.any(flow > 0):
+        if fixed and len(rows) >= min_samples and spread and np.any(flow > 0):
             coef, res = fit_linear(cls, np.stack([launch, flow], axis=1), meas)
             f, s = float(coef[0]), float(coef[1])
-        elif np.any(flow > 0) and np.all(flow > 0):
-            f, s = 0.0, float(np.median(meas / flow))  # one size seen: all of it scales
-            res = (s * flow - meas) / meas
+        elif np.all(flow > 0):
+            # one size seen (or fixed=False): launch as measured, the rest scales
+            s = float(np.median((meas - launch) / flow))
+            s = max(s, 1e-3)
+            f = 1.0
+            res = (launch + s * flow - meas) / meas
         else:
             f, s = float(np.median(meas / launch)), 0.0
             res = (f * launch - meas) / meas
@@ -523,28 +512,36 @@ def fit_op_classes(
     return HardwareSpec.from_dict(d, where=f"hardware {hw.name}"), report
 
 
-def refine_gap(
+REFINE_ITERATION_KEYS = ("intra_latency_us", "all_to_all", "all_reduce")
+
+
+def refine_iterations(
     hw: Any,
     runs: Sequence[tuple[Any, int, float]],
     classify: Callable[[str], str],
+    keys: Sequence[str] = REFINE_ITERATION_KEYS,
     engine: str = "fast",
 ) -> tuple[Any, dict[str, Any]]:
-    """Fit the per-op host gap (OP_GAP, in launches) to measured iteration times of executed plans:
-    `runs` = (OpGraph as lowered, world size, measured iteration us). The graphs are
-    re-tagged (tag_op_classes) for every trial gap. Returns (spec, report)."""
+    """Fit the per-op host gap (OP_GAP, in launches) and multiplicative corrections of
+    `keys` (collective latency and bandwidths by default) to measured iteration times:
+    `runs` = (OpGraph as lowered, world size, measured iteration us). Graphs are re-tagged
+    (tag_op_classes) for every trial. Robust least squares on relative errors. Returns
+    (spec, report)."""
     from simulator.engine import simulate
     from simulator.hardware import HardwareSpec
 
     if not runs:
-        raise CalibrationError("refine_gap: no executed plans to fit")
+        raise CalibrationError("refine_iterations: no executed plans to fit")
+    keys = list(keys)
 
-    def spec_with(gap: float) -> Any:
-        d = hw.to_dict()
-        d["efficiency"] = {**d["efficiency"], OP_GAP: max(float(gap), 1e-3)}
+    def spec_with(x: np.ndarray) -> Any:
+        spec = scale_spec(hw, dict(zip(keys, np.exp(x[:-1])))) if keys else hw
+        d = spec.to_dict()
+        d["efficiency"] = {**d["efficiency"], OP_GAP: max(float(x[-1]), 1e-3)}
         return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        spec = spec_with(x[0])
+        spec = spec_with(x)
         out = []
         for graph, w, meas in runs:
             sw = spec_for_world(spec, int(w))
@@ -552,10 +549,17 @@ def refine_gap(
             out.append((simulate(tagged, sw, engine=engine).iteration_us - meas) / meas)
         return np.asarray(out)
 
-    r0 = residuals(np.array([0.0]))
-    sol = least_squares(residuals, np.array([0.5]), bounds=([0.0], [1e3]), loss="soft_l1", f_scale=0.1,
-                        diff_step=0.2)
-    gap = float(sol.x[0])
+    x0 = np.zeros(len(keys) + 1)
+    r0 = residuals(x0)
+    lo = np.concatenate([np.full(len(keys), -4.0), [0.0]])
+    hi = np.concatenate([np.full(len(keys), 4.0), [1e3]])
+    start = x0.copy()
+    start[-1] = 0.5
+    sol = least_squares(residuals, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.1,
+                        max_nfev=40 * (len(keys) + 2))
     r1 = residuals(sol.x)
-    return spec_with(gap), {"gap_launches": gap, "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()),
-                            "fit_mape_after": float(np.abs(r1).mean())}
+    return spec_with(sol.x), {
+        "gap_launches": float(sol.x[-1]), "factors": {k: float(np.exp(v)) for k, v in zip(keys, sol.x[:-1])},
+        "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()), "fit_mape_after": float(np.abs(r1).mean()),
+        "evaluations": int(sol.nfev),
+    }

@@ -1,6 +1,7 @@
 """An OpGraph flattened into numpy arrays, shared by both engines.
 
-Structure (independent of the hardware, cached per graph version): op order, ranks, lanes,
+Structure (independent of the hardware, cached on the graph until it changes; built with numpy
+from the columns OpGraph keeps, without walking networkx): op order, ranks, lanes,
 the previous op on each lane, explicit dependencies, and "units": a unit is one ordinary op,
 or all held ops of one collective (they start and end together). Costs (per hardware):
 fixed and flow time per unit and the resource busy times of each unit.
@@ -15,7 +16,7 @@ import numpy as np
 
 from simulator.cost import N_RES, collective_cost, resource_capacity
 from simulator.hardware import HardwareSpec
-from simulator.opgraph import OpGraph, OpGraphError
+from simulator.opgraph import _INT_COLUMNS, OpGraph, OpGraphError
 
 
 @dataclass(eq=False)
@@ -40,15 +41,20 @@ class Structure:
     usucc_ptr: np.ndarray  # CSR unit -> successor units (deps and lane order)
     usucc: np.ndarray
     uindeg: np.ndarray
-    demand: np.ndarray  # (n, 5): flops, hbm, host, pcie, nic
     mem: np.ndarray  # (n, 2): alloc, free
-    dtypes: list[str]
-    dtype_code: np.ndarray
-    eff_keys: list[Any]
-    eff_code: np.ndarray
-    launch: np.ndarray  # 1.0 where the op pays launch overhead
-    fixed_extra: np.ndarray
+    dtypes: list[str]  # dtype code -> name
+    eff_keys: list[Any]  # eff_key code -> key
+    version: int  # the graph's version it was compiled from
     memo: dict[str, Any] = field(default_factory=dict)  # engine-specific views of the structure
+
+    def column(self, key: str) -> np.ndarray:
+        """One per-op column of the graph (demands, "dtype"/"eff_key" codes, "launch", "fixed_us")
+        as a view, not a copy: use it at once, the graph cannot grow while a view is alive."""
+        if self.graph._version != self.version:
+            raise OpGraphError("graph changed after it was compiled: simulate it again")
+        dtype = np.int64 if key in _INT_COLUMNS else np.float64
+        a = self.graph._cols[key]
+        return np.frombuffer(a, dtype) if len(a) else np.zeros(0, dtype)
 
 
 def structure(graph: OpGraph) -> Structure:
@@ -66,7 +72,15 @@ def _col(cols: dict[str, Any], key: str, dtype: Any) -> np.ndarray:
     return np.frombuffer(a, dtype).copy() if len(a) else np.zeros(0, dtype)
 
 
+def _stable_order(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """argsort(keys, stable) for keys in [0, n_keys): 16-bit keys take numpy's radix sort."""
+    if n_keys <= np.iinfo(np.int16).max:
+        keys = keys.astype(np.int16)
+    return np.argsort(keys, kind="stable")
+
+
 def _build_structure(graph: OpGraph) -> Structure:
+    # One vectorised pass over the graph's columns (kept by add_op/add_dep): no per-op Python work.
     cols, codes = graph._cols, graph._codes
     ids = list(graph._ids)
     n = len(ids)
@@ -74,90 +88,95 @@ def _build_structure(graph: OpGraph) -> Structure:
     held = graph.ranks()
     slot_of = np.full(graph.world_size, -1, np.int64)
     slot_of[held] = np.arange(len(held))
-    if n and (slot_of[rank] < 0).any():
+    slot = slot_of[rank]
+    if n and (slot < 0).any():
         raise OpGraphError("symmetric graph: ops on ranks missing from rank_weights")
     rw = graph.rank_weights
     weights = np.array([rw[r] for r in held], np.float64)
 
-    # lanes: (rank, lane name) -> id; previous op on the lane from a stable sort by lane
-    n_names = max(len(codes["lane"]), 1)
-    lane_key = rank * n_names + _col(cols, "lane", np.int64)
-    lk_unique, lane = np.unique(lane_key, return_inverse=True)
-    lane = lane.reshape(-1)
+    # lanes: (rank slot, lane name) -> id in key order; previous op on the lane from a stable sort by lane
     names = list(codes["lane"])
-    lane_keys = [(int(k // n_names), names[int(k % n_names)]) for k in lk_unique.tolist()]
-    order = np.argsort(lane, kind="stable")
+    n_names = max(len(names), 1)
+    lane_key = slot * n_names + _col(cols, "lane", np.int64)
+    present = np.bincount(lane_key, minlength=len(held) * n_names) > 0
+    lut = np.cumsum(present) - 1
+    lane = lut[lane_key]
+    lane_keys = [(held[k // n_names], names[k % n_names]) for k in np.flatnonzero(present).tolist()]
+    order = _stable_order(lane, len(lane_keys))
     lane_prev = np.full(n, -1, np.int64)
     if n > 1:
         same = lane[order[1:]] == lane[order[:-1]]
         lane_prev[order[1:][same]] = order[:-1][same]
 
-    # units: collectives 0..C-1 by (name, group); then one unit per ordinary op
+    # units: collectives 0..C-1 by (name, group); then one unit per ordinary op, in op order
     coll = _col(cols, "coll", np.int64)
     C = len(codes["coll"])
     ordinary = coll < 0
+    n_ord = int(ordinary.sum())
     unit = coll.copy()
-    unit[ordinary] = C + np.arange(int(ordinary.sum()))
-    n_units = C + int(ordinary.sum())
-    coll_keys = list(codes["coll"])
+    unit[ordinary] = C + np.arange(n_ord)
+    n_units = C + n_ord
     counts = np.bincount(unit, minlength=n_units)
-    held_set = set(held)
-    expect: dict[tuple[int, ...], int] = {}
-    first = np.full(n_units, -1, np.int64)
-    first[unit[::-1]] = np.arange(n - 1, -1, -1)  # first op of each unit
-    unit_coll = []
-    for u, (name, group) in enumerate(coll_keys):
-        e = expect.get(group)
-        if e is None:
-            e = expect[group] = sum(1 for r in group if r in held_set)
-        if counts[u] != e:  # a held rank of the group lacks the op: the others would wait forever
-            have = set(rank[unit == u].tolist())
-            miss = sorted((set(group) & held_set) - have)
+    unit_coll = list(graph._coll_info)
+    if C:
+        held_set = set(held)
+        per_group: dict[tuple[int, ...], int] = {}
+        expect = np.array([per_group[g] if g in per_group else
+                           per_group.setdefault(g, sum(1 for r in g if r in held_set)) for _, g in codes["coll"]])
+        bad_u = np.flatnonzero(counts[:C] != expect)
+        if len(bad_u):  # a held rank of the group lacks the op: the others would wait forever
+            u = int(bad_u[0])
+            name, group = list(codes["coll"])[u]
+            miss = sorted((set(group) & held_set) - set(rank[unit == u].tolist()))
             raise OpGraphError(f"collective {name!r}: rank {miss[0] if miss else '?'} of its group has no op {name!r}")
-        a = graph.g.nodes[ids[first[u]]]
-        unit_coll.append((a["collective"], a["args"].get("eff_key")))
+        # members of collective units grouped by unit, then the ordinary ops (already in unit order)
+        is_coll = np.flatnonzero(~ordinary)
+        members = np.concatenate([is_coll[_stable_order(coll[is_coll], C)], np.flatnonzero(ordinary)])
+    else:
+        members = np.arange(n, dtype=np.int64)
 
-    # explicit dependencies, op level (CSR by destination)
-    src = np.frombuffer(graph._esrc, np.int64).copy() if len(graph._esrc) else np.zeros(0, np.int64)
-    dst = np.frombuffer(graph._edst, np.int64).copy() if len(graph._edst) else np.zeros(0, np.int64)
-    order = np.argsort(dst, kind="stable")
+    # explicit dependencies, op level (CSR by destination); views of the graph's edge columns, no copies
+    src = np.frombuffer(graph._esrc, np.int64) if len(graph._esrc) else np.zeros(0, np.int64)
+    dst = np.frombuffer(graph._edst, np.int64) if len(graph._edst) else np.zeros(0, np.int64)
+    order = np.argsort(dst, kind="stable")  # edges arrive nearly sorted by destination: cheap
     dep_src = src[order]
     dep_ptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(dst, minlength=n), out=dep_ptr[1:])
 
-    # unit-level successor graph: deps plus lane order
-    has_prev = lane_prev >= 0
-    e_src = np.concatenate([unit[src], unit[lane_prev[has_prev]]])
-    e_dst = np.concatenate([unit[dst], unit[np.nonzero(has_prev)[0]]])
-    same = e_src == e_dst
-    if same.any():
-        k = int(np.nonzero(same)[0][0])
-        bad = int(np.nonzero(unit == e_src[k])[0][0])
+    # unit-level successor graph: deps plus lane order, as sorted unique keys src * n_units + dst
+    has_prev = np.flatnonzero(lane_prev >= 0)
+    nu = max(n_units, 1)
+    key = np.concatenate([unit[src] * nu + unit[dst], unit[lane_prev[has_prev]] * nu + unit[has_prev]])
+    del src, dst  # release the views: the graph may grow again
+    key.sort()
+    if key.size:  # drop duplicates (a dependency that is also the lane order)
+        keep = np.empty(key.size, bool)
+        keep[0] = True
+        np.not_equal(key[1:], key[:-1], out=keep[1:])
+        key = key[keep]
+    e_src, e_dst = np.divmod(key, nu)
+    same = np.flatnonzero(e_src == e_dst)
+    if same.size:
+        bad = int(np.nonzero(unit == e_src[same[0]])[0][0])
         raise OpGraphError(f"collective {ids[bad].partition(':')[2]!r}: one of its ops waits for another op "
                            "of the same collective (dependency or same lane)")
-    # sort by source and drop duplicates (a dependency that is also the lane order)
-    key = np.sort(e_src * n_units + e_dst)
-    if key.size:
-        key = key[np.concatenate(([True], key[1:] != key[:-1]))]
-    e_src, e_dst = key // max(n_units, 1), key % max(n_units, 1)
     usucc_ptr = np.zeros(n_units + 1, np.int64)
     np.cumsum(np.bincount(e_src, minlength=n_units), out=usucc_ptr[1:])
     uindeg = np.bincount(e_dst, minlength=n_units)
 
     members_ptr = np.zeros(n_units + 1, np.int64)
     np.cumsum(counts, out=members_ptr[1:])
-    demand = np.stack([_col(cols, k, np.float64) for k in ("flops", "hbm_bytes", "host_bytes", "pcie_bytes",
-                                                         "nic_bytes")], axis=1)
-    mem = np.stack([_col(cols, "mem_alloc", np.float64), _col(cols, "mem_free", np.float64)], axis=1)
+    mem = np.empty((n, 2))
+    for j, k in enumerate(("mem_alloc", "mem_free")):
+        if len(cols[k]):
+            mem[:, j] = np.frombuffer(cols[k], np.float64)
     return Structure(
-        ids=ids, graph=graph, rank=rank, slot=slot_of[rank], held=held, weights=weights, lane=lane,
+        ids=ids, graph=graph, rank=rank, slot=slot, held=held, weights=weights, lane=lane,
         lane_keys=lane_keys, lane_prev=lane_prev, unit=unit, n_units=n_units,
         unit_coll=unit_coll, coll_units=np.arange(C, dtype=np.int64),
-        members_ptr=members_ptr, members=np.argsort(unit, kind="stable"), dep_ptr=dep_ptr, dep_src=dep_src,
-        usucc_ptr=usucc_ptr, usucc=e_dst, uindeg=uindeg, demand=demand, mem=mem,
-        dtypes=list(codes["dtype"]), dtype_code=_col(cols, "dtype", np.int64),
-        eff_keys=list(codes["eff_key"]), eff_code=_col(cols, "eff_key", np.int64),
-        launch=_col(cols, "launch", np.float64), fixed_extra=_col(cols, "fixed_us", np.float64),
+        members_ptr=members_ptr, members=members, dep_ptr=dep_ptr, dep_src=dep_src,
+        usucc_ptr=usucc_ptr, usucc=e_dst, uindeg=uindeg, mem=mem, dtypes=list(codes["dtype"]),
+        eff_keys=list(codes["eff_key"]), version=graph._version,
     )
 
 
@@ -169,6 +188,27 @@ class Costs:
     ures_ptr: np.ndarray  # CSR unit -> (global resource index, busy us)
     ures: np.ndarray
     ubusy: np.ndarray
+    uop: np.ndarray  # per entry: the op it comes from
+
+
+def _collective_kinds(st: Structure) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+    """Per collective unit its kind: distinct (Collective, eff_key) pairs (layers repeat one
+    collective), so each kind is costed once per hardware. Hardware-independent: memoised."""
+    hit = st.memo.get("coll_kinds")
+    if hit is None:
+        by_id: dict[tuple[int, Any], int] = {}  # cheap: most units share one Collective object
+        by_value: dict[tuple[Any, Any], int] = {}
+        kinds: list[tuple[Any, Any]] = []
+        kind_u = []
+        for c, ek in st.unit_coll:
+            k = by_id.get((id(c), ek))
+            if k is None:
+                k = by_id[(id(c), ek)] = by_value.setdefault((c, ek), len(kinds))
+                if k == len(kinds):
+                    kinds.append((c, ek))
+            kind_u.append(k)
+        hit = st.memo["coll_kinds"] = (np.array(kind_u, np.int64), kinds)
+    return hit
 
 
 def costs(st: Structure, hw: HardwareSpec) -> Costs:
@@ -176,45 +216,45 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
     cap = resource_capacity(hw)
     dt_rate = np.array([hw.flops_for(d) * hw.eff("compute") for d in st.dtypes] or [1.0])
     ek = np.array([hw.eff(k) for k in st.eff_keys] or [1.0])
-    k = ek[st.eff_code]
-    busy = np.zeros((n, N_RES))
-    busy[:, 0] = st.demand[:, 0] / dt_rate[st.dtype_code]
-    busy[:, 1] = st.demand[:, 1] / cap["hbm"]
-    busy[:, 2] = st.demand[:, 2] / cap["host"]
-    busy[:, 3] = st.demand[:, 3] / cap["pcie"]
-    busy[:, 5] = st.demand[:, 4] / cap["nic"]
-    busy *= (1e6 / k)[:, None]
+    scale = 1e6 / ek[st.column("eff_key")]
+    busy = np.zeros((n, N_RES), order="F")  # column-major: per-resource columns and the row max are fast
+    np.divide(st.column("flops"), dt_rate[st.column("dtype")], out=busy[:, 0])
+    for k, (col, res) in enumerate((("hbm_bytes", "hbm"), ("host_bytes", "host"), ("pcie_bytes", "pcie")), 1):
+        np.divide(st.column(col), cap[res], out=busy[:, k])
+    np.divide(st.column("nic_bytes"), cap["nic"], out=busy[:, 5])
+    busy *= scale[:, None]
     if hw.kind == "cpu":  # see cost.py: one DRAM serves host, "hbm" and copy traffic
         busy[:, 1] += busy[:, 2] + busy[:, 3]
         busy[:, 2:4] = 0.0
-    fixed = st.launch * hw.gpu.launch_us + st.fixed_extra
+    fixed = st.column("launch") * hw.gpu.launch_us + st.column("fixed_us")
     flow = busy.max(axis=1)
     C = len(st.coll_units)
     if C:  # collectives are units 0..C-1, so their members lead st.members
-        memo: dict[tuple[Any, Any], tuple[float, float, list[float]]] = {}  # layers repeat one collective
-        lat = np.empty(C)
-        bw = np.empty(C)
-        cb = np.empty((C, N_RES))
-        for u, key in enumerate(st.unit_coll):
-            hit = memo.get(key)
-            if hit is None:
-                hit = memo[key] = collective_cost(key[0], hw, key[1])
-            lat[u], bw[u], cb[u] = hit
+        kind_u, kinds = _collective_kinds(st)
+        lat = np.empty(len(kinds))
+        bw = np.empty(len(kinds))
+        cb = np.empty((len(kinds), N_RES))
+        for k, (c, key) in enumerate(kinds):
+            lat[k], bw[k], cb[k] = collective_cost(c, hw, key)
         ms = st.members[:st.members_ptr[C]]
-        mu = st.unit[ms]
-        busy[ms] = cb[mu]
-        fixed[ms] += lat[mu]
-        flow[ms] = bw[mu]
+        mk = kind_u[st.unit[ms]]
+        busy[ms] = cb[mk]
+        fixed[ms] += lat[mk]
+        flow[ms] = bw[mk]
     # per unit: fixed/flow of its first member (members agree)
     first = st.members[st.members_ptr[:-1]]
     ufixed = fixed[first]
     uflow = flow[first]
-    # resource list per unit: every member's non-zero busy entries on its rank's resources
+    # resource list per unit: every member's non-zero busy entries on its rank's resources, grouped
+    # by unit (ordinary units follow op order already; only collective entries need sorting)
     op_i, res_k = np.nonzero(busy)
-    gres = st.slot[op_i] * N_RES + res_k
     u_of = st.unit[op_i]
-    order = np.argsort(u_of, kind="stable")
+    in_coll = u_of < C
+    if C:
+        ci = np.flatnonzero(in_coll)
+        order = np.concatenate([ci[np.argsort(u_of[ci], kind="stable")], np.flatnonzero(~in_coll)])
+        op_i, res_k = op_i[order], res_k[order]
     ures_ptr = np.zeros(st.n_units + 1, np.int64)
     np.cumsum(np.bincount(u_of, minlength=st.n_units), out=ures_ptr[1:])
-    return Costs(busy=busy, ufixed=ufixed, uflow=uflow, ures_ptr=ures_ptr, ures=gres[order],
-                 ubusy=busy[op_i, res_k][order])
+    return Costs(busy=busy, ufixed=ufixed, uflow=uflow, ures_ptr=ures_ptr, ures=st.slot[op_i] * N_RES + res_k,
+                 ubusy=busy[op_i, res_k], uop=op_i)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from simulator.timeline import _atomic_write_text
 
@@ -93,6 +94,7 @@ class OpGraph:
         # typed arrays: numpy reads them without conversion (np.frombuffer)
         self._cols: dict[str, array] = {k: array("q" if k in _INT_COLUMNS else "d") for k in _COLUMNS}
         self._codes: dict[str, dict[Any, int]] = {"lane": {}, "dtype": {}, "eff_key": {}, "coll": {}}
+        self._coll_info: list[tuple[Collective, Any]] = []  # per collective code: (Collective, eff_key) of its first op
         self._esrc = array("q")
         self._edst = array("q")
         self._version = 0  # bumped on every change; engines cache compiled structure per version
@@ -171,7 +173,11 @@ class OpGraph:
             cols["coll"].append(-1)
         else:
             cc = codes["coll"]
-            cols["coll"].append(cc.setdefault((a["name"], c.group), len(cc)))
+            n_cc = len(cc)
+            code = cc.setdefault((a["name"], c.group), n_cc)
+            if code == n_cc:
+                self._coll_info.append((c, args.get("eff_key")))
+            cols["coll"].append(code)
         for k in _DEMAND_NAMES:
             cols[k].append(a[k])
 
@@ -185,6 +191,7 @@ class OpGraph:
         columns are read again from the node attributes."""
         self._cols = {k: array("q" if k in _INT_COLUMNS else "d") for k in _COLUMNS}
         self._codes = {"lane": {}, "dtype": {}, "eff_key": {}, "coll": {}}
+        self._coll_info = []
         nodes = self.g.nodes
         for nid in self._ids:
             self._append_columns(nodes[nid])
@@ -210,7 +217,11 @@ class OpGraph:
         """The ranks held in the graph (representatives when symmetric)."""
         if self.symmetric and self._rank_weights:
             return sorted(self._rank_weights)
-        return sorted(set(self._cols["rank"]))
+        rank = self._cols["rank"]
+        if not len(rank):
+            return []
+        present = np.bincount(np.frombuffer(rank, np.int64), minlength=self.world_size)
+        return np.flatnonzero(present).tolist()
 
     @property
     def rank_weights(self) -> dict[int, int]:

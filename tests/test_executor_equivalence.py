@@ -92,33 +92,46 @@ def dist_cases(world: int, n: int, seed: int) -> list:
     return cases
 
 
-@pytest.mark.dist
-@pytest.mark.parametrize("world", [2, 4])
-def test_distributed_plans_match_reference(world):
-    cases = dist_cases(world, 6 if world == 2 else 4, seed=world)
-    # one mixed plan per world: every sharding at once, ranks subsets, packing, hot rows
+def mixed_case(world: int) -> tuple:
+    """Every sharding at once, rank subsets in odd orders, packing, hot rows, micro-batches."""
     model = dlrm_model()
-    mixed = Plan(
+    plan = Plan(
         model, world, 16,
         [PackPlan("a", ["C1", "C2"], "row_wise", ranks=[world - 1, 0]), PackPlan("b", ["C3"], "column_wise"),
          PackPlan("c", ["C4"], "replicated"), PackPlan("d", ["C5"], "table_wise", ranks=[world - 1])],
         hot_rows={"C2": 30, "C3": 500}, hot_ids_file="hot.npz", micro_batches=2, kernel_interleaving=True,
         optimizer=OPTS[2],
     )
-    cases.append((mixed.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}, 9, 3))
-    results = run_ranks(equivalence_worker, world, cases)[0]
-    for (plan_d, _, _, _), res in zip(cases, results):
-        assert res is not None
-        assert res["max_rel_diff"] < TOL, (plan_d["packs"], plan_d["micro_batches"], res)
-        assert res["reference_moved"] > 1e-3, res
+    return (plan.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}, 9, 2)
+
+
+def arch_cases(world: int) -> list:
+    rng = np.random.default_rng(7)
+    cases = []
+    for i, model in enumerate(other_models()):
+        plan, hot = random_plan(model, world, 16, rng, micro_batches=2, optimizer=OPTS[i % 3])
+        cases.append((plan.to_dict(), hot, i, 2))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def dist_results() -> dict:
+    """One process group per world size runs every case (process start-up dominates)."""
+    out = {}
+    for world in (2, 4):
+        cases = dist_cases(world, 6 if world == 2 else 4, seed=world) + [mixed_case(world)]
+        if world == 2:
+            cases += arch_cases(world)
+        out[world] = (cases, run_ranks(equivalence_worker, world, cases)[0])
+    return out
 
 
 @pytest.mark.dist
-def test_distributed_other_archs():
-    cases = []
-    rng = np.random.default_rng(7)
-    for i, model in enumerate(other_models()):
-        plan, hot = random_plan(model, 2, 16, rng, micro_batches=2, optimizer=OPTS[i % 3])
-        cases.append((plan.to_dict(), hot, i, 2))
-    for res in run_ranks(equivalence_worker, 2, cases)[0]:
-        check(res)
+@pytest.mark.parametrize("world", [2, 4])
+def test_distributed_plans_match_reference(dist_results, world):
+    cases, results = dist_results[world]
+    assert len(results) == len(cases)
+    for (plan_d, _, _, _), res in zip(cases, results):
+        assert res is not None
+        assert res["max_rel_diff"] < TOL, (plan_d["model"]["arch"], plan_d["packs"], plan_d["micro_batches"], res)
+        assert res["reference_moved"] > 1e-3, res

@@ -80,20 +80,34 @@ def test_env_var_forces_reference_without_warning(fresh_dispatch, monkeypatch):
     assert "PICASSO_NATIVE=0" in K.native_status()["reason"]
 
 
-def test_native_falls_back_where_it_does_not_apply():
+def test_native_autograd_gives_the_reference_gradients():
     assert K.load_native(), K.native_status()["reason"]
     weight, indices, offsets = small_batch()
-    weight.requires_grad_(True)
-    out = K.bag_forward_native(weight, indices, offsets, "sum")
-    assert out.grad_fn is not None  # autograd through weight keeps the reference path
-    out.sum().backward()
-    assert weight.grad is not None
+    grad = torch.randn(3, 4)
+    for psw_grad in (False, True):
+        w_native = weight.clone().requires_grad_(True)
+        w_ref = weight.clone().requires_grad_(True)
+        psw = torch.rand(len(indices), requires_grad=psw_grad)
+        (K.bag_forward_native(w_native, indices, offsets, "sum", psw) * grad).sum().backward()
+        (K.bag_forward_ref(w_ref, indices, offsets, "sum", psw) * grad).sum().backward()
+        torch.testing.assert_close(w_native.grad, w_ref.grad, rtol=1e-6, atol=1e-6)
+        if psw_grad:  # gradients for per-sample weights come from the reference path
+            assert psw.grad is not None
     with torch.no_grad():
-        out = K.bag_forward_native(weight, indices, offsets, "sum")
+        out = K.bag_forward_native(weight.requires_grad_(True), indices, offsets, "sum")
     assert out.grad_fn is None
+
+
+def test_native_falls_back_where_it_does_not_apply():
+    assert K.load_native()
     ids = torch.tensor([3, 1, 3], dtype=torch.int16)
     for got, want in zip(K.unique_native(ids), K.unique_ref(ids)):
         assert torch.equal(got, want)
+    weight = torch.randn(6, 2).t()  # not contiguous: the reference updates it in place
+    w_ref = weight.clone()
+    K.sparse_update_native(weight, None, torch.tensor([0, 1]), torch.ones(2, 6), "sgd", 0.5)
+    K.sparse_update_ref(w_ref, None, torch.tensor([0, 1]), torch.ones(2, 6), "sgd", 0.5)
+    torch.testing.assert_close(weight, w_ref)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

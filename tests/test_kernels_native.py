@@ -220,6 +220,12 @@ def test_bad_input_raises_one_clear_error(native):
         native.bag_forward(weight, torch.tensor([0]), torch.tensor([0, 1]), "max", None)
     with pytest.raises(IndexError, match="offsets"):
         native.bag_forward(weight, torch.tensor([0]), torch.tensor([0, 2]), "sum", None)
+    with pytest.raises(IndexError, match="offsets of bag 1 are"):
+        native.bag_forward(weight, torch.tensor([0, 1, 2, 3]), torch.tensor([0, 3, 1, 4]), "sum", None)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        native.bag_backward(
+            torch.ones(3, 4), torch.tensor([0, 1, 2, 3]), torch.tensor([0, 3, 1, 4]), "sum", None
+        )
     with pytest.raises(IndexError, match="id at position 0"):
         native.route_ids(torch.tensor([7]), torch.full((5,), -1), 2)
     with pytest.raises(ValueError, match="unknown sparse optimizer"):
@@ -262,3 +268,40 @@ def test_offsets_may_start_past_zero(native):
     torch.testing.assert_close(g, want_g)
     out = native.bag_forward(weight, indices, offsets, "sum", psw)
     torch.testing.assert_close(out, K.bag_forward_ref(weight, indices[2:], offsets - 2, "sum", psw[2:]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_backward_and_update(native, dtype):
+    """16-bit grads accumulate in fp32 and round once; compare with the fp32 reference."""
+    gen = torch.Generator().manual_seed(11)
+    indices = torch.randint(0, 30, (200,), generator=gen)
+    offsets = torch.arange(0, 201, 5)
+    grad = torch.randn(40, 8, generator=gen).to(dtype)
+    rows, g = native.bag_backward(grad, indices, offsets, "mean", None)
+    want_rows, want_g = K.bag_backward_ref(grad.float(), indices, offsets, "mean")
+    assert torch.equal(rows, want_rows) and g.dtype == dtype
+    ulp = torch.finfo(dtype).eps
+    assert ((g.float() - want_g).abs() <= ulp * want_g.abs() + 1e-3).all()
+    weight = torch.randn(30, 8, generator=gen).to(dtype)
+    w_ref = weight.float()
+    native.sparse_update(weight, None, rows, g, "sgd", 0.5, 1e-8)
+    K.sparse_update_ref(w_ref, None, rows, g.float(), "sgd", 0.5)
+    assert ((weight.float() - w_ref).abs() <= ulp * w_ref.abs() + 1e-3).all()
+
+
+@pytest.mark.parametrize(
+    "low, high, n",
+    [(0, 30, 5000), (0, 200_000, 5000), (-(2**40), 2**40, 5000), (-(2**62), 2**62, 3000)],
+    ids=["dense-counting", "radix-32bit", "radix-64bit", "radix-full-range"],
+)
+def test_unique_every_grouping_path(native, low, high, n):
+    gen = torch.Generator().manual_seed(n)
+    ids = torch.randint(low, high, (n,), generator=gen)
+    ids[::7] = ids[0]  # duplicates in every path
+    for got, want in zip(native.unique(ids), K.unique_ref(ids)):
+        assert torch.equal(got, want)
+    grad = torch.randn(n, 3, generator=gen, dtype=torch.float64)
+    rows, g = native.bag_backward(grad, ids - ids.min(), torch.arange(n + 1), "sum", None)
+    want_rows, want_g = K.bag_backward_ref(grad, ids - ids.min(), torch.arange(n + 1), "sum")
+    assert torch.equal(rows, want_rows)
+    torch.testing.assert_close(g, want_g)

@@ -329,3 +329,28 @@ def test_cpu_memory_traffic_shares_dram():
     assert op_cost_us(g.op("0:gather"), hw) == pytest.approx(expected)
     assert simulate(g, hw, "simpy").iteration_us == pytest.approx(expected)
     assert simulate(g, hw, "fast").iteration_us == pytest.approx(expected)
+
+
+def test_fast_skips_only_resources_that_one_lane_uses():
+    """hbm is used by two lanes (shared: kept); pcie and compute by one lane each (never shared: left
+    out of the fast engine's bookkeeping). Results stay those of the full model."""
+    from simulator.compiled import costs, structure
+    from simulator.cost import RESOURCES
+    from simulator.fast import _unit_resources
+
+    g = OpGraph(1)
+    g.add_op("gather", 0, "memory", hbm_bytes=1e8)
+    g.add_op("mlp", 0, "compute", flops=1e8, hbm_bytes=5e7)
+    g.add_op("mlp2", 0, "compute", flops=1e8)
+    g.add_op("h2d", 0, "copy", pcie_bytes=1e6)
+    hw = toy_hw(gpus_per_node=1)
+    st = structure(g)
+    ur, ub, ur2, ub2, multi = _unit_resources(st, costs(st, hw))
+    kept = {RESOURCES[r] for r in ur + ur2 if r >= 0}
+    assert kept == {"hbm"} and not multi
+    # gather and mlp share hbm (100 + 50 us of work): the fast engine still sees it
+    for engine in ENGINES:
+        ends_ = ends(simulate(g, hw, engine))
+        assert ends_[(0, "gather")] == pytest.approx(150.0)
+        assert ends_[(0, "mlp2")] >= ends_[(0, "mlp")] + 100.0 - 1e-9  # lane order on the unshared compute
+        assert ends_[(0, "h2d")] == pytest.approx(100.0)

@@ -99,3 +99,49 @@ def test_in_place_edits_are_seen_after_refresh():
     g.op("0:gather")["args"]["fixed_us"] = 7.0
     g.refresh()
     assert simulate(g, hw).iteration_us == pytest.approx(207.0)
+
+
+def test_compiled_form_is_cached_and_invalidated_on_every_change():
+    from simulator.compiled import structure
+
+    hw = toy_hw(gpus_per_node=1)
+    g = OpGraph(1)
+    g.add_op("a", 0, "compute", flops=1e8)  # 100 us
+    assert simulate(g, hw).iteration_us == pytest.approx(100.0)
+    st = structure(g)
+    assert structure(g) is st  # cached: a second run does not compile again
+    simulate(g, hw, "simpy")
+    assert structure(g) is st
+
+    g.add_op("b", 0, "copy", pcie_bytes=1e6)  # 100 us on another lane: overlaps
+    assert structure(g) is not st
+    assert len(structure(g).ids) == 2
+    for engine in ("fast", "simpy"):
+        assert simulate(g, hw, engine).iteration_us == pytest.approx(100.0)
+
+    st = structure(g)
+    g.add_dep("0:a", "0:b")  # now b waits for a
+    assert structure(g) is not st
+    for engine in ("fast", "simpy"):
+        assert simulate(g, hw, engine).iteration_us == pytest.approx(200.0)
+
+    st = structure(g)
+    g.op("0:b")["pcie_bytes"] = 3e6  # in-place edit: seen after refresh()
+    g.refresh()
+    assert structure(g) is not st
+    for engine in ("fast", "simpy"):
+        assert simulate(g, hw, engine).iteration_us == pytest.approx(400.0)
+
+
+def test_stale_compiled_form_refuses_to_read_changed_columns():
+    from simulator.compiled import costs, structure
+
+    hw = toy_hw(gpus_per_node=1)
+    g = OpGraph(1)
+    g.add_op("a", 0, "compute", flops=1e8)
+    st = structure(g)
+    g.add_op("b", 0, "compute", flops=1e8)
+    with pytest.raises(OpGraphError, match="changed after it was compiled"):
+        costs(st, hw)
+    g.add_op("c", 0, "compute", flops=1e8)  # no view of the columns is left behind: the graph still grows
+    assert simulate(g, hw).iteration_us == pytest.approx(300.0)

@@ -298,3 +298,102 @@ def test_large_header_only_csv(tmp_path):
     p.write_text(",".join(string.ascii_lowercase) + "\n")
     r = open_reader(p, "csv")
     assert list(r) == [] and r.stats.rows_ok == 0
+
+
+# ---- the real sample through the other readers ---------------------------------------------
+def real_rows(criteo_sample_dir, n=1500):
+    lines = (criteo_sample_dir / "train_split.tsv").read_text().splitlines()[:n]
+    return [line.split("\t") for line in lines]
+
+
+def criteo_ids(rows, j):
+    return [[int(r[14 + j], 16)] if r[14 + j] else [] for r in rows]
+
+
+def test_real_sample_as_parquet_avazu_and_libfm(criteo_sample_dir, tmp_path):
+    rows = real_rows(criteo_sample_dir)
+    cols = {"label": pa.array([int(r[0]) for r in rows])}
+    for i in range(13):
+        cols[f"I{i + 1}"] = pa.array([int(r[1 + i]) if r[1 + i] else None for r in rows], pa.int64())
+    for j in range(26):
+        cols[f"C{j + 1}"] = pa.array([int(r[14 + j], 16) if r[14 + j] else None for r in rows], pa.int64())
+    pq.write_table(pa.table(cols), tmp_path / "c.parquet", row_group_size=500)
+    r = open_reader(tmp_path / "c.parquet", "parquet", dense=",".join(f"I{i}" for i in range(1, 14)))
+    _, n, labels, dense, bags = read_all(r)
+    assert n == len(rows) and bags["C3"] == criteo_ids(rows, 2) and bags["C26"] == criteo_ids(rows, 25)
+    assert dense[:, 4].tolist() == [float(x[5]) if x[5] else 0.0 for x in rows]
+    # Avazu layout: id, click, then the hashes as text (hashed by the stable rule).
+    text = "id,click," + ",".join(f"C{j}" for j in range(1, 27)) + "\n"
+    text += "".join(f"{i},{r[0]}," + ",".join(r[14:]) + "\n" for i, r in enumerate(rows))
+    (tmp_path / "a.csv").write_text(text)
+    _, n, labels, _, bags = read_all(open_reader(tmp_path / "a.csv", "avazu"))
+    assert n == len(rows) and labels.tolist() == [float(r[0]) for r in rows]
+    want = [[int(strings_to_ids(pa.array([v]))[0][0])] if v else [] for v in (r[16] for r in rows)]
+    assert bags["C3"] == want
+    # libfm: field:idx:1 with the hash as the index.
+    lines = [" ".join([r[0], *(f"{j}:{int(r[14 + j], 16)}:1" for j in range(26) if r[14 + j])]) for r in rows]
+    (tmp_path / "c.libfm").write_text("\n".join(lines) + "\n")
+    _, n, _, _, bags = read_all(open_reader(tmp_path / "c.libfm", "libsvm"))
+    assert n == len(rows) and bags["f2"] == criteo_ids(rows, 2) and bags["f25"] == criteo_ids(rows, 25)
+
+
+@st.composite
+def csv_rows(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kinds = draw(st.lists(st.sampled_from(["ok"] * 4 + ["blank", "extra", "short", "number", "label"]),
+                          min_size=1, max_size=40))  # fmt: skip
+    lines, expect = ["label,price,user,hist"], []
+    for kind in kinds:
+        if kind == "blank":
+            lines.append("")
+            continue
+        f = [str(rng.integers(0, 2)), f"{rng.random() * 100:.2f}", f"u{rng.integers(0, 20)}",
+             "|".join(str(x) for x in rng.integers(0, 50, rng.integers(0, 4)))]  # fmt: skip
+        if kind == "extra":
+            f.append("x")
+        elif kind == "short":
+            f = f[:2]
+        elif kind == "number":
+            f[1] = draw(st.sampled_from(["1.2.3", "abc", "--4"]))
+        elif kind == "label":
+            f[0] = draw(st.sampled_from(["", "no"]))
+        lines.append(",".join(f))
+        expect.append((len(lines), kind == "ok", f))
+    return "\n".join(lines) + "\n", expect
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=csv_rows(), gz=st.booleans())
+def test_csv_malformed_rows(tmp_path, data, gz):
+    text, expect = data
+    p = tmp_path / ("d.csv.gz" if gz else "d.csv")
+    p.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    good = [f for _, ok, f in expect if ok]
+    bad = [ln for ln, ok, _ in expect if not ok]
+    r = open_reader(p, "csv", dense="price", multi_sep="|", multi="hist", chunk_bytes=4096)
+    _, n, labels, dense, bags = read_all(r)
+    assert n == len(good) and r.stats.rows_bad == len(bad) and r.stats.first_bad_lines == bad[:10]
+    assert dense[:, 0].tolist() == pytest.approx([float(f[1]) for f in good])
+    assert bags["hist"] == [[int(x) for x in f[3].split("|") if x] for f in good]
+    if bad:
+        with pytest.raises(TraceError, match=rf":{bad[0]}: "):
+            list(open_reader(p, "csv", dense="price", strict=True, chunk_bytes=4096))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(labels=st.lists(st.one_of(st.none(), st.sampled_from(["0", "1", "x"])), min_size=1, max_size=30),
+       seed=st.integers(0, 1000))  # fmt: skip
+def test_parquet_malformed_values(tmp_path, labels, seed):
+    rng = np.random.default_rng(seed)
+    n = len(labels)
+    price = [None if rng.random() < 0.2 else ("bad" if rng.random() < 0.2 else f"{rng.random():.3f}") for _ in range(n)]
+    t = pa.table({"label": pa.array(labels, pa.string()), "price": pa.array(price, pa.string()),
+                  "item": pa.array(rng.integers(0, 9, n))})  # fmt: skip
+    pq.write_table(t, tmp_path / "d.parquet", row_group_size=7)
+    ok = [lab in ("0", "1") and p != "bad" for lab, p in zip(labels, price)]
+    r = open_reader(tmp_path / "d.parquet", "parquet", dense="price")
+    _, got, lab, dense, bags = read_all(r)
+    assert got == sum(ok) and r.stats.rows_bad == n - sum(ok)
+    assert r.stats.first_bad_lines == [i + 1 for i, k in enumerate(ok) if not k][:10]
+    assert lab.tolist() == [float(x) for x, k in zip(labels, ok) if k]
+    assert bags["item"] == [[int(v)] for v, k in zip(t.column("item").to_pylist(), ok) if k]

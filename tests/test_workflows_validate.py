@@ -173,7 +173,7 @@ def test_op_class_fit_recovers_known_coefficients(setup):
     """Per-op-class fixed costs and rate factors set on a 'true' machine are recovered
     from op timings of simulated runs, and predict held-out plans' iterations."""
     from picasso.workflows.validate import op_class
-    from simulator.calibration import fit_op_classes, refine_gap, spec_for_world, tag_op_classes
+    from simulator.calibration import fit_op_classes, refine_iterations, spec_for_world, tag_op_classes
     from simulator.engine import simulate
     from simulator.hardware import HardwareSpec
 
@@ -196,8 +196,8 @@ def test_op_class_fit_recovers_known_coefficients(setup):
     assert report["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
     assert report["fwd/dense/top_mlp"]["fixed_launches"] == pytest.approx(4.5, rel=0.1)  # fixed + gap
     assert report["bwd/dense/interaction"]["flow_scale"] == pytest.approx(10.0, rel=0.05)
-    spec2, gap = refine_gap(spec1, [(g, w, it) for g, w, it, _ in fit], op_class)
-    assert gap["fit_mape_after"] < 0.05
+    spec2, rep = refine_iterations(spec1, [(g, w, t) for g, w, t, _ in fit], op_class, keys=())
+    assert rep["fit_mape_after"] < 0.05
     for graph, w, meas_it, _ in held:
         sw = spec_for_world(spec2, w)
         pred = simulate(tag_op_classes(graph, sw, op_class), sw).iteration_us

@@ -166,6 +166,6 @@ class IdCounter:
         pos = np.minimum(np.searchsorted(self.keys, ids), len(self.keys) - 1)
         return np.where(self.keys[pos] == ids, self.counts[pos], 0)
 
-    def sample_counts(self) -> np.ndarray:
-        """Exact counts of the KMV sample of distinct IDs (empty while exact)."""
-        return self._kmv_counts.copy()
+    def sample(self) -> tuple[np.ndarray, np.ndarray]:
+        """(IDs, exact counts) of the KMV sample of distinct IDs (empty while exact)."""
+        return self._kmv_ids.copy(), self._kmv_counts.copy()

@@ -68,11 +68,6 @@ def fingerprint_classes(max_count: int) -> np.ndarray:
     return np.asarray(edges, np.int64)
 
 
-def observed_fingerprint(counts: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    idx = np.searchsorted(edges, counts, side="right") - 1
-    return np.bincount(idx[idx >= 0], minlength=len(edges)).astype(np.float64)
-
-
 def expected_fingerprint(lam: np.ndarray, sizes: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """E[#IDs with count in each class] when ID i's count is Poisson(lam[i]) (sizes[i] alike)."""
     out = np.zeros(len(edges))
@@ -91,14 +86,19 @@ def expected_fingerprint(lam: np.ndarray, sizes: np.ndarray, edges: np.ndarray) 
 class ZipfMandelbrotFit:
     """Fit of (s, q, V) to a sample fingerprint; see the module docstring."""
 
-    def __init__(self, counts: np.ndarray) -> None:
-        self.counts = np.asarray(counts, np.int64)
-        self.counts = self.counts[self.counts > 0]
-        self.n = int(self.counts.sum())
-        self.D = len(self.counts)
-        self.f1 = int(np.count_nonzero(self.counts == 1))
-        self.edges = fingerprint_classes(int(self.counts.max()) if self.D else 1)
-        self.obs = observed_fingerprint(self.counts, self.edges)
+    def __init__(self, counts: np.ndarray, sizes: np.ndarray | None = None) -> None:
+        """`counts` per ID, or with `sizes`: count values and how many IDs have each
+        (the frequency groups of a sketched profile; sizes may be estimates)."""
+        values = np.rint(np.asarray(counts, np.float64)).astype(np.int64)
+        weights = np.ones(len(values)) if sizes is None else np.asarray(sizes, np.float64)
+        keep = (values > 0) & (weights > 0)
+        values, weights = values[keep], weights[keep]
+        self.n = int(round(float(np.dot(values, weights))))
+        self.D = int(round(float(weights.sum())))
+        self.f1 = float(weights[values == 1].sum())
+        self.edges = fingerprint_classes(int(values.max()) if len(values) else 1)
+        idx = np.searchsorted(self.edges, values, side="right") - 1
+        self.obs = np.bincount(idx, weights=weights, minlength=len(self.edges)).astype(np.float64)
         self.s = self.q = self.V = None
         self.deviance = None
 
@@ -137,7 +137,7 @@ class ZipfMandelbrotFit:
             "kind": "zipf-mandelbrot",
             "s": self.s, "q": self.q, "vocabulary": self.V, "deviance": self.deviance,
             "classes": len(self.edges), "sample_accesses": self.n, "sample_distinct": self.D,
-            "good_turing_unseen_mass": self.f1 / self.n if self.n else 0.0,
+            "good_turing_unseen_mass": float(self.f1 / self.n) if self.n else 0.0,
         }  # fmt: skip
 
 
@@ -182,7 +182,7 @@ def needs_model(fp: FeatureProfile) -> bool:
     """False when the sample looks complete (no singleton) or is too small to fit."""
     if fp.distinct < 3 or fp.accesses < 20:
         return False
-    return bool(np.any(fp.counts == 1)) and fp.exact
+    return bool(np.any(fp.group_values == 1))
 
 
 def scale_feature(fp: FeatureProfile, rows: int) -> FeatureProfile:
@@ -194,7 +194,7 @@ def scale_feature(fp: FeatureProfile, rows: int) -> FeatureProfile:
         return FeatureProfile(name=fp.name, rows=rows, missing=rows, distinct=0, accesses=0,
                               ids=fp.ids[:0], counts=fp.counts[:0], exact=False, extrapolated_to=rows)  # fmt: skip
     target = fp.accesses * rows / fp.rows
-    fit = ZipfMandelbrotFit(fp.counts).fit() if needs_model(fp) else None
+    fit = ZipfMandelbrotFit(fp.group_values, fp.group_sizes).fit() if needs_model(fp) else None
     distinct, gv, gs, head_vals = predict(fp, target, fit)
     model = fit.params() if fit else {"kind": "complete", "reason": "no singleton in the sample: every ID seen"}
     model = dict(model, source_rows=fp.rows, head_min=HEAD_MIN)

@@ -133,7 +133,8 @@ def fnv1a64(arr: pa.Array) -> np.ndarray:
 
 def strings_to_ids(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Generic categorical strings -> (ids int64 [n], present bool [n]); empty/null = missing."""
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+    t = arr.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
         arr = pc.cast(arr, pa.string())
     n = len(arr)
     offsets, _, valid = string_buffers(arr)
@@ -146,7 +147,8 @@ def strings_to_ids(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     is_dec = pc.match_substring_regex(arr, r"^-?[0-9]{1,18}$")
     is_dec = np.asarray(is_dec.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool) & present
     if is_dec.any():
-        dec = pc.cast(pc.if_else(pa.array(is_dec), arr, pa.scalar("0")), pa.int64()).to_numpy(zero_copy_only=False)
+        zero = pa.scalar(b"0" if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type) else "0", arr.type)
+        dec = pc.cast(pc.if_else(pa.array(is_dec), arr, zero), pa.int64()).to_numpy(zero_copy_only=False)
         ids[is_dec] = (dec[is_dec].astype(np.uint64) & INT63_MASK).astype(np.int64)
     other = present & ~is_dec
     if other.any():

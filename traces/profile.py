@@ -344,7 +344,7 @@ class _Builder:
                 continue
             st.counter.add_counts(*unique_counts(part))
             if len(sel):
-                st.presence.add(_batch_distinct_ids(part, lengths, self.B, sel))
+                st.presence.add(_batch_distinct_ids(part, off[row_lo : row_hi + 1] - a, self.B, sel))
         self.batches += len(sel)
 
     def snapshot(self) -> None:
@@ -357,10 +357,13 @@ class _Builder:
             table = (st.counter.keys.copy(), st.counter.counts.copy()) if st.counter.exact else None
             st.early = (ids[:top].copy(), counts[:top].copy(), st.accesses, d, table)
 
-    def finish(self, names: list[str]) -> dict[str, FeatureProfile]:
+    def finish(self, names: list[str], rows: int) -> dict[str, FeatureProfile]:
         out = {}
         for name in names:
             st = self.feature(name)
+            # A feature first seen mid-file (libfm fields) was missing from the rows before.
+            st.missing += rows - st.rows
+            st.rows = rows
             out[name] = self._profile(name, st)
         return out
 
@@ -384,15 +387,14 @@ class _Builder:
         )  # fmt: skip
 
 
-def _batch_distinct_ids(part: np.ndarray, lengths: np.ndarray, B: int, sel: np.ndarray) -> np.ndarray:
-    """Each ID once per selected batch it appears in (batches of B rows from the segment start)."""
-    nb = len(lengths) // B
-    slot = np.full(nb + 1, -1, np.int64)
-    slot[sel] = np.arange(len(sel))
-    row_batch = np.minimum(np.arange(len(lengths)) // B, nb)
-    j = np.repeat(slot[row_batch], lengths)
-    keep = j >= 0
-    ids, j = part[keep], j[keep]
+def _batch_distinct_ids(part: np.ndarray, off: np.ndarray, B: int, sel: np.ndarray) -> np.ndarray:
+    """Each ID once per selected batch it appears in (batches of B rows from the segment start).
+
+    `off` are the segment's bag offsets rebased to `part` (off[0] == 0).
+    """
+    lo, hi = off[sel * B], off[(sel + 1) * B]
+    ids = np.concatenate([part[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
+    j = np.repeat(np.arange(len(sel), dtype=np.int64), hi - lo)
     if len(ids) == 0:
         return ids
     if ids.min() >= 0 and ids.max() < (1 << 40) and len(sel) < (1 << 22):
@@ -408,8 +410,7 @@ def _batch_distinct_ids(part: np.ndarray, lengths: np.ndarray, B: int, sel: np.n
 
 def _sketch_groups(c: IdCounter, head_counts: np.ndarray, distinct: int) -> tuple[np.ndarray, np.ndarray]:
     """Head table as is; the IDs outside it from the KMV sample, scaled to the estimated count."""
-    sample_ids = c._kmv_ids
-    sample_counts = c._kmv_counts
+    sample_ids, sample_counts = c.sample()
     in_head = c.lookup(sample_ids) > 0
     tail = sample_counts[~in_head]
     rest = max(distinct - len(head_counts), 0)
@@ -443,11 +444,11 @@ def _stability(st: _FeatureState, c: IdCounter) -> dict[str, np.ndarray]:
     sizes_c = np.minimum(sizes, len(top_ids))
     oracle = np.full(len(sizes), np.nan)
     if table is not None and c.exact:
-        keys, total = c.keys, c.counts
-        early_k, early_c = table
-        pos = np.minimum(np.searchsorted(early_k, keys), max(len(early_k) - 1, 0))
-        e = np.where((len(early_k) > 0) & (early_k[pos] == keys), early_c[pos], 0) if len(early_k) else 0
-        later_all = np.sort(total - e)[::-1]
+        # Best hot set for the later part: the top IDs by (total - early) count.
+        early_k, early_c = table  # non-empty: the early part had accesses
+        pos = np.minimum(np.searchsorted(early_k, c.keys), len(early_k) - 1)
+        early_of_key = np.where(early_k[pos] == c.keys, early_c[pos], 0)
+        later_all = np.sort(c.counts - early_of_key)[::-1]
         cum_o = np.concatenate(([0], np.cumsum(later_all)))
         oracle = cum_o[np.minimum(sizes, len(later_all))] / later_acc
     return {
@@ -467,9 +468,9 @@ def profile_file(
     strict: bool = False,
     progress=None,
     exact_cap: int = 2_000_000,
-    presence_batches: int = 128,
+    presence_batches: int = 64,
     stability_split: float = 0.5,
-    chunk_bytes: int = 16 << 20,
+    chunk_bytes: int = 8 << 20,
     **format_options,
 ) -> AccessProfile:
     """Stream `path` once and build its AccessProfile.
@@ -505,7 +506,7 @@ def profile_file(
     if stats.rows_ok == 0:
         raise TraceError(f"{reader.path}: no valid rows ({stats.rows_bad} malformed; first at line "
                          f"{stats.first_bad_lines[0] if stats.first_bad_lines else '?'})")  # fmt: skip
-    feats = b.finish(names)
+    feats = b.finish(names, stats.rows_ok)
     meta = {
         "format": reader.fmt or fmt,
         "rows_ok": stats.rows_ok,

@@ -300,14 +300,9 @@ class DelimitedReader(Reader):
             bad_rows.append(row)
             return "skip"
 
-        types = {}
-        for c in self.columns:
-            if c.kind in ("label", "dense") and not all_strings:
-                types[c.name] = pa.float64()
-            elif c.hex8:
-                types[c.name] = pa.binary()
-            else:
-                types[c.name] = pa.string()
+        # Text columns as binary: no UTF-8 validation cost, and bad bytes reach our checks.
+        types = {c.name: pa.float64() if c.kind in ("label", "dense") and not all_strings else pa.binary()
+                 for c in self.columns}  # fmt: skip
         return pcsv.read_csv(
             pa.py_buffer(block),
             read_options=pcsv.ReadOptions(column_names=self.names, use_threads=True, block_size=1 << 20),
@@ -413,13 +408,13 @@ class DelimitedReader(Reader):
             vals = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float32)
             bad = missing if required else np.zeros(n, dtype=bool)
             return vals, bad
-        s = col if pa.types.is_string(col.type) else pc.cast(col, pa.string())
-        empty = np.asarray(pc.equal(pc.utf8_length(s), 0).to_numpy(zero_copy_only=False), dtype=bool)
+        s = col if pa.types.is_binary(col.type) else pc.cast(col, pa.binary())
+        empty = np.asarray(pc.equal(pc.binary_length(s), 0).to_numpy(zero_copy_only=False), dtype=bool)
         ok = np.asarray(pc.match_substring_regex(s, _NUMBER_RE).to_numpy(zero_copy_only=False), dtype=bool)
         bad = ~ok & ~empty
         if required:
             bad |= empty
-        good = pc.if_else(pa.array(ok), s, pa.scalar("0"))
+        good = pc.cast(pc.if_else(pa.array(ok), s, pa.scalar(b"0")), pa.string())  # ASCII after the check
         vals = pc.cast(pc.utf8_trim_whitespace(good), pa.float64()).to_numpy(zero_copy_only=False)
         vals = vals.astype(np.float32)
         vals[~ok] = 0.0
@@ -503,8 +498,10 @@ def _filter_bags(ids: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> tupl
 
 def _split_multi(col: pa.Array, sep: str) -> tuple[np.ndarray, np.ndarray]:
     """'a|b|c' -> bag of three IDs; empty parts are dropped (a missing value = empty bag)."""
-    s = col if pa.types.is_string(col.type) else pc.cast(col, pa.string())
-    lists = pc.split_pattern(s.fill_null(""), sep)
+    t = col.type
+    text = pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    s = col if text else pc.cast(col, pa.string())
+    lists = pc.split_pattern(s.fill_null(pa.scalar(b"" if pa.types.is_binary(s.type) else "", s.type)), sep)
     return _list_to_bags(lists)
 
 

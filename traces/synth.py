@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -213,6 +215,12 @@ def _block(params: SynthParams, samplers: list[ZipfSampler], seed: int, block: i
     return np.frombuffer(lines.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].tobytes()
 
 
+def _drain(queue: deque, sink) -> int:
+    fut, n = queue.popleft()
+    sink.write(fut.result())
+    return n
+
+
 def generate_criteo(
     path: str | os.PathLike,
     rows: int,
@@ -236,18 +244,25 @@ def generate_criteo(
     try:
         with os.fdopen(fd, "wb") as raw:
             sink = pa.CompressedOutputStream(raw, "gzip") if gz else raw
-            for b, start in enumerate(range(0, rows, BLOCK_ROWS)):
-                n = min(BLOCK_ROWS, rows - start)
-                data = _block(p, samplers, seed, b, n)
-                sink.write(data)
-                written += n
-                if progress is not None:
-                    progress(written, rows)
+            # Blocks are generated in parallel threads (numpy and pyarrow release the GIL)
+            # and written in order; each block has its own RNG stream, so output is identical.
+            workers = max(1, min(4, os.cpu_count() or 1))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picasso-synth") as pool:
+                queue: deque = deque()
+                for b, start in enumerate(range(0, rows, BLOCK_ROWS)):
+                    queue.append((pool.submit(_block, p, samplers, seed, b, min(BLOCK_ROWS, rows - start)),
+                                  min(BLOCK_ROWS, rows - start)))  # fmt: skip
+                    while len(queue) > 2 * workers or (queue and queue[0][0].done()):
+                        written += _drain(queue, sink)
+                        if progress is not None:
+                            progress(written, rows)
+                while queue:
+                    written += _drain(queue, sink)
+                    if progress is not None:
+                        progress(written, rows)
             if gz:
                 sink.close()
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -8,7 +8,9 @@ from typing import Any
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("doctor", parents=[common], help="report torch build, backends, GPUs and native kernels")
+    p = sub.add_parser(
+        "doctor", parents=[common], help="report torch build, backends, GPUs and native kernels"
+    )
     p.add_argument(
         "--no-build",
         action="store_true",

@@ -16,13 +16,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (loopback by default)")
     p.add_argument("--master-port", type=int, help="rendezvous port (default: a free one; set it for --nnodes > 1)")
     p.add_argument("--steps", type=int, default=20, help="training steps (global batches)")
-    p.add_argument("--warmup", type=int, help="untimed first steps (default: min(3, steps/4))")
+    p.add_argument("--warmup", type=int, help="untimed first steps (default: 1 to 3, a quarter of the steps)")
     p.add_argument("--trace", help="write the measured Chrome trace (Perfetto) here")
     p.add_argument("--timeline", help="write the measured Timeline JSON here")
     p.add_argument("--checkpoint", help="save a checkpoint to this folder at the end")
     p.add_argument("--resume", help="load this checkpoint first (any plan or world size of the same model)")
     p.add_argument("--verify", action="store_true",
                    help="compare the trained weights with a single-process reference (keep --steps small)")
+    p.add_argument("--preload", action="store_true", help="read the whole data file before training starts")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds (a dead rank stops the run)")
     p.set_defaults(func=run)
 
@@ -39,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
             extra += [f"--{flag}", str(v)]
     if args.verify:
         extra.append("--verify")
+    if args.preload:
+        extra.append("--preload")
     if args.steps < 1:
         raise ValueError("--steps must be at least 1")
     res = launch(

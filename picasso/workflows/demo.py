@@ -200,7 +200,7 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
         table_html,
         write_report,
     )
-    from picasso.workflows.validate import validation_sections
+    from picasso.workflows.validate import one_step, validation_sections
 
     profile, plan, expl = ctx["profile"], ctx["plan"], ctx["explanation"]
     pred, meas = ctx["predicted"], ctx["measured"]
@@ -246,7 +246,7 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
 
     secs.append(Section("Simulated and measured timelines of the plan (one iteration / timed steps)", "",
                         [gantt_figure(pred["picasso"].timeline, "simulated (calibrated spec)"),
-                         gantt_figure(_one_step(meas["picasso"].timeline), "measured (one timed step)")]))
+                         gantt_figure(one_step(meas["picasso"].timeline), "measured (median timed step)")]))
     timelines_idx = len(secs) - 1
 
     base = [n for n in names if n != "picasso"]
@@ -277,17 +277,6 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
                            "predicted against measured.",
                   side_by_side=[timelines_idx, speed_idx, start + len(vsecs) - 1])
     write_report(path, page)
-
-
-def _one_step(tl: Any) -> Any:
-    """The median timed step of a measured timeline (the Gantt of one iteration)."""
-    from simulator.timeline import Timeline
-
-    steps = sorted({int(e.args.get("step", 0)) for e in tl.events})
-    if not steps:
-        return tl
-    s = steps[len(steps) // 2]
-    return Timeline([e for e in tl.events if int(e.args.get("step", 0)) == s], dict(tl.meta))
 
 
 def _fmt(v: Any) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 Sample = dict[str, Any]
+OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}  # also set for measured runs (validate.run_env)
 
 # Sizes kept small: the whole calibration must stay well under two minutes on 2 cores.
 GATHER_ROWS = 200_000
@@ -228,6 +229,10 @@ def run_microbenchmarks(
     if threads is None:
         threads = max(1, (os.cpu_count() or 1) // nproc)
     opts = {"threads": threads, "quick": quick, "mlp_shapes": [list(s) for s in mlp_shapes or DEFAULT_MLP]}
+    # Workers inherit the environment at spawn: the same OpenMP waiting as measured runs
+    # (validate.run_env), read by the OpenMP runtime when torch loads.
+    for k, v in OMP_ENV.items():
+        os.environ.setdefault(k, v)
     with tempfile.TemporaryDirectory(prefix="picasso-calib-") as d:
         ctx = mp.start_processes(
             _worker, args=(nproc, free_port(), opts, d), nprocs=nproc, join=False, start_method="spawn",

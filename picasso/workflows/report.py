@@ -181,8 +181,12 @@ def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_
         if sec.html:
             parts.append(sec.html)
         figs = []
+        pair = i in side_by_side and len(sec.figures) > 1
         for fig in sec.figures:
-            figs.append(fig.to_html(full_html=False, include_plotlyjs=bool(first), config={"responsive": True}))
+            if pair:  # a fixed width: plotly sizes a figure before the flex row shares the page
+                fig.update_layout(width=620, autosize=False)
+            figs.append(fig.to_html(full_html=False, include_plotlyjs=bool(first),
+                                    config={"responsive": not pair}))
             first = False
         if figs:
             if i in side_by_side:

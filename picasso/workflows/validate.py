@@ -70,14 +70,15 @@ def run_measured(
            "--timeline", str(trace), "--json", *(extra or [])]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=run_env())
     except subprocess.TimeoutExpired:
         raise ValidateError(f"picasso run {plan_path.name}: no result in {timeout_s:.0f} s") from None
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ValidateError(f"picasso run {plan_path.name} failed (exit {proc.returncode}): {tail}")
+        log_path = out_dir / f"{plan_path.stem}.failed.log"
+        log_path.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+        raise ValidateError(f"picasso run {plan_path.name} failed (exit {proc.returncode}): {tail} (log: {log_path})")
     try:
         out = json.loads(proc.stdout[proc.stdout.index("{"):])
     except (ValueError, json.JSONDecodeError):
@@ -88,6 +89,19 @@ def run_measured(
     it = iteration_from_run(out, timed)
     sps = next((float(v) for k, v in out.items() if "samples" in k and isinstance(v, (int, float))), 0.0)
     return Measured(it, sps, op_us, timed, out, wall)
+
+
+def run_env() -> dict[str, str]:
+    """The executor's environment: ours, with OMP_ENV unless the user set those keys.
+
+    OpenMP threads that spin while they wait turn a core shared with other processes into
+    steps 5-10x slower (measured here: 358 ms against 53 ms per step at one rank with two
+    threads); measured runs and the calibration microbenchmarks both wait passively."""
+    from picasso.workflows.microbench import OMP_ENV
+
+    env = {**OMP_ENV, **os.environ}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 def load_timeline(path: Path) -> Any:
@@ -193,11 +207,13 @@ def predict_tagged(plan: Any, hw: Any, profile: Any = None, access: Any = None, 
     return Predicted(float(res.iteration_us), mean_op_durations(res.timeline), res.timeline, graph)
 
 
-def refit_on_runs(hw: Any, fit: list[tuple[Case, Measured]], profile: Any, access: Any) -> tuple[Any, dict[str, Any]]:
-    """Per-op-class coefficients from the fit plans' op timings, then the per-op host gap
-    from their iteration times (simulator.calibration.fit_op_classes, refine_gap)."""
+def refit_on_runs(hw: Any, fit: list[tuple[Case, Measured]], profile: Any, access: Any,
+                  fixed: bool = True, keys: tuple[str, ...] | None = None) -> tuple[Any, dict[str, Any]]:
+    """Per-op-class coefficients of compute ops from the fit plans' op timings, then the
+    per-op host gap and the collective coefficients from their iteration times
+    (simulator.calibration.fit_op_classes, refine_iterations)."""
     from planner.lowering import lower
-    from simulator.calibration import fit_op_classes, refine_gap, spec_for_world
+    from simulator.calibration import fit_op_classes, refine_iterations, spec_for_world
 
     if not fit:
         raise ValidateError("--fit-plans: no fit plan could be run")
@@ -206,12 +222,26 @@ def refit_on_runs(hw: Any, fit: list[tuple[Case, Measured]], profile: Any, acces
         return lower(c.plan, spec_for_world(hw, c.plan.world_size), profile=profile, access=access,
                      check_memory=False).graph
 
-    spec1, classes = fit_op_classes(hw, [(graph(c), c.plan.world_size, m.op_us) for c, m in fit], op_class)
-    spec2, gap = refine_gap(spec1, [(graph(c), c.plan.world_size, m.iteration_us) for c, m in fit], op_class)
-    return spec2, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "gap": gap}
+    spec1, classes = fit_op_classes(hw, [(graph(c), c.plan.world_size, m.op_us) for c, m in fit], op_class,
+                                    fixed=fixed)
+    kw = {} if keys is None else {"keys": keys}
+    spec2, it = refine_iterations(spec1, [(graph(c), c.plan.world_size, m.iteration_us) for c, m in fit], op_class,
+                                  **kw)
+    return spec2, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "iterations": it}
 
 
 # ----------------------------------------------------------------------------- comparing
+
+
+def one_step(tl: Any) -> Any:
+    """The median timed step of a measured timeline (the Gantt of one iteration)."""
+    from simulator.timeline import Timeline
+
+    steps = sorted({int(e.args.get("step", 0)) for e in tl.events})
+    if not steps:
+        return tl
+    s = steps[len(steps) // 2]
+    return Timeline([e for e in tl.events if int(e.args.get("step", 0)) == s], dict(tl.meta))
 
 
 def dominant_ops(measured: dict[str, float], share: float = DOMINANT_SHARE, most: int = MAX_DOMINANT) -> list[str]:
@@ -391,6 +421,8 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
         "mape": s["mape"], "spearman": s["spearman"], "summary": s,
         "goal": {"mape_max": 0.10, "spearman_min": 0.9,
                  "met": bool(s["mape"] is not None and s["mape"] <= 0.10 and (s["spearman"] or 0) >= 0.9)},
+        "summary_by_world": {str(w): summary([r for r in validated if r["knobs"].get("world") == w])
+                             for w in worlds if any(r["knobs"].get("world") == w for r in validated)},
         "op_errors": op_error_summary(validated),
         "per_plan": results,
         "failed": failed,
@@ -435,8 +467,10 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
         mb = result["microbench_only"]
         lines.append(f"<p>With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
                      f"{(mb['spearman'] or float('nan')):.3f}. Refit on the fit plans: per-op-class "
-                     f"coefficients for {len(result['refit']['op_classes'])} classes, per-op host gap "
-                     f"{result['refit']['gap']['gap_launches']:.2f} launches.</p>")
+                     f"coefficients for {len(result['refit']['op_classes'])} compute op classes, per-op host gap "
+                     f"{result['refit']['iterations']['gap_launches']:.2f} launches, collective factors "
+                     + ", ".join(f"{k} x{v:.3g}" for k, v in result['refit']['iterations']['factors'].items())
+                     + ".</p>")
     rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
              "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
              "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
@@ -460,7 +494,8 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
         order = sorted(range(len(runs)), key=lambda i: abs(result["per_plan"][i]["error"]))
         c, m, p = runs[order[len(order) // 2]]
         secs.append(Section(f"Timelines of a typical plan: {c.name}", "",
-                            [gantt_figure(p.timeline, "simulated"), gantt_figure(m.timeline, "measured (timed steps)")]))
+                            [gantt_figure(p.timeline, "simulated"),
+                             gantt_figure(one_step(m.timeline), "measured (median timed step)")]))
     return secs
 
 
