@@ -90,7 +90,10 @@ def launch(
         except subprocess.TimeoutExpired:
             raise LaunchError(f"the workers did not finish within {timeout_s:.0f} s") from None
         if proc.returncode != 0:
-            raise LaunchError(first_error(proc.stdout + "\n" + proc.stderr))
+            # Keep the workers' whole output: the one-line error names where to read it.
+            log = Path(tempfile.gettempdir()) / f"picasso-run-{os.getpid()}.log"
+            log.write_text(proc.stdout + "\n" + proc.stderr)
+            raise LaunchError(f"{first_error(proc.stdout + chr(10) + proc.stderr)} (full worker log: {log})")
         if node_rank != 0:
             return {"node_rank": node_rank}
         if not result_path.exists():

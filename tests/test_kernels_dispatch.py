@@ -25,6 +25,8 @@ def fresh_dispatch(monkeypatch):
     monkeypatch.setattr(K, "_lib", None)
     monkeypatch.setattr(K, "_tried", False)
     monkeypatch.setattr(K, "_reason", None)
+    for name in NAMES:  # back to the lazy first-call trampolines, whatever earlier tests loaded
+        monkeypatch.setattr(K, name, K._lazy(name))
     yield
     for name, value in saved.items():
         setattr(K, name, value)
