@@ -7,6 +7,9 @@
 - Planning time (search including the simpy re-simulation): DLRM Criteo on 8 GPUs (goal
   < 2 s), the 856-table model on 128 GPUs (16 x dgx-h100 nodes; goal < 30 s).
 - Determinism: the same inputs give the same plan (JSON and hot IDs) twice.
+- Every case is run with the dense layers in fp32 (the goals above) and again in bf16
+  (model extra.dense_dtype, as TorchRec/HugeCTR train DLRM MLPs on A100/H100); presets
+  without a bf16 rate (V100) fall back to fp32, noted in the case's `lowering_notes`.
 
 Run: python bench/bench_planner.py [--batch-size 4096] [--out bench/results/planner.json]
 """
@@ -27,6 +30,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from dataclasses import replace  # noqa: E402
 
 from planner.access import table_access  # noqa: E402
 from planner.explain import explain  # noqa: E402
@@ -57,8 +62,9 @@ def criteo_profile(tmp: Path):
 
 
 def plan_case(name: str, model_name: str, hw_name: str, overrides: list[str], profile, batch: int,
-              budget: float) -> dict:
+              budget: float, dense_dtype: str = "fp32") -> dict:
     model = get_model(model_name)
+    model = replace(model, extra={**model.extra, "dense_dtype": dense_dtype})
     hw = load_hardware(hw_name, overrides)
     access = table_access(model, profile)
     t0 = time.perf_counter()
@@ -71,6 +77,7 @@ def plan_case(name: str, model_name: str, hw_name: str, overrides: list[str], pr
     unfused = evaluate(tr, hw, access, "simpy", full_symmetry(tr), "torchrec-like-unfused")
     return {
         "case": name, "model": model_name, "hardware": hw_name, "overrides": overrides,
+        "dense_dtype_asked": dense_dtype, "dense_dtype": d["dense_dtype"], "lowering_notes": d["lowering_notes"],
         "world_size": hw.world_size, "batch_size_per_rank": batch,
         "profile": "criteo sample extrapolated" if profile is not None else "zipf(1.05) fallback",
         "planning_s": plan_s, "candidates": len(res.candidates), "chosen": res.best.label,
@@ -95,12 +102,14 @@ def main() -> int:
     if profile is None:
         print(f"real Criteo sample not found at {SAMPLE}: DLRM cases use the Zipf fallback")
 
-    cases = [
-        plan_case("dlrm-kaggle 8xH100", "dlrm-criteo-kaggle", "dgx-h100", [], profile, args.batch_size, 20),
-        plan_case("dlrm-kaggle p2res", "dlrm-criteo-kaggle", "p2res-v100", [], profile, args.batch_size, 20),
-        plan_case("dlrm-kaggle 8xH100 b16k", "dlrm-criteo-kaggle", "dgx-h100", [], profile, 16384, 20),
-        plan_case("meta-856 128xH100", "meta-856", "dgx-h100", ["nodes=16"], None, 512, 25),
+    specs = [
+        ("dlrm-kaggle 8xH100", "dlrm-criteo-kaggle", "dgx-h100", [], profile, args.batch_size, 20),
+        ("dlrm-kaggle p2res", "dlrm-criteo-kaggle", "p2res-v100", [], profile, args.batch_size, 20),
+        ("dlrm-kaggle 8xH100 b16k", "dlrm-criteo-kaggle", "dgx-h100", [], profile, 16384, 20),
+        ("meta-856 128xH100", "meta-856", "dgx-h100", ["nodes=16"], None, 512, 25),
     ]
+    cases = [plan_case(*s) for s in specs]
+    cases_bf16 = [plan_case(f"{s[0]} bf16", *s[1:], dense_dtype="bf16") for s in specs]
     again = plan_case("dlrm-kaggle 8xH100", "dlrm-criteo-kaggle", "dgx-h100", [], profile, args.batch_size, 20)
 
     def same(a: dict, b: dict) -> bool:
@@ -111,6 +120,7 @@ def main() -> int:
 
     deterministic = same(cases[0], again)
     h100, p2res, _, meta = cases
+    h100_b, p2res_b = cases_bf16[0], cases_bf16[1]
     goals = {
         "h100_speedup_vs_naive_ge_3": h100["speedups"]["naive"] >= 3,
         "h100_speedup_vs_torchrec_ge_1.5": h100["speedups"]["torchrec-like"] >= 1.5,
@@ -119,20 +129,25 @@ def main() -> int:
         "dlrm_8gpu_planning_lt_2s": h100["planning_s"] < 2.0,
         "meta856_128gpu_planning_lt_30s": meta["planning_s"] < 30.0,
         "deterministic": deterministic,
+        "h100_bf16_speedup_vs_naive_ge_3": h100_b["speedups"]["naive"] >= 3,
+        "h100_bf16_speedup_vs_torchrec_ge_1.5": h100_b["speedups"]["torchrec-like"] >= 1.5,
+        "p2res_bf16_speedup_vs_naive_ge_3": p2res_b["speedups"]["naive"] >= 3,
+        "p2res_bf16_speedup_vs_torchrec_ge_1.5": p2res_b["speedups"]["torchrec-like"] >= 1.5,
     }
-    hdr = (f"{'case':26s} {'ranks':>5s} {'plan s':>7s} {'pred us':>10s} {'naive':>7s} {'trec':>7s} "
+    hdr = (f"{'case':31s} {'dense':>5s} {'ranks':>5s} {'plan s':>7s} {'pred us':>10s} {'naive':>7s} {'trec':>7s} "
            f"{'trec/pk':>7s} {'dp':>7s}  chosen")
     print(hdr)
     print("-" * len(hdr))
-    for c in cases:
+    for c in cases + cases_bf16:
         s = c["speedups"]
         f = [f"{s[k]:6.2f}x" if s.get(k) else "    n/a" for k in ("naive", "torchrec-like")]
         f.append(f"{c['speedup_vs_torchrec_like_unfused']:6.2f}x")
         f.append(f"{s['dp-hot-only']:6.2f}x" if s.get("dp-hot-only") else "    n/a")
-        print(f"{c['case']:26s} {c['world_size']:5d} {c['planning_s']:7.2f} {c['predicted_iteration_us']:10.1f} "
+        print(f"{c['case']:31s} {c['dense_dtype']:>5s} {c['world_size']:5d} {c['planning_s']:7.2f} {c['predicted_iteration_us']:10.1f} "
               f"{' '.join(f)}  {c['chosen']}")
     print("trec: torchrec-like scored with TorchRec's fused table-wise exchange; trec/pk: the same plan as the")
     print("executor runs it (one exchange per rank-group pack); dp: dp-hot-only (n/a: does not fit)")
+    print("dense: dtype the dense layers were costed at (bf16 asked on a preset without it falls back to fp32)")
     print()
     for k, v in goals.items():
         print(f"{'PASS' if v else 'FAIL'}  {k}")
@@ -144,6 +159,7 @@ def main() -> int:
                     "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__},
         "profile": prof_info,
         "cases": [{k: v for k, v in c.items() if not k.startswith("_")} for c in cases],
+        "cases_bf16": [{k: v for k, v in c.items() if not k.startswith("_")} for c in cases_bf16],
         "determinism": {"repeat_planning_s": again["planning_s"], "identical": deterministic},
         "goals": goals,
     }

@@ -7,8 +7,14 @@ the backward of each costs twice its forward FLOPs (grad w.r.t. input and weight
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from planner.model_spec import ModelSpec
+from planner.errors import PlanError
+from planner.model_spec import DENSE_DTYPES, ModelSpec
+
+# the dense layers' precision (model.extra["dense_dtype"]): tf32 keeps fp32 storage but runs
+# GEMMs on tensor cores, bf16 also halves the activation bytes
+ACT_BYTES_SCALE = {"fp32": 1.0, "tf32": 1.0, "bf16": 0.5}
 
 
 @dataclass(frozen=True)
@@ -16,6 +22,9 @@ class DenseOp:
     flops: float  # forward FLOPs per sample
     params: int  # parameters (fp32)
     act_bytes: float  # activations kept for backward, per sample
+    # memory traffic of the forward per sample (bytes); None: its activations plus, for the
+    # interaction, reading the pooled embeddings. The backward moves twice as much.
+    traffic: float | None = None
 
 
 @dataclass(frozen=True)
@@ -53,8 +62,13 @@ def dense_cost(model: ModelSpec) -> DenseCost:
         d = model.tables[0].dim
         f = len(model.tables) + (1 if model.bottom_mlp else 0)
         if model.interaction == "dot":
-            inter = DenseOp(2.0 * f * f * d, 0, 4.0 * f * f)
             top_in = f * (f - 1) // 2 + (model.bottom_mlp[-1] if model.bottom_mlp else 0)
+            # as the executor runs it: stack the F x D features (read + write), bmm (read
+            # F x D, write F x F), gather the lower triangle (read F x F, write F(F-1)/2),
+            # concatenate with the bottom output (read + write the top input); a small bmm
+            # is memory-bound, which FLOPs alone underestimate 6-13x (calibration)
+            traffic = 4.0 * (2 * f * d + f * d + f * f + f * f + f * (f - 1) / 2 + 2 * top_in)
+            inter = DenseOp(2.0 * f * f * d, 0, 4.0 * f * f, traffic)
         else:  # concatenation
             inter = DenseOp(0.0, 0, 0.0)
             top_in = emb_width + (model.bottom_mlp[-1] if model.bottom_mlp else model.num_dense)
@@ -91,3 +105,18 @@ def dense_cost(model: ModelSpec) -> DenseCost:
     top = mlp(top_in, model.top_mlp) if model.top_mlp else DenseOp(0.0, 0, 0.0)
     loss = DenseOp(8.0, 0, 4.0)
     return DenseCost({"bottom_mlp": bottom, "interaction": inter, "top_mlp": top, "loss": loss}, emb_width)
+
+
+def dense_dtype(model: ModelSpec, hw: Any) -> tuple[str, str | None]:
+    """(dtype the dense ops are costed at, note or None) for `model` on `hw`.
+
+    The model asks with extra["dense_dtype"] (default fp32); a preset without a FLOP rate
+    for that dtype (V100 has no tf32 nor bf16) falls back to fp32, and the note says so.
+    """
+    want = model.extra.get("dense_dtype", "fp32")
+    if want not in DENSE_DTYPES:
+        raise PlanError(f"model {model.name}: extra.dense_dtype {want!r} is not one of {list(DENSE_DTYPES)}")
+    if want != "fp32" and want not in hw.gpu.flops:
+        return "fp32", (f"dense_dtype {want}: hardware {hw.name} has no {want} FLOP rate; "
+                        "dense ops costed at fp32")
+    return want, None

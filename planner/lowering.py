@@ -2,13 +2,16 @@
 
 Entry point: `lower(plan, hw, profile=None, access=None, symmetric=None) -> Lowered`.
 
-The iteration, per rank and micro-batch (op names from planner.op_names):
-  fwd/input/h2d; per pack: route, hot_gather, dedup, a2a_ids, cold_gather, a2a_emb, pool;
+The iteration, per rank (op names from planner.op_names): fwd/input/h2d once (the whole
+step's input, as the executor copies it), then per micro-batch:
+  per pack: dedup, route, hot_gather, a2a_ids (after a counts exchange), cold_gather, a2a_emb, pool;
   fwd/dense: bottom_mlp, interaction, top_mlp, loss;
   bwd/dense: top_mlp, interaction; per pack: bwd pool, a2a_grad; bwd/dense/bottom_mlp;
 then once per iteration: per pack bwd hot_allreduce, bwd/dense/allreduce, opt updates.
+The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
+is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
-(all-reduces, optimizer updates) never do.
+(input copy, all-reduces, optimizer updates) never do.
 
 With `fuse_table_wise` (how the torchrec-like baseline is scored) runs of table-wise
 packs of equal attributes are lowered as one exchange, as TorchRec does it.
@@ -35,7 +38,7 @@ import numpy as np
 
 from planner import op_names as on
 from planner.access import TableAccess, table_access
-from planner.dense import DenseCost, dense_cost
+from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.plan import Plan
 from planner.volumes import ID_BYTES, MemoryReport, PackVolumes, fuse_table_wise, memory_report, pack_volumes
@@ -57,6 +60,7 @@ class Op:
     collective: tuple[str, Any] | None = None  # (type, bytes per rank: scalar or array)
     ranks: np.ndarray | None = None  # ranks that run it; None: every rank
     args: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "fp32"  # picks the hardware's FLOP rate (dense ops: the model's dense_dtype)
 
 
 @dataclass
@@ -68,6 +72,8 @@ class Lowered:
     memory: MemoryReport
     dense: DenseCost
     symmetric: bool
+    dense_dtype: str = "fp32"  # dtype the dense ops were costed at
+    notes: list[str] = field(default_factory=list)  # e.g. a dense dtype fallback
 
     def op(self, name: str) -> Op:
         for o in self.ops:
@@ -105,7 +111,8 @@ def lower(
     if symmetric is None:
         symmetric = plan.world_size > SYMMETRIC_ABOVE
     graph = emit_graph(ops, plan.world_size, symmetric)
-    return Lowered(plan, graph, ops, packs, memory, dense, symmetric)
+    ddt, note = dense_dtype(plan.model, hw)
+    return Lowered(plan, graph, ops, packs, memory, dense, symmetric, ddt, [note] if note else [])
 
 
 def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
@@ -206,34 +213,47 @@ def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[O
     return ops
 
 
-def _dense_fwd(dense: DenseCost, samples: float, mb: int | None, pools: list[str]) -> list[Op]:
+def _traffic(dense: DenseCost, op: str, backward: bool = False) -> float:
+    """Memory traffic per sample of a dense op (fp32 bytes) besides its parameters."""
+    c = dense.ops[op]
+    if c.traffic is not None:
+        return c.traffic * (2.0 if backward else 1.0)
+    return c.act_bytes + dense.feature_width * 4 * (op == "interaction")
+
+
+def _dense_fwd(dense: DenseCost, samples: float, mb: int | None, pools: list[str], dtype: str) -> list[Op]:
     ops = []
+    act = ACT_BYTES_SCALE[dtype]
     bottom = dense.ops["bottom_mlp"]
-    inter_deps = list(pools) + [on.op_name("fwd", "input", "h2d", mb)]
+    inter_deps = list(pools) + [on.op_name("fwd", "input", "h2d")]
     if bottom.flops:
         ops.append(_compute(on.op_name("fwd", "dense", "bottom_mlp", mb), list(inter_deps),
-                            flops=samples * bottom.flops, hbm=bottom.params * 4 + samples * bottom.act_bytes,
+                            flops=samples * bottom.flops, hbm=bottom.params * 4 + samples * bottom.act_bytes * act,
                             eff_key="gemm"))
+        ops[-1].dtype = dtype
         inter_deps = [ops[-1].name]
     prev = None
     for op in ("interaction", "top_mlp", "loss"):
         c = dense.ops[op]
         name = on.op_name("fwd", "dense", op, mb)
         ops.append(_compute(name, inter_deps if prev is None else [prev], flops=samples * c.flops,
-                            hbm=c.params * 4 + samples * (c.act_bytes + dense.feature_width * 4 * (op == "interaction")),
+                            hbm=c.params * 4 + samples * act * _traffic(dense, op),
                             eff_key="gemm" if op != "interaction" else None))
+        ops[-1].dtype = dtype
         prev = name
     return ops
 
 
-def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str) -> list[Op]:
+def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str, dtype: str) -> list[Op]:
     ops, prev = [], after
+    act = ACT_BYTES_SCALE[dtype]
     for op in ("top_mlp", "interaction"):
         c = dense.ops[op]
         name = on.op_name("bwd", "dense", op, mb)
         ops.append(_compute(name, [prev], flops=2 * samples * c.flops,
-                            hbm=2 * c.params * 4 + samples * (c.act_bytes + dense.feature_width * 4 * (op == "interaction")),
+                            hbm=2 * c.params * 4 + samples * act * _traffic(dense, op, backward=True),
                             eff_key="gemm" if op != "interaction" else None))
+        ops[-1].dtype = dtype
         prev = name
     return ops
 
@@ -250,17 +270,16 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     """The ops of one iteration in issue order, with their dependencies (per rank)."""
     multi_node = plan.world_size > hw.gpus_per_node
     count_us = hw.nic_latency_us if multi_node else hw.intra_latency_us
+    ddt, _ = dense_dtype(plan.model, hw)
     k = plan.micro_batches
     mbs: list[int | None] = list(range(k)) if k > 1 else [None]
     samples = plan.batch_size_per_rank / k
     serial = k == 1 and not plan.kernel_interleaving
     model = plan.model
     in_bytes = samples * (4 * model.num_dense + 4 + ID_BYTES * sum(pv.lookups for pv in packs) / samples)
-    ops: list[Op] = []
-    for mb in mbs:
-        prev_h2d = [ops[-1].name] if ops else []
-        ops.append(Op(on.op_name("fwd", "input", "h2d", mb), "copy", "copy",
-                      {"pcie_bytes": in_bytes, "hbm_bytes": in_bytes}, prev_h2d))
+    # as in the executor, the whole step's input is copied once, then split in micro-batches
+    h2d = on.op_name("fwd", "input", "h2d")
+    ops: list[Op] = [Op(h2d, "copy", "copy", {"pcie_bytes": in_bytes * k, "hbm_bytes": in_bytes * k}, [])]
 
     # forward of the packs up to the returned rows, issued in the interleaving order; as
     # in the executor, pooling waits for the micro-batch's turn, just before its dense
@@ -268,7 +287,6 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     fwd: list[tuple[tuple, Op]] = []
     pools: dict[int | None, list[Op]] = {mb: [] for mb in mbs}
     for mi, mb in enumerate(mbs):
-        h2d = on.op_name("fwd", "input", "h2d", mb)
         prev_pool: str | None = None
         for pi, pv in enumerate(packs):
             stages = _pack_fwd(plan, pv, mb, count_us)
@@ -285,7 +303,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     fwd.sort(key=lambda x: x[0])
     ops.extend(op for _, op in fwd)
     # as in the executor, a micro-batch's dense step starts once its embeddings are pooled
-    dense_ops = {mb: _dense_fwd(dense, samples, mb, [on.op_name("fwd", pv.name, "pool", mb) for pv in packs])
+    dense_ops = {mb: _dense_fwd(dense, samples, mb, [on.op_name("fwd", pv.name, "pool", mb) for pv in packs], ddt)
                  for mb in mbs}
 
     bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
@@ -295,7 +313,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         ops.extend(pools[mb])
         head = dense_ops[mb]
         ops.extend(head)
-        bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name)
+        bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name, ddt)
         ops.extend(bwd_head)
         inter_bwd = bwd_head[-1].name
         dense_grads.append(bwd_head[0].name)
@@ -303,7 +321,9 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         if bottom.flops:
             name = on.op_name("bwd", "dense", "bottom_mlp", mb)
             ops.append(_compute(name, [inter_bwd], flops=2 * samples * bottom.flops,
-                                hbm=2 * bottom.params * 4 + samples * bottom.act_bytes, eff_key="gemm"))
+                                hbm=2 * bottom.params * 4 + samples * bottom.act_bytes * ACT_BYTES_SCALE[ddt],
+                                eff_key="gemm"))
+            ops[-1].dtype = ddt
             dense_grads.append(name)
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
@@ -393,7 +413,7 @@ def emit_graph(ops: list[Op], world: int, symmetric: bool) -> Any:
                 ctype, nbytes = op.collective
                 kw["collective"] = Collective(ctype, group, _at(nbytes, None))
             args = {k: v for k, v in op.args.items() if k != "stage" and v is not None}
-            node = graph.add_op(op.name, rank, op.lane, kind=op.kind, dtype="fp32",
+            node = graph.add_op(op.name, rank, op.lane, kind=op.kind, dtype=op.dtype,
                                 deps=tuple(dict.fromkeys(deps)), **kw, **args)
             ids[op.name] = [node]
     return graph

@@ -17,6 +17,7 @@ DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}
 POOLINGS = ("sum", "mean", "none")
 OPTIMIZERS = ("sgd", "rowwise_adagrad")
 INITIALIZERS = ("uniform", "normal", "zeros")
+DENSE_DTYPES = ("fp32", "tf32", "bf16")  # extra["dense_dtype"]: precision of the dense layers
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ class ModelSpec:
             raise PlanError(f"model {self.name}: no tables")
         for t in self.tables:
             t.validate()
+        ddt = self.extra.get("dense_dtype", "fp32")
+        if ddt not in DENSE_DTYPES:
+            raise PlanError(f"model {self.name}: extra.dense_dtype {ddt!r} is not one of {list(DENSE_DTYPES)}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -15,6 +15,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--sweep", metavar="KEY=V1,V2,...", help="simulate once per value of one hardware key")
     p.add_argument("--profile", help="access profile (default: the plan's, else Zipf(1.05) per table)")
     p.add_argument("--scale-to", type=int, metavar="ROWS", help="extrapolate the profile to this many rows first")
+    p.add_argument("--dense-dtype", choices=("fp32", "tf32", "bf16"),
+                   help="precision of the dense layers (default: the plan's model, else fp32)")
     p.add_argument("--engine", choices=("simpy", "fast"), default="simpy", help="simulation engine (default simpy)")
     p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")
     p.add_argument("--html", metavar="FILE", help="write an HTML report with the timeline")
@@ -67,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     from simulator.hardware import apply_overrides
 
     plan = Plan.load(args.plan)
+    if args.dense_dtype:
+        from dataclasses import replace
+
+        plan.model = replace(plan.model, extra={**plan.model.extra, "dense_dtype": args.dense_dtype})
     hw_name = args.hardware or plan.hardware
     if not hw_name:
         raise PlanError(f"{args.plan}: the plan names no hardware; give --hardware")
