@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,18 +199,10 @@ def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_
 
 def write_report(path: str | os.PathLike, page: str) -> Path:
     """Write the page atomically (temp + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    from planner.plan import atomic_write_bytes
+
+    atomic_write_bytes(path, page.encode("utf-8"))
+    return Path(path)
 
 
 def json_block(obj: Any) -> str:
