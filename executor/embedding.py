@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from executor import kernels
-from executor.comm import Comm, Done
+from executor.comm import Comm
 from executor.layout import PackLayout, init_packed_rows, pack_layout
 from planner.plan import PackPlan, Plan
 
@@ -234,11 +234,6 @@ class ShardedPack:
             [s * width_out[d] for d, s in enumerate(lk.send_splits)], async_op,
         )
         self.grad_handles.append((h, lk.recv_rows, recv.view(-1, my_w) if my_w else recv.view(0, 0)))
-
-    def start_hot_allreduce(self, async_op: bool):
-        if self.num_hot == 0:
-            return Done()
-        return self.comm.all_reduce(self.hot_grad, async_op)
 
     def wait_grads(self) -> None:
         for h, rows, g in self.grad_handles:

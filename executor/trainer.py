@@ -151,12 +151,10 @@ class Trainer:
             if p.local_only:  # lowering: one all_gather + apply, named opt/<pack>/cold_update
                 rep_toks[p.name] = T.start("opt", p.name, "cold_update", lane="comm")
                 p.start_replicated_sync(async_op=ov)
-        hot_handles = []
-        for p in self.packs:
-            tok = T.start("bwd", p.name, "hot_allreduce", lane="comm") if p.num_hot else None
-            hot_handles.append((p.start_hot_allreduce(async_op=ov), tok))
+        # one all-reduce for the dense gradients and every pack's hot-row gradients (hot rows
+        # are data-parallel parameters, as in P2RES): one collective latency per step
         dtok = T.start("bwd", "dense", "allreduce", lane="comm")
-        flat, dwork = self._start_dense_allreduce(ov)
+        flat, dwork = self._start_grad_allreduce(ov)
         for j, p in enumerate(self.packs):
             p.wait_grads()
             for i in range(k):
@@ -167,16 +165,17 @@ class Trainer:
                 continue
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
-        for p, (h, tok) in zip(self.packs, hot_handles):
-            h.wait()
-            T.end(tok)
-            if p.num_hot:
-                with T.op("opt", p.name, "hot_update"):
-                    p.apply_hot()
         dwork.wait()
         T.end(dtok)
+        off = self._finish_dense_allreduce(flat)
+        for p in self.packs:
+            if p.num_hot:
+                with T.op("opt", p.name, "hot_update"):
+                    n = p.hot_grad.numel()
+                    p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
+                    off += n
+                    p.apply_hot()
         with T.op("opt", "dense", "update"):
-            self._finish_dense_allreduce(flat)
             self.opt.step()
         self.steps_done += 1
         return loss_sum
@@ -211,20 +210,24 @@ class Trainer:
                 backward_with(b, bd.grad)
         return float(loss.detach())
 
-    def _start_dense_allreduce(self, async_op: bool):
+    def _start_grad_allreduce(self, async_op: bool):
+        """All-reduce the dense gradients followed by each pack's hot-row gradients, flat."""
         params = list(self.dense.parameters())
         for q in params:
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
-        flat = torch.cat([q.grad.reshape(-1) for q in params])
+        parts = [q.grad.reshape(-1) for q in params] + [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot]
+        flat = torch.cat(parts)
         return flat, self.comm.all_reduce(flat, async_op)
 
-    def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
+    def _finish_dense_allreduce(self, flat: torch.Tensor) -> int:
+        """Copy the reduced dense gradients back; returns where the hot gradients start."""
         off = 0
         for q in self.dense.parameters():
             n = q.numel()
             q.grad.copy_(flat[off : off + n].view_as(q))
             off += n
+        return off
 
     # ---- whole-model views --------------------------------------------------------------
     def full_tables(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -14,6 +14,7 @@ from typing import Any
 from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.baselines import BASELINES, baseline_plan
+from planner.bounds import embedding_free_us
 from planner.errors import PlanError
 from planner.plan import Plan
 from planner.search import Evaluation, evaluate, full_symmetry
@@ -28,6 +29,9 @@ class Explanation:
     # baselines whose score assumes an exchange the executor does not do (torchrec-like's
     # fused table-wise all-to-all), simulated as the executor runs them
     as_executed: dict[str, Evaluation] = field(default_factory=dict)
+    # the iteration with every embedding op free: no plan of this model on this hardware
+    # can beat it (planner.bounds)
+    embedding_free_us: float | None = None
 
     # ---- pieces ------------------------------------------------------------------
     def packs(self) -> list[dict[str, Any]]:
@@ -91,7 +95,15 @@ class Explanation:
             "baseline_problems": {n: e.problem for n, e in self.baselines.items() if e.problem},
             "speedups": self.speedups(),
             "baselines_as_executed_us": {n: e.iteration_us for n, e in self.as_executed.items()},
+            "embedding_free_us": self.embedding_free_us,
+            "max_speedups": self.max_speedups(),
         }
+
+    def max_speedups(self) -> dict[str, float | None]:
+        """Over each baseline, the speedup of a plan whose embeddings cost nothing."""
+        free = self.embedding_free_us
+        return {name: (ev.iteration_us / free if ev.iteration_us and free else None)
+                for name, ev in self.baselines.items()}
 
     def text(self) -> str:
         d = self.to_dict()
@@ -136,6 +148,10 @@ class Explanation:
             if us:
                 lines.append(f"  ({name} as the executor runs it, one exchange per pack: {us:.1f} us -> "
                              f"{us / d['predicted_iteration_us']:.2f}x)")
+        if d["embedding_free_us"]:
+            best = ", ".join(f"{n} {v:.2f}x" for n, v in d["max_speedups"].items() if v)
+            lines.append(f"bound: with embeddings free (input copy, dense layers, dense all-reduce only) an "
+                         f"iteration takes {d['embedding_free_us']:.1f} us; no plan beats that: at most {best}")
         return "\n".join(lines)
 
 
@@ -179,4 +195,8 @@ def explain(
         out[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name, fuse_table_wise=fused)
         if fused:
             executed[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name)
-    return Explanation(plan, ev, out, executed)
+    try:
+        free = embedding_free_us(plan, hw, access, ev.engine)
+    except PlanError:
+        free = None
+    return Explanation(plan, ev, out, executed, free)

@@ -7,7 +7,8 @@ step's input, as the executor copies it), then per micro-batch:
   per pack: dedup, route, hot_gather, a2a_ids (after a counts exchange), cold_gather, a2a_emb, pool;
   fwd/dense: bottom_mlp, interaction, top_mlp, loss;
   bwd/dense: top_mlp, interaction; per pack: bwd pool, a2a_grad; bwd/dense/bottom_mlp;
-then once per iteration: per pack bwd hot_allreduce, bwd/dense/allreduce, opt updates.
+then once per iteration: bwd/dense/allreduce (the dense gradients and every pack's hot-row
+gradients in one buffer), opt updates.
 The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
@@ -339,14 +340,14 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         pack_bwd.sort(key=lambda x: x[0])
         ops.extend(op for _, op in pack_bwd)
 
-    # once per iteration: gradient all-reduces and optimizer updates
+    # once per iteration: gradient all-reduce and optimizer updates. As in P2RES, replicated
+    # hot rows are data-parallel parameters: their gradients travel in the dense gradients'
+    # all-reduce (one fused buffer, one collective latency instead of one per pack)
     sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
-    for pv in packs:
-        if pv.allreduce_bytes:
-            ops.append(_collective(on.op_name("bwd", pv.name, "hot_allreduce"), bwd_by_pack[pv.name],
-                                   "all_reduce", pv.allreduce_bytes))
-    ops.append(_collective(on.op_name("bwd", "dense", "allreduce"), dense_grads, "all_reduce",
-                           float(dense.params * 4)))
+    grad_sync = on.op_name("bwd", "dense", "allreduce")
+    hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
+    ops.append(_collective(grad_sync, dense_grads + hot_deps, "all_reduce",
+                           float(dense.params * 4) + sum(float(pv.allreduce_bytes) for pv in packs)))
     for pv in packs:
         passes = sparse_state.get(plan.model.table(pv.tables[0]).optimizer, 3)
         if pv.sharding == "replicated":
@@ -364,8 +365,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                 host=moved, pcie=moved, flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.allreduce_bytes:
             rows = pv.hot_rows
-            ops.append(_compute(on.op_name("opt", pv.name, "hot_update"),
-                                [on.op_name("bwd", pv.name, "hot_allreduce")],
+            ops.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
                                 hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
     n_params = dense.params
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)

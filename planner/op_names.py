@@ -5,9 +5,11 @@ several micro-batches the micro-batch index is appended as `@mb1`. A predicted o
 its measured twin share the name, which is how validation pairs them.
 
 Conventions (lowering and executor): the `@mbK` suffix appears only when a plan has more
-than one micro-batch, and never on the once-per-iteration ops (`bwd/*/hot_allreduce`,
-`bwd/dense/allreduce`, every `opt/...` op). Ops a pack does not need are absent: no
-`hot_gather`/`hot_allreduce`/`hot_update` without hot rows, no `a2a_*` for replicated
+than one micro-batch, and never on the once-per-iteration ops (`bwd/dense/allreduce`,
+every `opt/...` op). The gradients of replicated hot rows are data-parallel parameters:
+they travel in the dense gradients' all-reduce, `bwd/dense/allreduce` (one fused buffer,
+as P2RES synchronises them), so there is no per-pack all-reduce op. Ops a pack does not
+need are absent: no `hot_gather`/`hot_update` without hot rows, no `a2a_*` for replicated
 packs, whose sparse-gradient all-gather is part of `opt/<pack>/cold_update`.
 """
 
@@ -17,7 +19,7 @@ PHASES = ("fwd", "bwd", "opt")
 
 # Ops per pack, in execution order (the executor dedups a pack's IDs before routing them).
 PACK_FWD = ("dedup", "route", "hot_gather", "a2a_ids", "cold_gather", "a2a_emb", "pool")
-PACK_BWD = ("pool", "a2a_grad", "hot_allreduce")
+PACK_BWD = ("pool", "a2a_grad")
 PACK_OPT = ("cold_update", "hot_update")
 # Ops of the dense part and the input.
 INPUT_FWD = ("h2d",)

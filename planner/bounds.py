@@ -1,0 +1,46 @@
+"""What no plan can beat: the iteration with the embedding part costing nothing.
+
+A plan chooses how embeddings are packed, placed, exchanged and cached; the input copy, the
+dense layers and the dense gradients' all-reduce are the same for every plan of a model on
+a hardware. Simulating one iteration with every pack op removed gives the time of a plan
+whose embeddings are free, so `baseline_us / embedding_free_us(...)` bounds the speedup
+any plan can reach over that baseline (Amdahl's law, with the simulator's overlap rules).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from planner import op_names as on
+from planner.access import TableAccess
+from planner.lowering import Lowered, Op, emit_graph, lower
+from planner.plan import Plan
+
+DENSE_SCOPES = ("dense", "input")
+
+
+def dense_only_ops(lowered: Lowered) -> list[Op]:
+    """The ops of `lowered` outside every pack, with dependencies passed through the removed
+    ones, and the gradient all-reduce carrying the dense gradients alone."""
+    kept: list[Op] = []
+    through: dict[str, list[str]] = {}  # removed op -> the kept ops it waited for
+    for op in lowered.ops:
+        deps = list(dict.fromkeys(d for name in op.deps for d in through.get(name, [name])))
+        if on.split_name(op.name)[1] not in DENSE_SCOPES:
+            through[op.name] = deps
+            continue
+        new = replace(op, deps=deps)
+        if op.collective is not None and op.name == on.op_name("bwd", "dense", "allreduce"):
+            new = replace(new, collective=(op.collective[0], float(lowered.dense.params * 4)))
+        kept.append(new)
+    return kept
+
+
+def embedding_free_us(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = "simpy") -> float:
+    """Iteration time (us) of `plan` on `hw` if every embedding op took no time."""
+    from simulator.engine import simulate
+
+    lowered = lower(plan, hw, access=access, symmetric=True, check_memory=False)
+    graph = emit_graph(dense_only_ops(lowered), plan.world_size, symmetric=True)
+    return float(simulate(graph, hw, engine=engine).iteration_us)
