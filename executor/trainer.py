@@ -7,7 +7,8 @@ follows the last micro-batch, so any plan computes the same step as the referenc
 Overlap (on when the plan asks for kernel interleaving or micro_batches > 1): all ID
 exchanges are launched before any is waited on, the owners' gathers and row returns
 follow, and each micro-batch's gradient exchange is in flight while the next one
-computes; the dense all-reduce and the hot all-reduce overlap the cold updates.
+computes; the one all-reduce of the dense and hot-row gradients overlaps the cold updates.
+The dense forward runs at the model's dense_dtype where the device has it (executor.precision).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from executor.comm import Comm
 from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
 from executor.optim import DenseOptimizer
+from executor.precision import apply_global, dense_precision
 from executor.timing import OpTimer
 from planner.plan import Plan
 
@@ -74,6 +76,9 @@ class Trainer:
         self.packs = [ShardedPack(plan, p, hot_ids, comm) for p in plan.packs]
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
+        # the dense layers' precision as the planner costed it, where this device has it
+        self.precision = dense_precision(plan.model.extra, self.dev)
+        apply_global(self.precision)
         self.overlap = plan.kernel_interleaving or plan.micro_batches > 1
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
         self.steps_done = 0
@@ -191,16 +196,16 @@ class Trainer:
 
     def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> float:
         T, d = self.timer, self.dense
-        with T.op("fwd", "dense", "bottom_mlp", i):
+        with T.op("fwd", "dense", "bottom_mlp", i), self.precision.autocast(self.dev):
             b = d.bottom(mb.dense)
             bd = b.detach().requires_grad_() if b.requires_grad else b
-        with T.op("fwd", "dense", "interaction", i):
+        with T.op("fwd", "dense", "interaction", i), self.precision.autocast(self.dev):
             z = d.interaction(bd, embs, seqs)
             zd = z.detach().requires_grad_()
-        with T.op("fwd", "dense", "top_mlp", i):
+        with T.op("fwd", "dense", "top_mlp", i), self.precision.autocast(self.dev):
             logit = d.top(zd)
         with T.op("fwd", "dense", "loss", i):
-            loss = F.binary_cross_entropy_with_logits(logit, mb.labels, reduction="sum") / self.plan.global_batch
+            loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
         with T.op("bwd", "dense", "top_mlp", i):
             loss.backward()
         with T.op("bwd", "dense", "interaction", i):

@@ -190,6 +190,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "device": str(device),
         "global_batch": g,
         "micro_batches": plan.micro_batches,
+        "dense_dtype": trainer.precision.used,
+        **({"dense_dtype_note": trainer.precision.note} if trainer.precision.note else {}),
         "steps": args.steps,
         "timed_steps": timed,
         "start_step": start_step,

@@ -1,0 +1,54 @@
+"""The precision the dense layers run at, from the model's extra["dense_dtype"].
+
+The planner costs the dense ops at fp32, tf32 or bf16 (planner.dense.dense_dtype); the
+executor runs them the same way where the device can: tf32 matmuls or bf16 autocast on a
+CUDA GPU that supports it. Elsewhere (CPU, GPUs without bf16) the dense layers run in
+fp32, which is also what lowering assumes for hardware without that FLOP rate. Embedding
+tables, gradients and optimizer state stay fp32 either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DTYPES = ("fp32", "tf32", "bf16")
+
+
+@dataclass(frozen=True)
+class DensePrecision:
+    asked: str
+    used: str
+    note: str | None = None
+
+    def autocast(self, device: torch.device) -> Any:
+        """Context for the dense forward: bf16 autocast on CUDA, nothing otherwise."""
+        if self.used == "bf16":
+            return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+def dense_precision(extra: dict[str, Any], device: torch.device, bf16_ok: bool | None = None) -> DensePrecision:
+    """What the dense layers run at on `device` (bf16_ok: the GPU supports bf16; None asks torch)."""
+    want = extra.get("dense_dtype", "fp32")
+    if want not in DTYPES:
+        raise ValueError(f"extra.dense_dtype {want!r} is not one of {list(DTYPES)}")
+    if want == "fp32":
+        return DensePrecision(want, "fp32")
+    if device.type != "cuda":
+        return DensePrecision(want, "fp32", f"dense_dtype {want}: runs in fp32 on {device.type}")
+    if want == "bf16":
+        ok = torch.cuda.is_bf16_supported() if bf16_ok is None else bf16_ok
+        if not ok:
+            return DensePrecision(want, "fp32", "dense_dtype bf16: this GPU has no bf16; runs in fp32")
+    return DensePrecision(want, want)
+
+
+def apply_global(p: DensePrecision) -> None:
+    """tf32 is a process-wide matmul switch in torch; set it for the run."""
+    if p.used == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
