@@ -2,8 +2,11 @@
 
 CPU: wall clock (time.perf_counter, the same monotonic clock for every process of a
 machine; ranks align their origin on a barrier). GPU: CUDA events, resolved at the end
-of each step against an origin event. Asynchronous collectives are timed from launch
-to the return of their wait, on lane "comm"; everything else on lane "compute".
+of each step against an origin event. Asynchronous collectives are timed on lane "comm"
+from launch to their completion: on CPU (gloo) the completion time is taken by a callback
+on the work's future (`end_when_done`), so the event is the collective's own span, not the
+time until the trainer got round to waiting for it (which holds whatever ran meanwhile);
+where no future is available, to the return of the wait. Everything else on lane "compute".
 """
 
 from __future__ import annotations
@@ -54,6 +57,25 @@ class OpTimer:
         if token is not None:
             self._open.append((*token, self._now()))
 
+    def end_when_done(self, token, work) -> None:
+        """End `token` when the collective `work` completes (CPU: a callback on its future
+        records the time). Call it right after the launch; a work without a future (a
+        synchronous one, or the single-process stand-in) ends now."""
+        if token is None:
+            return
+        fut = None
+        if not self.cuda and work is not None and hasattr(work, "get_future"):
+            try:
+                fut = work.get_future()
+            except RuntimeError:  # a backend or op without futures
+                fut = None
+        if fut is None:
+            self.end(token)
+            return
+        slot: list[float] = []
+        fut.then(lambda _f, slot=slot: slot.append(time.perf_counter()))
+        self._open.append((*token, slot))
+
     @contextmanager
     def op(self, phase: str, scope: str, op: str, mb: int | None = None, lane: str = "compute"):
         tok = self.start(phase, scope, op, mb, lane)
@@ -67,12 +89,24 @@ class OpTimer:
         if self.cuda and self._open:
             torch.cuda.synchronize()
         for name, lane, a, b in self._open:
+            if isinstance(b, list):  # completion time from a future's callback
+                b = self._completed(b)
             if self.cuda:
                 s, e = self.origin.elapsed_time(a) * 1e3, self.origin.elapsed_time(b) * 1e3
             else:
                 s, e = (a - self.t0) * 1e6, (b - self.t0) * 1e6
             self.timeline.add(self.rank, lane, name, s, max(e - s, 0.0), step=step)
         self._open = []
+
+    @staticmethod
+    def _completed(slot: list[float]) -> float:
+        """The callback's time; by the end of a step every collective has been waited on, so
+        the callback has run or is about to (it runs on the backend's thread)."""
+        for _ in range(1000):
+            if slot:
+                return slot[0]
+            time.sleep(1e-4)
+        return time.perf_counter()
 
     def discard(self) -> None:
         self._open = []

@@ -90,15 +90,16 @@ class Trainer:
         k = plan.micro_batches
         if len(local) != plan.batch_size_per_rank:
             raise ValueError(f"expected {plan.batch_size_per_rank} rows per rank, got {len(local)}")
+        # the step's input and buffers: copy the rows, split them into micro-batches, zero the
+        # gradient buffers (dense and hot rows); lowering's fwd/input/h2d carries all of it
         with T.op("fwd", "input", "h2d"):
             local = local.to(self.dev)
-        m = len(local) // k
-        mbs = [local.slice(i * m, (i + 1) * m) for i in range(k)]
-        self.opt.zero_grad(set_to_none=False)
-        for p in self.packs:
-            p.zero_grad()
+            m = len(local) // k
+            mbs = [local.slice(i * m, (i + 1) * m) for i in range(k)]
+            self.opt.zero_grad(set_to_none=False)
+            for p in self.packs:
+                p.zero_grad()
         lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in range(k)]
-        toks: dict = {}
         # 1. dedup + route + hot reads; launch every ID exchange
         for i, mb in enumerate(mbs):
             for j, p in enumerate(self.packs):
@@ -107,22 +108,26 @@ class Trainer:
                     uq = p.dedup(idx)
                 with T.op("fwd", p.name, "route", i):
                     lk = p.prepare(idx, offs, uq)
-                with T.op("fwd", p.name, "hot_gather", i):
+                if p.num_hot:
+                    with T.op("fwd", p.name, "hot_gather", i):
+                        p.hot_gather(lk)
+                else:  # no hot rows: only the buffer of unique rows (lowering has no op for it)
                     p.hot_gather(lk)
                 lks[i][j] = lk
                 if p.local_only:
                     continue
-                toks[("ids", i, j)] = T.start("fwd", p.name, "a2a_ids", i, lane="comm")
+                tok = T.start("fwd", p.name, "a2a_ids", i, lane="comm")
                 counts = self.comm.exchange_counts(torch.tensor(lk.send_splits, dtype=torch.int64, device=self.dev))
                 p.send_ids(lk, counts.tolist(), async_op=ov)
+                T.end_when_done(tok, lk.handle)  # the exchange's own span, not the wait for it
                 if not ov:
-                    self._gather(p, lk, toks, i, j)
+                    self._gather(p, lk, i)
         # 2. owners gather and return rows (in overlap mode, while other exchanges fly)
         if ov:
             for i in range(k):
                 for j, p in enumerate(self.packs):
                     if not p.local_only:
-                        self._gather(p, lks[i][j], toks, i, j)
+                        self._gather(p, lks[i][j], i)
         # 3. per micro-batch: pool, dense forward/backward, launch the gradient exchange
         loss_sum = 0.0
         for i, mb in enumerate(mbs):
@@ -131,11 +136,14 @@ class Trainer:
             leaves = []
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
-                if not p.local_only:
+                if p.local_only:  # a replica reads its cold rows locally: lowering's cold_gather
+                    with T.op("fwd", p.name, "cold_gather", i):
+                        u = p.assemble(lk)
+                else:
                     lk.handle.wait()
-                    T.end(toks.pop(("emb", i, j)))
                 with T.op("fwd", p.name, "pool", i):
-                    u = p.assemble(lk)
+                    if not p.local_only:
+                        u = p.assemble(lk)
                     out = p.pool(lk, u).requires_grad_()
                 leaves.append(out)
                 dense_step_inputs(plan.model, p.layout.tables, out, mb, embs, seqs)
@@ -147,7 +155,8 @@ class Trainer:
                     gu = p.unique_grad(lk, g)
                 tok = None if p.local_only else T.start("bwd", p.name, "a2a_grad", i, lane="comm")
                 p.backward(lk, gu, async_op=ov)
-                toks[("grad", i, j)] = tok
+                if tok is not None:
+                    T.end_when_done(tok, p.grad_handles[-1][0])
                 lks[i][j] = None  # free the micro-batch's buffers
         # 4. gradient sync and updates (replicated packs' row gradients first: gloo runs
         # collectives in launch order, and the cold updates wait for them)
@@ -160,10 +169,9 @@ class Trainer:
         # are data-parallel parameters, as in P2RES): one collective latency per step
         dtok = T.start("bwd", "dense", "allreduce", lane="comm")
         flat, dwork = self._start_grad_allreduce(ov)
-        for j, p in enumerate(self.packs):
+        T.end_when_done(dtok, dwork)
+        for p in self.packs:
             p.wait_grads()
-            for i in range(k):
-                T.end(toks.pop(("grad", i, j), None))
             if p.local_only:
                 p.apply_cold()
                 T.end(rep_toks.pop(p.name))
@@ -171,8 +179,7 @@ class Trainer:
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
         dwork.wait()
-        T.end(dtok)
-        off = self._finish_dense_allreduce(flat)
+        off = sum(q.numel() for q in self.dense.parameters())  # the hot gradients follow the dense ones
         for p in self.packs:
             if p.num_hot:
                 with T.op("opt", p.name, "hot_update"):
@@ -180,19 +187,24 @@ class Trainer:
                     p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
                     off += n
                     p.apply_hot()
-        with T.op("opt", "dense", "update"):
+        with T.op("opt", "dense", "update"):  # the copy back of the reduced gradients is the update's
+            self._finish_dense_allreduce(flat)
             self.opt.step()
         self.steps_done += 1
         return loss_sum
 
-    def _gather(self, p: ShardedPack, lk: Lookup, toks: dict, i: int, j: int) -> None:
+    def _gather(self, p: ShardedPack, lk: Lookup, i: int) -> None:
         lk.handle.wait()
         T = self.timer
-        T.end(toks.pop(("ids", i, j)))
+        # the rows' return is launched asynchronously and, without overlap, waited for at
+        # once (what a synchronous exchange does): cold_gather times the gather and the
+        # launch, a2a_emb the exchange, as lowering has them one after the other
         with T.op("fwd", p.name, "cold_gather", i):
-            tok = T.start("fwd", p.name, "a2a_emb", i, lane="comm")
-            p.gather(lk, async_op=self.overlap)
-        toks[("emb", i, j)] = tok
+            p.gather(lk, async_op=True)
+        tok = T.start("fwd", p.name, "a2a_emb", i, lane="comm")
+        T.end_when_done(tok, lk.handle)
+        if not self.overlap:
+            lk.handle.wait()
 
     def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> float:
         T, d = self.timer, self.dense

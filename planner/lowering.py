@@ -270,7 +270,8 @@ def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
 def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Any) -> list[Op]:
     """The ops of one iteration in issue order, with their dependencies (per rank)."""
     multi_node = plan.world_size > hw.gpus_per_node
-    count_us = hw.nic_latency_us if multi_node else hw.intra_latency_us
+    # the counts exchange before each ID exchange: one more collective latency (none alone)
+    count_us = 0.0 if plan.world_size == 1 else hw.nic_latency_us if multi_node else hw.intra_latency_us
     ddt, _ = dense_dtype(plan.model, hw)
     k = plan.micro_batches
     mbs: list[int | None] = list(range(k)) if k > 1 else [None]
@@ -278,9 +279,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     serial = k == 1 and not plan.kernel_interleaving
     model = plan.model
     in_bytes = samples * (4 * model.num_dense + 4 + ID_BYTES * sum(pv.lookups for pv in packs) / samples)
-    # as in the executor, the whole step's input is copied once, then split in micro-batches
+    # as in the executor, the whole step's input is copied once, then split in micro-batches,
+    # and the gradient buffers (dense parameters, hot rows) are zeroed for the step
     h2d = on.op_name("fwd", "input", "h2d")
-    ops: list[Op] = [Op(h2d, "copy", "copy", {"pcie_bytes": in_bytes * k, "hbm_bytes": in_bytes * k}, [])]
+    zeroed = dense.params * 4 + sum(float(pv.hot_rows) * pv.row_bytes for pv in packs)
+    ops: list[Op] = [Op(h2d, "copy", "copy", {"pcie_bytes": in_bytes * k, "hbm_bytes": in_bytes * k + zeroed}, [])]
 
     # forward of the packs up to the returned rows, issued in the interleaving order; as
     # in the executor, pooling waits for the micro-batch's turn, just before its dense
@@ -353,9 +356,14 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         if pv.sharding == "replicated":
             # every replica all-gathers the sparse gradients of all ranks and applies them all
             rows = pv.cold_unique * k * plan.world_size
-            apply_us = rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES) / hw.gpu.hbm_bw * 1e6
+            # at the memory rate the calibration measured (as for any other op's hbm bytes)
+            apply_us = (rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
+                        / (hw.gpu.hbm_bw * hw.eff("hbm")) * 1e6)
+            # as the executor runs it: an all_gather of the row counts, then of the rows and of
+            # their gradients (padded to the largest count): two ring latencies more than one
+            gathers_us = 2 * (plan.world_size - 1) * count_us
             ops.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
-                                   pv.allgather_bytes(k), fixed_us=apply_us))
+                                   pv.allgather_bytes(k), fixed_us=apply_us + gathers_us))
         else:
             rows = pv.recv_ids * k
             # host-resident rows are read and written back over PCIe

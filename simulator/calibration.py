@@ -17,6 +17,7 @@ noisy sample (a shared machine) from pulling the fit.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -79,8 +80,11 @@ def fit_affine(
     )
 
 
-def fit_linear(kind: str, X: np.ndarray, t_us: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    """Non-negative coefficients p of `t = X @ p` minimising relative residuals.
+def fit_linear(kind: str, X: np.ndarray, t_us: Sequence[float],
+               weights: Sequence[float] | None = None, loss: str = "soft_l1") -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative coefficients p of `t = X @ p` minimising relative residuals (each
+    weighted by `weights` when given; `loss` as scipy's least_squares, soft-L1 by default:
+    one noisy microbenchmark sample does not pull the fit).
 
     Returns (p, relative residuals). Linear in p, so an ordinary least-squares solve on
     the relative form gives the start of the robust (soft-L1) fit.
@@ -94,15 +98,16 @@ def fit_linear(kind: str, X: np.ndarray, t_us: Sequence[float]) -> tuple[np.ndar
     if np.any(~np.isfinite(t)) or np.any(t <= 0) or np.any(X < 0):
         raise CalibrationError(f"{kind}: times must be positive and work non-negative")
     A = X / t[:, None]
+    sw = np.ones_like(t) if weights is None else np.sqrt(np.asarray(weights, dtype=float))
     # Columns scaled to unit norm so that bytes (1e7) and counts (1) condition alike.
     norm = np.maximum(np.linalg.norm(A, axis=0), 1e-30)
-    start, *_ = np.linalg.lstsq(A / norm, np.ones_like(t), rcond=None)
+    start, *_ = np.linalg.lstsq(A / norm * sw[:, None], sw, rcond=None)
     start = np.maximum(start, 1e-9)
 
     def resid(q: np.ndarray) -> np.ndarray:
         return (A / norm) @ q - 1.0
 
-    sol = least_squares(resid, start, bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.1)
+    sol = least_squares(lambda q: resid(q) * sw, start, bounds=(0.0, np.inf), loss=loss, f_scale=0.1)
     return sol.x / norm, resid(sol.x)
 
 
@@ -423,13 +428,16 @@ def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
     (class = `classify(op name)`): `eff_key` "op:<class>", and instead of the launch cost
     a fixed cost of (class factor + host gap) x launch_us. Ops of classes without
     coefficients are left as they are."""
+    from simulator.cost import LATENCY_PREFIX
     from simulator.opgraph import OpGraph
 
     eff = hw.efficiency
     gap = float(eff.get(OP_GAP, 0.0))
+    step_gap = float(eff.get(STEP_GAP, 0.0)) * hw.gpu.launch_us
     d = graph.to_json()
     for op in d["ops"]:
-        cls = classify(op["name"])
+        coll = op.get("collective") is not None
+        cls = class_key(classify(op["name"]), coll)
         args = dict(op.get("args") or {})
         key = OP_EFF_PREFIX + cls
         if key in eff:
@@ -437,9 +445,55 @@ def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
         fixed = eff.get(OP_FIXED_PREFIX + cls)
         if fixed is not None:
             args["launch"] = False
-            args["fixed_us"] = (float(fixed) + gap) * hw.gpu.launch_us
+            if coll:  # the class scales the whole modelled collective: its own fixed part too
+                own = float(args.get("fixed_us", 0.0)) * eff.get(LATENCY_PREFIX + key, 1.0)
+                args["fixed_us"] = float(fixed) * hw.gpu.launch_us + own
+            else:  # the host's time between two ops is paid by the op it leads to
+                args["fixed_us"] = (float(fixed) + gap) * hw.gpu.launch_us
+        if step_gap and not op.get("deps"):  # a rank's first op pays the step's untimed host work
+            args["fixed_us"] = float(args.get("fixed_us", 0.0)) + step_gap
         op["args"] = args
     return OpGraph.from_json(d, where="tagged graph")
+
+
+COLLECTIVE_CLASS = "#collective"  # class suffix of collective ops (a name may be either: opt/<pack>/cold_update)
+
+
+def class_key(cls: str, collective: bool) -> str:
+    """The key a class's coefficients are stored under: every collective in one class
+    (they share the links and the gloo threads; a few fit plans seldom hold one exchange
+    at enough sizes to fit it alone), apart from the compute ops."""
+    return "comm" + COLLECTIVE_CLASS if collective else cls
+
+
+def _fit_class(rows: np.ndarray, fixed: bool, min_samples: int) -> tuple[float, float, np.ndarray]:
+    """(f, s, relative residuals) of `measured = f * launch + s * flow` over rows (flow,
+    launch, measured[, weight]); weights make each executed plan count alike, however many
+    ops of the class it has."""
+    flow, launch, meas = rows[:, 0], rows[:, 1], rows[:, 2]
+    w = rows[:, 3] if rows.shape[1] > 3 else None
+    spread = np.ptp(flow / launch) > 0.05 * max(float(np.max(flow / launch)), 1e-9)
+    if fixed and len(rows) >= min_samples and spread and np.any(flow > 0):
+        # plain least squares: sizes seen in one plan only (one big exchange among many small
+        # ones) are a regime to fit, not outliers to discount
+        coef, res = fit_linear("op class", np.stack([launch, flow], axis=1), meas, w, loss="linear")
+        return float(coef[0]), float(coef[1]), res
+    if np.all(flow > 0):
+        # one size seen (or fixed=False): launch as measured, the rest scales
+        s = max(float(np.median((meas - launch) / flow)), 1e-3)
+        return 1.0, s, (launch + s * flow - meas) / meas
+    f = float(np.median(meas / launch))
+    return f, 0.0, (f * launch - meas) / meas
+
+
+SPAN_RATIO = 4.0  # a world's own fixed + rate fit needs sizes (flow / launch) this far apart
+
+
+def _spans(rows: np.ndarray) -> bool:
+    """Do the rows' sizes span enough to tell a fixed cost from a rate (else extrapolating
+    a two-coefficient fit to other sizes is a guess)?"""
+    r = rows[:, 0] / rows[:, 1]
+    return bool(np.min(r) > 0 and np.max(r) >= SPAN_RATIO * np.min(r))
 
 
 def fit_op_classes(
@@ -448,6 +502,8 @@ def fit_op_classes(
     classify: Callable[[str], str],
     min_samples: int = 3,
     fixed: bool = True,
+    per_world: bool = True,
+    collectives: bool = True,
 ) -> tuple[Any, dict[str, Any]]:
     """Fit each compute op class's fixed cost and rate factor to executed plans.
 
@@ -458,55 +514,95 @@ def fit_op_classes(
     costs f launches fixed and its flow runs 1/s as fast (efficiency "op:<class>" = old
     factor / s, "opfixed:<class>" = f). Classes with fewer than `min_samples` ops or no
     spread (or with fixed=False) keep the launch as fixed cost and get a pure scale, or
-    without flow a pure fixed cost. Collectives are left to
-    `refine_iterations`: their measured span runs from launch to wait, which holds the
-    work overlapped with them and the wait for other ranks. Returns (spec, report).
+    without flow a pure fixed cost.
+
+    With `per_world`, a class is also fitted apart at each world size the fit plans ran
+    at (keys `w{n}.op:<class>`, `w{n}.opfixed:<class>`, which `spec_for_world` makes live
+    for that world): the ranks of a CPU "cluster" share the cores, so how much an op's
+    Python dispatch and its kernels slow down with the rank count differs per op (a
+    single-threaded dispatch from a multi-threaded GEMM), which one factor per resource
+    from the microbenchmarks does not capture. A world whose samples of a class are too few,
+    or too alike in size (`_spans`), for two coefficients scales its own model (one launch
+    plus the flow at the rates microbenchmarked at that world size) by one factor; a world
+    with none keeps the pooled fit.
+
+    With `collectives`, collective ops form classes of their own (`class_key`): their
+    measured span runs from launch to completion (executor.timing), and their "flow" is
+    the whole modelled collective (its own fixed part, latency and bandwidth terms), so
+    `s` scales all of it ("lat:op:<class>" the latency terms, "op:<class>" the bandwidth)
+    and `f` adds launches: on a CPU "cluster" a collective competes with the ranks' compute
+    for the cores, which the idle-machine microbenchmarks do not see. Returns (spec, report).
     """
-    from simulator.cost import op_busy
+    from simulator.cost import LATENCY_PREFIX, op_busy
     from simulator.hardware import HardwareSpec
 
-    samples: dict[str, list[tuple[float, float, float]]] = {}  # class -> (flow, launch, measured)
-    old_k: dict[str, float] = {}
+    samples: dict[str, list[tuple[float, float, float, int]]] = {}  # class -> (flow, launch, measured, world)
+    old_k: dict[tuple[str, int], float] = {}
+    colls: set[str] = set()
     for graph, world, meas in runs:
         spec = spec_for_world(hw, int(world))
-        per_name: dict[str, list[float]] = {}
+        per_name: dict[tuple[str, str], list[float]] = {}
         for _nid, a in graph.ops():
-            if a.get("collective") is not None:
-                continue  # a measured collective spans launch to wait (overlap, peers): see refine_iterations
-            _fixed, flow, _ = op_busy(a, spec)
-            per_name.setdefault(a["name"], []).append(flow)
-            old_k[classify(a["name"])] = spec.eff((a.get("args") or {}).get("eff_key"))
-        for name, flows in per_name.items():
-            m = meas.get(name)
-            if m is None or m <= 0:
+            args = a.get("args") or {}
+            coll = a.get("collective") is not None and collectives
+            if a.get("collective") is not None and not collectives:
                 continue
-            samples.setdefault(classify(name), []).append((float(np.mean(flows)), spec.gpu.launch_us, float(m)))
+            fixed_part, flow, _ = op_busy(a, spec)
+            if coll:  # the whole modelled collective (own fixed part, latency, bandwidth) is its "flow"
+                flow = fixed_part - (spec.gpu.launch_us if args.get("launch", True) else 0.0) + flow
+            cls = class_key(classify(a["name"]), coll)
+            if coll:
+                colls.add(cls)
+            per_name.setdefault((a["name"], cls), []).append(flow)
+            old_k[(cls, int(world))] = spec.eff(args.get("eff_key"))
+        got = [(name, cls, flows) for (name, cls), flows in per_name.items() if (meas.get(name) or 0) > 0]
+        count = Counter(cls for _, cls, _ in got)
+        for name, cls, flows in got:
+            samples.setdefault(cls, []).append(
+                (float(np.mean(flows)), spec.gpu.launch_us, float(meas[name]), 1.0 / count[cls], int(world)))
     if not samples:
         raise CalibrationError("fit_op_classes: no measured op matched a lowered op by name")
     eff = dict(hw.efficiency)
     report: dict[str, Any] = {}
     for cls, rows in sorted(samples.items()):
-        flow = np.array([r[0] for r in rows])
-        launch = np.array([r[1] for r in rows])
-        meas = np.array([r[2] for r in rows])
-        spread = np.ptp(flow / launch) > 0.05 * max(float(np.max(flow / launch)), 1e-9)
-        if fixed and len(rows) >= min_samples and spread and np.any(flow > 0):
-            coef, res = fit_linear(cls, np.stack([launch, flow], axis=1), meas)
-            f, s = float(coef[0]), float(coef[1])
-        elif np.all(flow > 0):
-            # one size seen (or fixed=False): launch as measured, the rest scales
-            s = float(np.median((meas - launch) / flow))
-            s = max(s, 1e-3)
-            f = 1.0
-            res = (launch + s * flow - meas) / meas
-        else:
-            f, s = float(np.median(meas / launch)), 0.0
-            res = (f * launch - meas) / meas
+        arr = np.array([r[:4] for r in rows])
+        worlds = np.array([r[4] for r in rows])
+        f, s, res = _fit_class(arr, fixed, min_samples)
+        k0 = float(np.median([old_k[(cls, int(w))] for w in set(worlds.tolist())]))
         eff[OP_FIXED_PREFIX + cls] = max(f, 1e-3)
         if s > 0:
-            eff[OP_EFF_PREFIX + cls] = float(np.clip(old_k.get(cls, 1.0) / s, 1e-5, 1e5))
-        report[cls] = {"n": len(rows), "fixed_launches": round(f, 3), "flow_scale": round(s, 4),
-                       "rel_rms": round(float(np.sqrt(np.mean(res**2))), 4)}
+            eff[OP_EFF_PREFIX + cls] = float(np.clip(k0 / s, 1e-5, 1e5))
+        if cls in colls:  # latency and bandwidth terms alike (s = 0: all of it in the fixed part)
+            eff[LATENCY_PREFIX + OP_EFF_PREFIX + cls] = float(np.clip(s, 1e-5, 1e5))
+            eff[OP_EFF_PREFIX + cls] = float(np.clip(k0 / max(s, 1e-5), 1e-5, 1e5))
+        entry: dict[str, Any] = {"n": len(rows), "fixed_launches": round(f, 3), "flow_scale": round(s, 4),
+                                 "rel_rms": round(float(np.sqrt(np.mean(res**2))), 4)}
+        if per_world:
+            by_world: dict[str, Any] = {}
+            for w in sorted(set(worlds.tolist())):
+                sub = arr[worlds == w]
+                if len(sub) >= min_samples and _spans(sub):
+                    fw, sw, rw = _fit_class(sub, fixed, min_samples)
+                else:  # too few sizes for two coefficients: this world's own model (one launch
+                    # and the flow at its microbenchmarked rates, which hold how its ops scale
+                    # with size), scaled by one factor
+                    own = sub[:, 1] + sub[:, 0]
+                    kappa = float(np.median(sub[:, 2] / np.maximum(own, 1e-9)))
+                    fw, sw = kappa, kappa
+                    rw = (kappa * own - sub[:, 2]) / sub[:, 2]
+                pre = WORLD_PREFIX.format(n=w)
+                eff[pre + OP_FIXED_PREFIX + cls] = max(fw, 1e-3)
+                if sw > 0:
+                    eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / sw, 1e-5, 1e5))
+                elif s > 0:  # no flow at this world: keep the pooled rate, the fixed part carries it
+                    eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / s, 1e-5, 1e5))
+                if cls in colls:
+                    eff[pre + LATENCY_PREFIX + OP_EFF_PREFIX + cls] = float(np.clip(sw, 1e-5, 1e5))
+                    eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / max(sw, 1e-5), 1e-5, 1e5))
+                by_world[str(w)] = {"n": len(sub), "fixed_launches": round(fw, 3), "flow_scale": round(sw, 4),
+                                    "rel_rms": round(float(np.sqrt(np.mean(rw**2))), 4)}
+            entry["worlds"] = by_world
+        report[cls] = entry
     d = hw.to_dict()
     d["efficiency"] = eff
     return HardwareSpec.from_dict(d, where=f"hardware {hw.name}"), report
@@ -521,10 +617,14 @@ def refine_iterations(
     classify: Callable[[str], str],
     keys: Sequence[str] = REFINE_ITERATION_KEYS,
     engine: str = "fast",
+    fit_gap: bool = True,
+    bound: float = 4.0,
 ) -> tuple[Any, dict[str, Any]]:
-    """Fit the per-op host gap (OP_GAP, in launches) and multiplicative corrections of
-    `keys` (collective latency and bandwidths by default) to measured iteration times:
-    `runs` = (OpGraph as lowered, world size, measured iteration us). Graphs are re-tagged
+    """Fit the per-op host gap (OP_GAP, in launches; with `fit_gap`, else the spec's gaps
+    stay, e.g. measured by `fit_host_gaps`) and multiplicative corrections of `keys`
+    (collective latency and bandwidths by default, each within a factor e**bound) to
+    measured iteration times: `runs` = (OpGraph as lowered, world size, measured iteration
+    us). Graphs are re-tagged
     (tag_op_classes) for every trial. Robust least squares on relative errors. Returns
     (spec, report)."""
     from simulator.engine import simulate
@@ -534,8 +634,12 @@ def refine_iterations(
         raise CalibrationError("refine_iterations: no executed plans to fit")
     keys = list(keys)
 
+    ng = 1 if fit_gap else 0
+
     def spec_with(x: np.ndarray) -> Any:
-        spec = scale_spec(hw, dict(zip(keys, np.exp(x[:-1])))) if keys else hw
+        spec = scale_spec(hw, dict(zip(keys, np.exp(x[:len(keys)])))) if keys else hw
+        if not fit_gap:
+            return spec
         d = spec.to_dict()
         d["efficiency"] = {**d["efficiency"], OP_GAP: max(float(x[-1]), 1e-3)}
         return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
@@ -549,17 +653,61 @@ def refine_iterations(
             out.append((simulate(tagged, sw, engine=engine).iteration_us - meas) / meas)
         return np.asarray(out)
 
-    x0 = np.zeros(len(keys) + 1)
+    x0 = np.zeros(len(keys) + ng)
     r0 = residuals(x0)
-    lo = np.concatenate([np.full(len(keys), -4.0), [0.0]])
-    hi = np.concatenate([np.full(len(keys), 4.0), [1e3]])
+    if len(x0) == 0:
+        return hw, {"gap_launches": float(hw.efficiency.get(OP_GAP, 0.0)), "factors": {}, "fit_plans": len(runs),
+                    "fit_mape_before": float(np.abs(r0).mean()), "fit_mape_after": float(np.abs(r0).mean()),
+                    "evaluations": 1}
+    lo = np.concatenate([np.full(len(keys), -bound), [0.0] * ng])
+    hi = np.concatenate([np.full(len(keys), bound), [1e3] * ng])
     start = x0.copy()
-    start[-1] = 0.5
+    if fit_gap:
+        start[-1] = 0.5
     sol = least_squares(residuals, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.1,
                         max_nfev=40 * (len(keys) + 2))
     r1 = residuals(sol.x)
     return spec_with(sol.x), {
-        "gap_launches": float(sol.x[-1]), "factors": {k: float(np.exp(v)) for k, v in zip(keys, sol.x[:-1])},
+        "gap_launches": float(sol.x[-1]) if fit_gap else float(hw.efficiency.get(OP_GAP, 0.0)),
+        "factors": {k: float(np.exp(v)) for k, v in zip(keys, sol.x[:len(keys)])},
         "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()), "fit_mape_after": float(np.abs(r1).mean()),
         "evaluations": int(sol.nfev),
     }
+
+
+STEP_GAP = "stepgap"  # efficiency["stepgap"]: host time per step outside every timed op, in launch_us
+
+
+def fit_host_gaps(hw: Any, runs: Sequence[tuple[int, float, float]]) -> tuple[Any, dict[str, Any]]:
+    """The host time no op's timing holds, measured on executed plans: `runs` = (world
+    size, compute ops per rank and step, median untimed host time per rank and step, us;
+    picasso.workflows.validate.host_gap). Modelled as a fixed part per step plus a part per
+    op (the Python between two ops): gap = g0 + g1 * ops. g1 (us per op) is fitted on all
+    runs, from the spread of op counts within each world size (the interpreter runs the
+    same code at every world size); g0 per world size (what runs outside the ops each
+    step, and how busy the cores are). Stored in launches of each world (`w{n}.opgap`,
+    `w{n}.stepgap`; tag_op_classes adds them). Returns (spec, report)."""
+    from simulator.hardware import HardwareSpec
+
+    rows = [(int(w), float(n), float(g)) for w, n, g in runs if n > 0 and g >= 0]
+    if not rows:
+        raise CalibrationError("fit_host_gaps: no run with timed ops")
+    launch = {w: max(spec_for_world(hw, w).gpu.launch_us, 1e-3) for w in {r[0] for r in rows}}
+    n = np.array([r[1] for r in rows])
+    g = np.array([r[2] for r in rows])
+    worlds = np.array([r[0] for r in rows])
+    # g1 (us per op) from the spread of op counts within each world: demeaned per world
+    x = n - np.array([n[worlds == w].mean() for w in worlds])
+    y = g - np.array([g[worlds == w].mean() for w in worlds])
+    g1 = float(max((x @ y) / (x @ x), 0.0)) if float(x @ x) > 0 else 0.0
+    eff = dict(hw.efficiency)
+    report: dict[str, Any] = {"op_us": round(g1, 2), "worlds": {}}
+    for w in sorted(launch):
+        sel = worlds == w
+        g0 = float(max(np.median(g[sel] - g1 * n[sel]), 0.0))
+        eff[WORLD_PREFIX.format(n=w) + OP_GAP] = max(g1 / launch[w], 1e-6)
+        eff[WORLD_PREFIX.format(n=w) + STEP_GAP] = max(g0 / launch[w], 1e-6)
+        report["worlds"][str(w)] = {"step_us": round(g0, 1), "op_us": round(g1, 2), "runs": int(sel.sum())}
+    d = hw.to_dict()
+    d["efficiency"] = eff
+    return HardwareSpec.from_dict(d, where=f"hardware {hw.name}"), report

@@ -93,8 +93,26 @@ def _topology(group: tuple[int, ...], hw: HardwareSpec) -> tuple[int, int, int]:
     return len(group), max(per_node.values()), len(per_node)
 
 
+LATENCY_PREFIX = "lat:"  # efficiency["lat:<eff_key>"]: multiplies the latency terms of collectives with that eff_key
+
+
 def collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None = None) -> tuple[float, float, list[float]]:
-    """(latency_us, bandwidth_us, busy_us per resource) of one collective, for each of its ranks."""
+    """(latency_us, bandwidth_us, busy_us per resource) of one collective, for each of its ranks.
+
+    The op's `eff_key` divides the bandwidth term (as for any op) and, through the key
+    "lat:<eff_key>" when the spec has one, multiplies the latency terms (a collective class
+    calibrated on executed runs: simulator.calibration.fit_op_classes)."""
+    lat, bw, busy = _collective_cost(c, hw, eff_key)
+    if eff_key and (LATENCY_PREFIX + eff_key) in hw.efficiency:
+        lat *= hw.efficiency[LATENCY_PREFIX + eff_key]
+    if hw.kind == "cpu" and bw > 0:
+        # a CPU worker moves a collective's bytes with its own cores and memory (gloo's
+        # threads copy and reduce them): while it flies, the rank's compute shares them
+        busy[R_COMPUTE] = busy[R_HBM] = bw
+    return lat, bw, busy
+
+
+def _collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None) -> tuple[float, float, list[float]]:
     p, g, m = _topology(c.group, hw)
     busy = [0.0] * N_RES
     if p <= 1:

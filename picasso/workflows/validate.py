@@ -8,10 +8,11 @@ that dominate the measured step, per-op durations. Summary: MAPE and Spearman ra
 correlation over the validated plans.
 
 With `--fit-plans K`, K plans of the sweep (every n-th, so they span the knobs) form a
-fit set: the simulator's coefficients are refined on them by least squares
-(`simulator.calibration.refine_on_runs`) and the others are validated with the refined
-spec; the microbenchmark-only figures are reported beside them. Fit and validated
-plans never overlap.
+fit set: the simulator's coefficients are refined on what their timelines measure op by
+op (`refit_on_runs`: per op class and world size, compute ops and collectives; the host
+time outside the ops, per step and per op) and the others are validated with the refined
+spec; the microbenchmark-only figures are reported beside them. Fit and validated plans
+never overlap.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ import numpy as np
 
 from picasso.workflows.sweep import Case, build_sweep
 
+# After the per-op fits (compute, collectives, host gaps: all measured per op), the
+# iteration-level refit only corrects what ops alone do not show: its collective factors
+# stay within e**REFINE_BOUND of the per-op fit.
+REFINE_BOUND = 1.0
 DOMINANT_SHARE = 0.8  # per-op errors for the ops making up this share of measured op time
 MAX_DOMINANT = 6
 
@@ -133,15 +138,68 @@ def drop_warmup(tl: Any, warmup: int) -> Any:
     return Timeline(keep, dict(tl.meta))
 
 
-def mean_op_durations(tl: Any) -> dict[str, float]:
-    """Per op name: the mean over ranks of the per-step duration (summed within a step)."""
-    acc: dict[tuple[str, int, int], float] = defaultdict(float)
+COMM_LANE = "comm"
+
+
+def service_durations(tl: Any) -> list[tuple[Any, float]]:
+    """(event, duration) with collectives counted from when their lane is free.
+
+    A rank's collectives run one after another in launch order (gloo and NCCL queue them),
+    so an exchange launched while another is in flight waits in the queue before it
+    runs. Its span from launch to completion holds that wait; the simulator runs the comm
+    lane in order too and starts an op when the previous one ends. On lane "comm" each
+    event counts from max(its start, the end of the rank's previous comm event)."""
+    out: list[tuple[Any, float]] = []
+    comm: dict[int, list[Any]] = defaultdict(list)
     for e in tl.events:
-        acc[(e.name, e.rank, int(e.args.get("step", 0)))] += e.dur_us
+        if e.lane == COMM_LANE:
+            comm[e.rank].append(e)
+        else:
+            out.append((e, e.dur_us))
+    for evs in comm.values():
+        busy = float("-inf")
+        for e in sorted(evs, key=lambda e: (e.start_us, e.end_us)):
+            out.append((e, max(e.end_us - max(e.start_us, busy), 0.0)))
+            busy = max(busy, e.end_us)
+    return out
+
+
+def mean_op_durations(tl: Any) -> dict[str, float]:
+    """Per op name: the mean over ranks of the per-step duration (summed within a step);
+    collectives by `service_durations`."""
+    acc: dict[tuple[str, int, int], float] = defaultdict(float)
+    for e, dur in service_durations(tl):
+        acc[(e.name, e.rank, int(e.args.get("step", 0)))] += dur
     per: dict[str, list[float]] = defaultdict(list)
     for (name, _r, _s), v in acc.items():
         per[name].append(v)
     return {k: float(np.mean(v)) for k, v in per.items()}
+
+
+def host_gap(tl: Any) -> tuple[float, float]:
+    """(median untimed host time per rank and step in us, mean compute ops per rank and
+    step): a step's span on a rank less the union of its timed ops and collectives, i.e. the
+    Python between ops and whatever the step does outside them (simulator.calibration.
+    fit_host_gaps models it)."""
+    by: dict[tuple[int, int], list[Any]] = defaultdict(list)
+    for e in tl.events:
+        by[(e.rank, int(e.args.get("step", 0)))].append(e)
+    gaps, ops = [], []
+    for evs in by.values():
+        evs.sort(key=lambda e: e.start_us)
+        covered, cur_s, cur_e = 0.0, evs[0].start_us, evs[0].end_us
+        for e in evs[1:]:
+            if e.start_us > cur_e:
+                covered += cur_e - cur_s
+                cur_s, cur_e = e.start_us, e.end_us
+            else:
+                cur_e = max(cur_e, e.end_us)
+        covered += cur_e - cur_s
+        gaps.append(max(max(e.end_us for e in evs) - evs[0].start_us - covered, 0.0))
+        ops.append(sum(1 for e in evs if e.lane != COMM_LANE))
+    if not gaps:
+        return 0.0, 0.0
+    return float(np.median(gaps)), float(np.mean(ops))
 
 
 def step_times_us(tl: Any) -> list[float]:
@@ -209,11 +267,14 @@ def predict_tagged(plan: Any, hw: Any, profile: Any = None, access: Any = None, 
 
 def refit_on_runs(hw: Any, fit: list[tuple[Case, Measured]], profile: Any, access: Any,
                   fixed: bool = True, keys: tuple[str, ...] | None = None) -> tuple[Any, dict[str, Any]]:
-    """Per-op-class coefficients of compute ops from the fit plans' op timings, then the
-    per-op host gap and the collective coefficients from their iteration times
-    (simulator.calibration.fit_op_classes, refine_iterations)."""
+    """Refine `hw` on the fit plans' measurements: per op class and world size, the fixed
+    cost and rate of compute ops and of collectives from their op timings
+    (simulator.calibration.fit_op_classes), the untimed host time per step and per op from
+    their timelines (fit_host_gaps, host_gap), then multiplicative factors of `keys`
+    (default: collective latency and bandwidths) from their iteration times
+    (refine_iterations)."""
     from planner.lowering import lower
-    from simulator.calibration import fit_op_classes, refine_iterations, spec_for_world
+    from simulator.calibration import fit_host_gaps, fit_op_classes, refine_iterations, spec_for_world
 
     if not fit:
         raise ValidateError("--fit-plans: no fit plan could be run")
@@ -224,10 +285,16 @@ def refit_on_runs(hw: Any, fit: list[tuple[Case, Measured]], profile: Any, acces
 
     spec1, classes = fit_op_classes(hw, [(graph(c), c.plan.world_size, m.op_us) for c, m in fit], op_class,
                                     fixed=fixed)
+    spec1, gaps = fit_host_gaps(spec1, [(c.plan.world_size, *host_gap(m.timeline)[::-1]) for c, m in fit])
+    # then the fit plans' iterations: what the ops alone do not show (ranks waiting for each
+    # other at a collective, compute slowed by collectives in flight) as global collective
+    # factors, bounded (REFINE_BOUND): a few single runs on a shared machine must not carry
+    # the model after whichever plan another process slowed down
     kw = {} if keys is None else {"keys": keys}
     spec2, it = refine_iterations(spec1, [(graph(c), c.plan.world_size, m.iteration_us) for c, m in fit], op_class,
-                                  **kw)
-    return spec2, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "iterations": it}
+                                  fit_gap=False, bound=REFINE_BOUND, **kw)
+    return spec2, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "host_gaps": gaps,
+                   "iterations": it}
 
 
 # ----------------------------------------------------------------------------- comparing
@@ -466,10 +533,14 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
     if "microbench_only" in result:
         mb = result["microbench_only"]
         lines.append(f"<p>With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
-                     f"{(mb['spearman'] or float('nan')):.3f}. Refit on the fit plans: per-op-class "
-                     f"coefficients for {len(result['refit']['op_classes'])} compute op classes, per-op host gap "
-                     f"{result['refit']['iterations']['gap_launches']:.2f} launches, collective factors "
-                     + ", ".join(f"{k} x{v:.3g}" for k, v in result['refit']['iterations']['factors'].items())
+                     f"{(mb['spearman'] or float('nan')):.3f}. Refit on the fit plans' op timings: "
+                     f"coefficients per world size for {len(result['refit']['op_classes'])} op classes "
+                     "(compute ops and collectives); untimed host time per step "
+                     + ", ".join(f"{v['step_us'] / 1e3:.2f} ms at {w} rank(s)"
+                                 for w, v in result['refit'].get('host_gaps', {}).get('worlds', {}).items())
+                     + (", iteration factors " + ", ".join(
+                         f"{k} x{v:.3g}" for k, v in result['refit']['iterations']['factors'].items())
+                        if result['refit']['iterations']['factors'] else "")
                      + ".</p>")
     rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
              "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
