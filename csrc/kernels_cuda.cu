@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
@@ -220,21 +221,53 @@ void check_size(int64_t n) {
   if (n > INT_MAX) throw std::invalid_argument("picasso cuda: more than 2^31 - 1 ids in one call");
 }
 
+int64_t read_scalar(const int64_t* dev, cudaStream_t s);
+
+// OR of all keys: its highest set bit bounds the bits a radix sort must look at.
+__global__ void key_or_kernel(const int64_t* __restrict__ keys, int64_t n, unsigned long long* out) {
+  unsigned long long v = 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    v |= static_cast<unsigned long long>(keys[i]);
+  for (int off = 16; off > 0; off >>= 1) v |= __shfl_xor_sync(kFullMask, v, off);
+  if ((threadIdx.x & 31) == 0 && v) atomicOr(out, v);
+}
+
+int bits_for(unsigned long long v) {  // bits to sort keys whose OR is v (negative keys: all 64)
+  int b = 1;
+  while (b < 64 && (v >> b) != 0) ++b;
+  return b;
+}
+
+// Bits that hold every key (one pass and one read back: a 64-bit sort of small keys would
+// spend most of its passes on zero digits).
+int key_bits(const int64_t* keys, int64_t n, const Allocator& mem, cudaStream_t s) {
+  Buffer acc(mem, 8);
+  check(cudaMemsetAsync(acc.get(), 0, 8, s), "memset");
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(n), 1024));
+  key_or_kernel<<<grid, kThreads, 0, s>>>(keys, n, acc.as<unsigned long long>());
+  check(cudaGetLastError(), "key bits");
+  return bits_for(static_cast<unsigned long long>(read_scalar(acc.as<int64_t>(), s)));
+}
+
 // Groups n int64 keys: perm (positions sorted by key, stable), group keys/starts, the group
-// count on the device, and inverse[i] when inverse is not null.
+// count on the device, and inverse[i] when inverse is not null. `end_bit` bounds the keys'
+// bits where the caller knows it (0: measured here); keys outside it must be flagged by the
+// caller as errors, since they do not sort.
 void group_keys(const int64_t* keys, int64_t n, Grouped& g, int64_t* inverse, const Allocator& mem,
-                cudaStream_t s) {
+                cudaStream_t s, int end_bit = 0) {
   check_size(n);
+  if (end_bit <= 0) end_bit = key_bits(keys, n, mem, s);
   Buffer positions(mem, n * 8);
   iota_kernel<<<blocks_for(n), kThreads, 0, s>>>(positions.as<int64_t>(), n);
   size_t temp = 0;
   check(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys, g.sorted_keys.as<int64_t>(), positions.as<int64_t>(),
-                                        g.perm.as<int64_t>(), static_cast<int>(n), 0, 64, s),
+                                        g.perm.as<int64_t>(), static_cast<int>(n), 0, end_bit, s),
         "sort size");
   {
     Buffer scratch(mem, temp);
     check(cub::DeviceRadixSort::SortPairs(scratch.get(), temp, keys, g.sorted_keys.as<int64_t>(),
-                                          positions.as<int64_t>(), g.perm.as<int64_t>(), static_cast<int>(n), 0, 64,
+                                          positions.as<int64_t>(), g.perm.as<int64_t>(), static_cast<int>(n), 0, end_bit,
                                           s),
           "sort");
   }
@@ -531,7 +564,8 @@ void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* 
   if (n == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   Grouped g(mem, n);
-  group_keys(rows, n, g, nullptr, mem, s);
+  // rows lie in [0, num_rows): the sort needs only their bits (others are flagged below)
+  group_keys(rows, n, g, nullptr, mem, s, bits_for(static_cast<unsigned long long>(std::max<int64_t>(num_rows - 1, 1))));
   Buffer error_flag(mem, 8);
   check(cudaMemsetAsync(error_flag.get(), 0xFF, 8, s), "memset");
   dispatch(dt, [&](auto* tag) {
