@@ -434,8 +434,10 @@ def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
     eff = hw.efficiency
     gap = float(eff.get(OP_GAP, 0.0))
     step_gap = float(eff.get(STEP_GAP, 0.0)) * hw.gpu.launch_us
+    wait = float(eff.get(COLL_WAIT, 0.0))
+    pre = compute_before_collectives(graph, hw) if wait > 0 else {}
     d = graph.to_json()
-    for op in d["ops"]:
+    for (nid, _a), op in zip(graph.ops(), d["ops"]):
         coll = op.get("collective") is not None
         cls = class_key(classify(op["name"]), coll)
         args = dict(op.get("args") or {})
@@ -450,10 +452,38 @@ def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
                 args["fixed_us"] = float(fixed) * hw.gpu.launch_us + own
             else:  # the host's time between two ops is paid by the op it leads to
                 args["fixed_us"] = (float(fixed) + gap) * hw.gpu.launch_us
+        if coll and wait > 0:  # waiting for the ranks that compute slower (COLL_WAIT)
+            args["fixed_us"] = float(args.get("fixed_us", 0.0)) + wait * pre.get(nid, 0.0)
         if step_gap and not op.get("deps"):  # a rank's first op pays the step's untimed host work
             args["fixed_us"] = float(args.get("fixed_us", 0.0)) + step_gap
         op["args"] = args
     return OpGraph.from_json(d, where="tagged graph")
+
+
+COLL_WAIT = "collwait"  # efficiency["w{n}.collwait"]: a collective's wait for its slowest rank, per us of compute before it
+
+
+def compute_before_collectives(graph: Any, hw: Any) -> dict[str, float]:
+    """Per collective op id: the modelled solo time (simulator.cost under `hw`, untagged
+    ops) of the non-collective ops its rank runs, in program order, since its previous
+    collective. Ranks that share cores (a CPU "cluster" with more ranks than cores) do not
+    run that stretch in step: the OS runs some ranks ahead while others wait, so the
+    early ranks wait at the next collective for the late ones, in proportion to the
+    stretch (the same bytes take 2 ms after a short stretch, 10-18 ms after the dense
+    forward and backward at 4 ranks on 2 cores). fit_op_classes fits the proportion per
+    world size (COLL_WAIT); tag_op_classes adds it to the collective."""
+    from simulator.cost import op_cost_us
+
+    out: dict[str, float] = {}
+    acc: dict[int, float] = {}
+    for nid, a in graph.ops():
+        r = int(a["rank"])
+        if a.get("collective") is not None:
+            out[nid] = acc.get(r, 0.0)
+            acc[r] = 0.0
+        else:
+            acc[r] = acc.get(r, 0.0) + op_cost_us(a, hw)
+    return out
 
 
 COLLECTIVE_CLASS = "#collective"  # class suffix of collective ops (a name may be either: opt/<pack>/cold_update)
@@ -484,6 +514,18 @@ def _fit_class(rows: np.ndarray, fixed: bool, min_samples: int) -> tuple[float, 
         return 1.0, s, (launch + s * flow - meas) / meas
     f = float(np.median(meas / launch))
     return f, 0.0, (f * launch - meas) / meas
+
+
+def _fit_wait(rows: np.ndarray, pre: np.ndarray, min_samples: int) -> tuple[float, float, float, np.ndarray] | None:
+    """(f, s, c, relative residuals) of `measured = f * launch + s * flow + c * pre` for the
+    collectives of one world size (rows as _fit_class; pre: compute_before_collectives),
+    or None when the rows cannot tell the three apart (too few, sizes or stretches alike)."""
+    flow, launch, meas = rows[:, 0], rows[:, 1], rows[:, 2]
+    w = rows[:, 3] if rows.shape[1] > 3 else None
+    if len(rows) < max(min_samples, 3) or not _spans(rows) or np.ptp(pre) <= 0.05 * max(float(np.max(pre)), 1e-9):
+        return None
+    coef, res = fit_linear("collective wait", np.stack([launch, flow, pre], axis=1), meas, w, loss="linear")
+    return float(coef[0]), float(coef[1]), float(coef[2]), res
 
 
 SPAN_RATIO = 4.0  # a world's own fixed + rate fit needs sizes (flow / launch) this far apart
@@ -536,13 +578,15 @@ def fit_op_classes(
     from simulator.cost import LATENCY_PREFIX, op_busy
     from simulator.hardware import HardwareSpec
 
-    samples: dict[str, list[tuple[float, float, float, int]]] = {}  # class -> (flow, launch, measured, world)
+    samples: dict[str, list[tuple[float, ...]]] = {}  # class -> (flow, launch, measured, weight, world, pre)
     old_k: dict[tuple[str, int], float] = {}
     colls: set[str] = set()
     for graph, world, meas in runs:
         spec = spec_for_world(hw, int(world))
+        before = compute_before_collectives(graph, spec) if collectives else {}
         per_name: dict[tuple[str, str], list[float]] = {}
-        for _nid, a in graph.ops():
+        pre_name: dict[str, list[float]] = {}
+        for nid, a in graph.ops():
             args = a.get("args") or {}
             coll = a.get("collective") is not None and collectives
             if a.get("collective") is not None and not collectives:
@@ -553,13 +597,15 @@ def fit_op_classes(
             cls = class_key(classify(a["name"]), coll)
             if coll:
                 colls.add(cls)
+                pre_name.setdefault(a["name"], []).append(before.get(nid, 0.0))
             per_name.setdefault((a["name"], cls), []).append(flow)
             old_k[(cls, int(world))] = spec.eff(args.get("eff_key"))
         got = [(name, cls, flows) for (name, cls), flows in per_name.items() if (meas.get(name) or 0) > 0]
         count = Counter(cls for _, cls, _ in got)
         for name, cls, flows in got:
             samples.setdefault(cls, []).append(
-                (float(np.mean(flows)), spec.gpu.launch_us, float(meas[name]), 1.0 / count[cls], int(world)))
+                (float(np.mean(flows)), spec.gpu.launch_us, float(meas[name]), 1.0 / count[cls], int(world),
+                 float(np.mean(pre_name.get(name, [0.0])))))
     if not samples:
         raise CalibrationError("fit_op_classes: no measured op matched a lowered op by name")
     eff = dict(hw.efficiency)
@@ -567,6 +613,7 @@ def fit_op_classes(
     for cls, rows in sorted(samples.items()):
         arr = np.array([r[:4] for r in rows])
         worlds = np.array([r[4] for r in rows])
+        pres = np.array([r[5] for r in rows])
         f, s, res = _fit_class(arr, fixed, min_samples)
         k0 = float(np.median([old_k[(cls, int(w))] for w in set(worlds.tolist())]))
         eff[OP_FIXED_PREFIX + cls] = max(f, 1e-3)
@@ -581,7 +628,13 @@ def fit_op_classes(
             by_world: dict[str, Any] = {}
             for w in sorted(set(worlds.tolist())):
                 sub = arr[worlds == w]
-                if len(sub) >= min_samples and _spans(sub):
+                wait = None
+                if cls in colls and w > 1 and fixed:
+                    wait = _fit_wait(sub, pres[worlds == w], min_samples)
+                if wait is not None:
+                    fw, sw, cw, rw = wait
+                    eff[WORLD_PREFIX.format(n=w) + COLL_WAIT] = cw
+                elif len(sub) >= min_samples and _spans(sub):
                     fw, sw, rw = _fit_class(sub, fixed, min_samples)
                 else:  # too few sizes for two coefficients: this world's own model (one launch
                     # and the flow at its microbenchmarked rates, which hold how its ops scale
@@ -601,6 +654,8 @@ def fit_op_classes(
                     eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / max(sw, 1e-5), 1e-5, 1e5))
                 by_world[str(w)] = {"n": len(sub), "fixed_launches": round(fw, 3), "flow_scale": round(sw, 4),
                                     "rel_rms": round(float(np.sqrt(np.mean(rw**2))), 4)}
+                if wait is not None:
+                    by_world[str(w)]["wait_per_compute_us"] = round(wait[2], 4)
             entry["worlds"] = by_world
         report[cls] = entry
     d = hw.to_dict()

@@ -202,3 +202,45 @@ def test_op_class_fit_recovers_known_coefficients(setup):
         sw = spec_for_world(spec2, w)
         pred = simulate(tag_op_classes(graph, sw, op_class), sw).iteration_us
         assert pred == pytest.approx(meas_it, rel=0.05)
+
+
+def test_collective_wait_for_compute_is_recovered(setup):
+    """Collectives that wait for the slowest rank in proportion to the compute before them
+    (w{n}.collwait on a 'true' machine) are fitted back per world size, and the fitted model
+    predicts held-out plans' iterations; without the term a pure size model cannot."""
+    from picasso.workflows.validate import op_class
+    from simulator.calibration import COLL_WAIT, fit_op_classes, spec_for_world, tag_op_classes
+    from simulator.engine import simulate
+    from simulator.hardware import HardwareSpec
+
+    model, access, hw = setup
+    d = hw.to_dict()
+    d["efficiency"] = {**d["efficiency"], "w2." + COLL_WAIT: 0.1, "w4." + COLL_WAIT: 0.4}
+    truth = HardwareSpec.from_dict(d)
+    cases = build_sweep(model, access, hw_for(hw), n_plans=12, include_planner=False, batches=(256, 1024),
+                        worlds=(2, 4))
+    runs = []
+    for c in cases:
+        w = c.plan.world_size
+        base_graph = predict(c.plan, spec_for_world(hw, w), access=access).graph
+        res = simulate(tag_op_classes(base_graph, spec_for_world(truth, w), op_class), spec_for_world(truth, w))
+        runs.append((base_graph, w, res.iteration_us, mean_op_durations(res.timeline)))
+    fit = [r for i, r in enumerate(runs) if i % 4 < 2]  # worlds alternate: both in each half
+    held = [r for i, r in enumerate(runs) if i % 4 >= 2]
+    assert {w for _, w, _, _ in fit} == {w for _, w, _, _ in held} == {2, 4}
+    spec1, report = fit_op_classes(hw, [(g, w, ops) for g, w, _, ops in fit], op_class)
+    worlds = report["comm#collective"]["worlds"]
+    assert worlds["2"]["wait_per_compute_us"] == pytest.approx(0.1, rel=0.15)
+    assert worlds["4"]["wait_per_compute_us"] == pytest.approx(0.4, rel=0.15)
+    assert spec_for_world(spec1, 4).efficiency[COLL_WAIT] == pytest.approx(0.4, rel=0.15)
+    errs = []
+    for graph, w, meas_it, _ in held:
+        sw = spec_for_world(spec1, w)
+        errs.append(abs(simulate(tag_op_classes(graph, sw, op_class), sw).iteration_us - meas_it) / meas_it)
+    assert max(errs) < 0.05
+    # the same graphs without the wait: the held-out plans are mispredicted
+    no_wait = HardwareSpec.from_dict({**spec1.to_dict(), "efficiency": {
+        k: v for k, v in spec1.efficiency.items() if not k.endswith(COLL_WAIT)}})
+    errs0 = [abs(simulate(tag_op_classes(g, spec_for_world(no_wait, w), op_class), spec_for_world(no_wait, w))
+                 .iteration_us - t) / t for g, w, t, _ in held]
+    assert max(errs0) > 2 * max(errs)
