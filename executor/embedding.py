@@ -13,6 +13,7 @@ the trainer interleave packs and micro-batches around asynchronous collectives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -258,13 +259,17 @@ class ShardedPack:
             g = torch.zeros(len(rows), g.shape[1], device=self.dev).index_add_(0, inv, g)
         self._replica_sync = self.comm.start_all_gather_rows(rows, g, async_op)
 
-    def apply_cold(self) -> None:
+    def apply_cold(self, on_gathered: Callable[[], None] | None = None) -> None:
+        """Apply the cold rows' gradients; a replicated pack first completes its all-gather
+        and then calls `on_gathered` (the trainer ends the collective's timed span there)."""
         L = self.layout
         if self.local_only:
             if getattr(self, "_replica_sync", None) is None:
                 self.start_replicated_sync(async_op=False)
             rows, g = self._replica_sync()
             self._replica_sync = None
+            if on_gathered is not None:
+                on_gathered()
         else:
             rows, g = self._pending_rows()
         if len(rows) == 0:

@@ -170,11 +170,14 @@ class Trainer:
         dtok = T.start("bwd", "dense", "allreduce", lane="comm")
         flat, dwork = self._start_grad_allreduce(ov)
         T.end_when_done(dtok, dwork)
-        for p in self.packs:
+        # replicated packs first: their all-gather was launched last, so waiting for it waits
+        # for nothing else, and its span (launch to the gathered rows) holds no other pack's
+        # update; the apply that follows is host work of the same op
+        for p in sorted(self.packs, key=lambda q: not q.local_only):
             p.wait_grads()
             if p.local_only:
-                p.apply_cold()
-                T.end(rep_toks.pop(p.name))
+                tok = rep_toks.pop(p.name)
+                p.apply_cold(on_gathered=lambda tok=tok: T.end(tok))
                 continue
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
