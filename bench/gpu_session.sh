@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU checks of a session with a lent GPU, in one command (device time is scarce):
 # build the CUDA kernels, run the `gpu` tests, the kernel bench, and one planned plan for
-# real on the GPU with --verify. Logs and JSON go to $OUT (default ./gpu-out).
+# real on the GPU with --verify. JSON results go to $OUT (default ./gpu-out), logs to $LOGS.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info build test bench run (default: all)
+#   bash bench/gpu_session.sh [stage ...]     stages: info build diag test bench profile validate run
+#                                             (default: info build test bench run)
 #
-# Packages the GPU image lacks (simpy, plotly) travel as wheels in .whl/ (see bench/README.md).
+# Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy plotly
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -49,7 +51,7 @@ for s in $stages; do
     ;;
   diag)  # native errors raised across the library boundary, each in its own process
     stamp diag
-    for w in kernel_throw torch_check cuda_kernel_throw; do $PY bench/_segv_diag.py $w 2>&1 | tail -4; done
+    for w in kernel_throw torch_check cuda_kernel_throw; do $PY bench/native_errors_check.py $w 2>&1 | tail -4; done
     ldd csrc/_build/*/picasso_native_cuda.so | grep -E "stdc|gcc_s|gomp"; echo "CXX=${CXX:-} CC=${CC:-}"
     /opt/gcc/bin/g++ --version | head -1; /usr/bin/g++ --version | head -1
     $PY -c "import torch,glob,os;print(glob.glob(os.path.join(os.path.dirname(torch.__file__),'lib','libgomp*')))"

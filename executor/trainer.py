@@ -240,14 +240,13 @@ class Trainer:
         flat = torch.cat(parts)
         return flat, self.comm.all_reduce(flat, async_op)
 
-    def _finish_dense_allreduce(self, flat: torch.Tensor) -> int:
-        """Copy the reduced dense gradients back; returns where the hot gradients start."""
+    def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
+        """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow)."""
         off = 0
         for q in self.dense.parameters():
             n = q.numel()
             q.grad.copy_(flat[off : off + n].view_as(q))
             off += n
-        return off
 
     # ---- whole-model views --------------------------------------------------------------
     def full_tables(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

@@ -1,0 +1,40 @@
+"""Does an error raised inside the native library reach Python as one exception?
+
+Each case runs in its own process (`python bench/native_errors_check.py CASE`) so that a
+crash names the case: kernel_throw (a C++ exception from the CPU kernels), torch_check (a
+TORCH_CHECK in the binding), cuda_kernel_throw (a range error found on the GPU). Used by
+bench/gpu_session.sh, where the CUDA build crashed on the first case.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import sys
+
+import torch
+
+from csrc import build
+
+CASES = ("kernel_throw", "torch_check", "cuda_kernel_throw")
+
+
+def main(case: str) -> int:
+    faulthandler.enable()
+    lib = build.load()
+    w = torch.randn(5, 4)
+    dev = "cuda" if case == "cuda_kernel_throw" else "cpu"
+    mode = "max" if case == "torch_check" else "sum"
+    ids = torch.tensor([0]) if case == "torch_check" else torch.tensor([0, 9])
+    try:
+        lib.bag_forward(w.to(dev), ids.to(dev), torch.tensor([0, len(ids)]).to(dev), mode, None)
+    except Exception as exc:  # noqa: BLE001 - any exception type is the answer sought
+        print(f"{case}: raised {type(exc).__name__}: {str(exc)[:100]}")
+        return 0
+    print(f"{case}: no error raised")
+    return 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        sys.exit(f"usage: {sys.argv[0]} {{{','.join(CASES)}}}")
+    sys.exit(main(sys.argv[1]))
