@@ -244,3 +244,36 @@ def test_collective_wait_for_compute_is_recovered(setup):
     errs0 = [abs(simulate(tag_op_classes(g, spec_for_world(no_wait, w), op_class), spec_for_world(no_wait, w))
                  .iteration_us - t) / t for g, w, t, _ in held]
     assert max(errs0) > 2 * max(errs)
+
+
+def test_timed_steps_grow_with_short_predicted_steps():
+    from picasso.workflows.validate import timed_steps_for
+
+    assert timed_steps_for(20_000.0, 8, 1.0, 40) == 40  # 50 wanted, capped
+    assert timed_steps_for(50_000.0, 8, 1.0, 40) == 20
+    assert timed_steps_for(400_000.0, 8, 1.0, 40) == 8  # never below the minimum
+    assert timed_steps_for(20_000.0, 8, 0.0, 40) == 8  # no time target: the minimum
+    assert timed_steps_for(0.0, 5, 1.0, 40) == 5
+
+
+def test_passes_merge_without_mixing_their_steps():
+    """Two runs of one plan: the iteration is the mean of their medians, and op durations
+    and host gaps count every timed step of both, each run's steps kept apart."""
+    from picasso.workflows.validate import Measured, host_gap, merge_passes
+
+    def run(step_us: float, op_us: float) -> Measured:
+        tl = Timeline()
+        for s in range(3):
+            t0 = s * step_us
+            tl.add(0, "compute", "fwd/dense/top_mlp", t0, op_us, step=s)
+            tl.add(0, "comm", "bwd/dense/allreduce", t0 + op_us, 10.0, step=s)
+        return Measured(step_us, 1.0, mean_op_durations(tl), tl, {"timed_steps": 3})
+
+    a, b = run(100.0, 40.0), run(300.0, 80.0)
+    m = merge_passes([a, b])
+    assert m.iteration_us == pytest.approx(200.0)
+    assert m.op_us["fwd/dense/top_mlp"] == pytest.approx(60.0)  # 3 steps at 40, 3 at 80
+    assert m.op_us["bwd/dense/allreduce"] == pytest.approx(10.0)  # no step's comm queued behind another run's
+    assert len(step_times_us(m.timeline)) == 6
+    assert host_gap(m.timeline)[1] == pytest.approx(1.0)  # one compute op per step, steps not merged
+    assert merge_passes([a]) is a

@@ -20,8 +20,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                         "are fitted on them before the others are validated (0: microbenchmarks only)")
     p.add_argument("--nproc-max", type=int, default=4, help="largest world size in the sweep")
     p.add_argument("--batch-sizes", default="256,512,1024", help="batch sizes per rank, comma-separated")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per plan")
+    p.add_argument("--steps", type=int, default=8, help="timed steps per plan, at least")
+    p.add_argument("--timed-seconds", type=float, default=1.0,
+                   help="more timed steps, up to --max-steps, until a plan's predicted timed window is this long")
+    p.add_argument("--max-steps", type=int, default=40, help="timed steps per plan, at most")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per plan (not timed)")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="passes over the sweep: each plan runs once per pass, its iteration is the passes' mean")
     p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take")
     p.add_argument("--no-planner", action="store_true", help="leave the planner's own plan out of the sweep")
     p.add_argument("-o", "--out-dir", default="picasso-validate", help="folder for plans, traces and results")
@@ -38,9 +43,11 @@ def run(args: argparse.Namespace) -> int:
         args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b.strip()]
     except ValueError:
         raise ValueError(f"--batch-sizes {args.batch_sizes!r}: expected integers separated by commas") from None
-    for name in ("plans", "nproc_max", "steps"):
+    for name in ("plans", "nproc_max", "steps", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_steps < args.steps or args.timed_seconds < 0:
+        raise ValueError("--max-steps must be at least --steps and --timed-seconds non-negative")
     if args.warmup < 0 or args.fit_plans < 0 or args.fit_plans >= args.plans:
         raise ValueError("--warmup must be >= 0 and --fit-plans in [0, --plans)")
     return run_validate_command(args)

@@ -136,7 +136,7 @@ def run_demo(args: Namespace) -> int:
         vargs = Namespace(
             data=str(data), format="criteo", hardware=str(out / "hardware.json"), model=MODEL, row_cap=row_cap,
             plans=n_plans, fit_plans=min(max(2, n_plans // 3), n_plans - 2) if n_plans >= 4 else 0,
-            nproc_max=WORLD, batch_sizes=[256, 512], steps=4, warmup=2,
+            nproc_max=WORLD, batch_sizes=[256, 512], steps=6, warmup=2, timed_seconds=0.3, max_steps=16, repeats=1,
             run_timeout=300.0, no_planner=False, out_dir=str(out / "validate"), log=st.log, save_refined=None,
         )
         vres, vruns = run_validate(vargs)

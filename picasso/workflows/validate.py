@@ -66,13 +66,17 @@ class Predicted:
 
 def run_measured(
     plan_path: Path, data: str, fmt: str, world: int, steps: int, warmup: int, out_dir: Path,
-    timeout_s: float = 300.0, extra: list[str] | None = None,
+    timeout_s: float = 300.0, extra: list[str] | None = None, preload: bool = True, tag: str = "",
 ) -> Measured:
-    """Run one saved plan through the executor (`picasso run`) and read its measurements."""
-    trace = out_dir / f"{plan_path.stem}.measured.json"
+    """Run one saved plan through the executor (`picasso run`) and read its measurements.
+
+    With `preload` every batch is read and prepared before the timed steps: the simulator
+    predicts the training step, and a loader thread parsing the next batch meanwhile
+    would add time it does not model (and more so at 4 ranks on 2 cores)."""
+    trace = out_dir / f"{plan_path.stem}.measured{tag}.json"
     cmd = [sys.executable, "-m", "picasso", "run", str(plan_path), "--data", data, "--format", fmt,
            "--nproc", str(world), "--steps", str(steps + warmup), "--warmup", str(warmup),
-           "--timeline", str(trace), "--json", *(extra or [])]
+           "--timeline", str(trace), "--json", *(["--preload"] if preload else []), *(extra or [])]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=run_env())
@@ -94,6 +98,42 @@ def run_measured(
     it = iteration_from_run(out, timed)
     sps = next((float(v) for k, v in out.items() if "samples" in k and isinstance(v, (int, float))), 0.0)
     return Measured(it, sps, op_us, timed, out, wall)
+
+
+PASS_STEP_OFFSET = 1_000_000  # step numbers of pass r are shifted by r times this when passes merge
+PASS_TIME_OFFSET_US = 1e12  # ... and their times, so that no two passes' events overlap
+
+
+def merge_passes(ms: list[Measured]) -> Measured:
+    """One measurement from runs of the same plan at different moments: the iteration is
+    the mean of the runs' medians; op durations and host gaps come from all their timed
+    steps together (steps and times of run r shifted apart, so no two runs' steps mix)."""
+    from simulator.timeline import Event, Timeline
+
+    if len(ms) == 1:
+        return ms[0]
+    events = []
+    for r, m in enumerate(ms):
+        for e in m.timeline.events:
+            args = dict(e.args)
+            args["step"] = int(args.get("step", 0)) + r * PASS_STEP_OFFSET
+            events.append(Event(e.rank, e.lane, e.name, e.start_us + r * PASS_TIME_OFFSET_US, e.dur_us, args))
+    tl = Timeline(events, dict(ms[0].timeline.meta))
+    raw = {**ms[0].raw, "passes_iteration_us": [m.iteration_us for m in ms]}
+    return Measured(float(np.mean([m.iteration_us for m in ms])), float(np.mean([m.samples_per_s for m in ms])),
+                    mean_op_durations(tl), tl, raw, float(sum(m.wall_s for m in ms)))
+
+
+def timed_steps_for(predicted_us: float, min_steps: int, timed_s: float, max_steps: int) -> int:
+    """Timed steps for a plan: at least `min_steps`, more until the (predicted) timed
+    window reaches `timed_s` seconds, at most `max_steps`. A shared machine slows down in
+    spells of a fraction of a second (steps of one run measured here: ten at 24 ms, then
+    thirty at 18 ms), so a median over a few fast steps lands on whichever spell it met
+    (run medians 17-21 ms over 5 steps, 19.0-20.0 ms over 40)."""
+    if predicted_us <= 0 or timed_s <= 0:
+        return min_steps
+    want = int(np.ceil(timed_s * 1e6 / predicted_us))
+    return int(max(min_steps, min(max_steps, want)))
 
 
 def run_env() -> dict[str, str]:
@@ -436,31 +476,58 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
                         batches=batches, include_planner=not args.no_planner, fit_count=args.fit_plans)
     results, runs, failed = [], [], []
     t_start = time.perf_counter()
+    passes = max(1, int(getattr(args, "repeats", 1)))
+    measured: list[list[Measured]] = [[] for _ in cases]
+    preds: list[Any] = [None] * len(cases)
+    dead: set[int] = set()
+    # every plan once per pass: a shared machine drifts over minutes, and runs of one plan
+    # at two moments average that drift out where runs back to back would not
+    for r in range(passes):
+        for i, case in enumerate(cases):
+            if i in dead:
+                continue
+            plan_path = out_dir / "plans" / f"{i:02d}-{case.name}.json"
+            if r == 0:
+                case.plan.save(plan_path, hot_ids=case.hot_ids or None)
+                preds[i] = predict(case.plan, spec_for_world(hw, case.plan.world_size), profile=profile, access=access)
+            p = preds[i]
+            log(f"validate: [{i + 1}/{len(cases)}]{f' pass {r + 1}/{passes}' if passes > 1 else ''} "
+                f"{case.name} ({case.role}) ...")
+            steps = timed_steps_for(p.iteration_us, args.steps, float(getattr(args, "timed_seconds", 0.0)),
+                                    int(getattr(args, "max_steps", args.steps)))
+            m = None
+            for attempt in range(2):  # one retry: a rank can die on a loaded machine
+                try:
+                    m = run_measured(plan_path, args.data, args.format, case.plan.world_size, steps,
+                                     args.warmup, out_dir / "plans", timeout_s=args.run_timeout,
+                                     tag=f".{r + 1}" if r else "")
+                    break
+                except ValidateError as exc:
+                    log(f"validate:   run failed{' (retrying)' if attempt == 0 else ''}: {exc}")
+                    if attempt == 1:
+                        failed.append({"name": case.name, "plan_file": str(plan_path), "error": str(exc)})
+                        dead.add(i)
+            if m is None:
+                continue
+            measured[i].append(m)
+            log(f"validate:   measured {m.iteration_us / 1e3:8.2f} ms  predicted {p.iteration_us / 1e3:8.2f} ms  "
+                f"error {(p.iteration_us - m.iteration_us) / m.iteration_us:+.1%}")
     for i, case in enumerate(cases):
-        plan_path = out_dir / "plans" / f"{i:02d}-{case.name}.json"
-        case.plan.save(plan_path, hot_ids=case.hot_ids or None)
-        log(f"validate: [{i + 1}/{len(cases)}] {case.name} ({case.role}) ...")
-        m = None
-        for attempt in range(2):  # one retry: a rank can die on a loaded machine
-            try:
-                m = run_measured(plan_path, args.data, args.format, case.plan.world_size, args.steps,
-                                 args.warmup, out_dir / "plans", timeout_s=args.run_timeout)
-                break
-            except ValidateError as exc:
-                log(f"validate:   run failed{' (retrying)' if attempt == 0 else ''}: {exc}")
-                if attempt == 1:
-                    failed.append({"name": case.name, "plan_file": str(plan_path), "error": str(exc)})
-        if m is None:
+        if i in dead or not measured[i]:
             continue
-        p = predict(case.plan, spec_for_world(hw, case.plan.world_size), profile=profile, access=access)
+        m, p = merge_passes(measured[i]), preds[i]
         rec = compare(case, m, p)
-        rec["plan_file"] = str(plan_path)
+        rec["plan_file"] = str(out_dir / "plans" / f"{i:02d}-{case.name}.json")
+        rec["timed_steps"] = sum(int(x.raw.get("timed_steps", 0) or 0) for x in measured[i])
+        if len(measured[i]) > 1:
+            rec["passes_measured_us"] = [round(x.iteration_us, 1) for x in measured[i]]
         results.append(rec)
         runs.append((case, m, p))
-        log(f"validate:   measured {m.iteration_us / 1e3:8.2f} ms  predicted {p.iteration_us / 1e3:8.2f} ms  "
-            f"error {rec['error']:+.1%}")
     result: dict[str, Any] = {"hardware": hw.name, "model": model.name, "data": str(args.data),
-                              "steps": args.steps, "warmup": args.warmup, "worlds": list(worlds)}
+                              "steps": args.steps, "timed_seconds": getattr(args, "timed_seconds", 0.0),
+                              "max_steps": getattr(args, "max_steps", args.steps), "warmup": args.warmup,
+                              "repeats": passes,
+                              "worlds": list(worlds)}
     validated = [r for r in results if r["role"] == "validate"]
     if not validated:
         raise ValidateError(f"no plan could be run and validated ({len(failed)} failed: {failed[0]['error'] if failed else '-'})")
