@@ -96,3 +96,19 @@ def test_missing_data_file_is_one_line_before_any_worker(setup, capsys):
     rc = main(["run", str(d / "plan.json"), "--data", str(d / "nope.tsv")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "nope.tsv: no such data file" in err[0]
+
+
+@pytest.mark.dist
+def test_preloaded_batches_train_like_streamed_ones(setup, capsys):
+    """--preload prepares every batch before the timed steps (what `picasso validate` times):
+    the same batches in the same order as the streaming loader, across an epoch boundary."""
+    d = setup
+    res = {}
+    for mode in ([], ["--preload"]):
+        rc = main(["run", str(d / "plan.json"), "--data", str(d / "data.tsv"), "--steps", "18", "--warmup", "2",
+                   "--json", *mode])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        res[bool(mode)] = json.loads(out)
+    assert res[True]["timed_steps"] == res[False]["timed_steps"] == 16  # 18 x 64 rows: past the 1000 in the file
+    assert res[True]["mean_loss"] == pytest.approx(res[False]["mean_loss"], rel=1e-6)

@@ -13,14 +13,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--row-cap", type=int, default=50_000, help="cap every table at N rows (CPU runs)")
     p.add_argument("--batch", type=int, default=512, help="batch size per rank of the planned run")
     p.add_argument("--steps", type=int, default=8, help="timed steps of each real run")
-    p.add_argument("--plans", type=int, default=9, help="plans in the small validation sweep (a third of them fit)")
+    p.add_argument("--plans", type=int, default=12, help="plans in the small validation sweep (a third of them fit)")
+    p.add_argument("--repeats", type=int, default=2, help="passes over the validation sweep (picasso validate --repeats)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from picasso.workflows.demo import run_demo
 
-    for name in ("rows", "row_cap", "batch", "steps", "plans"):
+    for name in ("rows", "row_cap", "batch", "steps", "plans", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     return run_demo(args)

@@ -65,7 +65,7 @@ def run_demo(args: Namespace) -> int:
     row_cap = int(getattr(args, "row_cap", 50_000))
     batch = int(getattr(args, "batch", 512))
     steps = int(getattr(args, "steps", 8))
-    n_plans = int(getattr(args, "plans", 9))
+    n_plans = int(getattr(args, "plans", 12))
     ctx: dict[str, Any] = {}
 
     data = out / "data.tsv"
@@ -136,7 +136,8 @@ def run_demo(args: Namespace) -> int:
         vargs = Namespace(
             data=str(data), format="criteo", hardware=str(out / "hardware.json"), model=MODEL, row_cap=row_cap,
             plans=n_plans, fit_plans=min(max(2, n_plans // 3), n_plans - 2) if n_plans >= 4 else 0,
-            nproc_max=WORLD, batch_sizes=[256, 512], steps=6, warmup=2, timed_seconds=0.3, max_steps=16, repeats=1,
+            nproc_max=WORLD, batch_sizes=[256, 512], steps=6, warmup=2, timed_seconds=0.5, max_steps=24,
+            repeats=int(getattr(args, "repeats", 1)),
             run_timeout=300.0, no_planner=False, out_dir=str(out / "validate"), log=st.log, save_refined=None,
         )
         vres, vruns = run_validate(vargs)
