@@ -528,6 +528,57 @@ def _fit_wait(rows: np.ndarray, pre: np.ndarray, min_samples: int) -> tuple[floa
     return float(coef[0]), float(coef[1]), float(coef[2]), res
 
 
+def _fit_form(form: str, rows: np.ndarray, pre: np.ndarray, fixed: bool, min_samples: int) -> tuple[float, float, float]:
+    """(f, s, c) of one model form for one world's samples of a class (rows as _fit_class):
+    "wait": measured = f * launch + s * flow + c * pre (collectives, _fit_wait); "own": a
+    fixed + rate fit (_fit_class); "kappa": the world's own model (one launch and the flow
+    at its microbenchmarked rates, which hold how its ops scale with size) scaled by one
+    factor. A form the rows cannot support falls back to "kappa"."""
+    if form == "wait":
+        got = _fit_wait(rows, pre, min_samples)
+        if got is not None:
+            return got[0], got[1], got[2]
+    if form in ("wait", "own") and len(rows) >= min_samples and _spans(rows):
+        fw, sw, _ = _fit_class(rows, fixed, min_samples)
+        return fw, sw, 0.0
+    own = rows[:, 1] + rows[:, 0]
+    kappa = float(np.median(rows[:, 2] / np.maximum(own, 1e-9)))
+    return kappa, kappa, 0.0
+
+
+def _predict_form(coef: tuple[float, ...], rows: np.ndarray, pre: np.ndarray) -> np.ndarray:
+    return coef[0] * rows[:, 1] + coef[1] * rows[:, 0] + (coef[2] if len(coef) > 2 else 0.0) * pre
+
+
+def _choose_form(rows: np.ndarray, pre: np.ndarray, plans: np.ndarray, wait_ok: bool, fixed: bool,
+                 min_samples: int) -> str:
+    """The model form for one world's samples of a class, chosen by leave-one-plan-out
+    error: each form is fitted without one executed plan and scored on that plan's ops,
+    in turn. A form with more coefficients must predict plans it has not seen better, not
+    just fit the ones it has: a fixed cost per collective fitted on the few large exchanges
+    of two plans doubled the prediction of an unpacked plan's 78 small ones, and the plain
+    form, where the rows have too few sizes for a fixed + rate fit, extrapolates
+    badly across batch sizes. With one plan, the richest form the rows support."""
+    forms = (["wait"] if wait_ok else []) + (["own"] if fixed else []) + ["kappa"]
+    ids = sorted(set(plans.tolist()))
+    if len(ids) < 2:
+        for form in forms:
+            if form == "kappa" or (form == "wait" and _fit_wait(rows, pre, min_samples) is not None) or \
+                    (form == "own" and len(rows) >= min_samples and _spans(rows)):
+                return form
+        return "kappa"
+    scores = {}
+    for form in forms:
+        errs = []
+        for pid in ids:
+            out = plans == pid
+            coef = _fit_form(form, rows[~out], pre[~out], fixed, min_samples)
+            pred = _predict_form(coef, rows[out], pre[out])
+            errs.append(float(np.mean(np.abs(pred - rows[out, 2]) / rows[out, 2])))
+        scores[form] = float(np.mean(errs))
+    return min(forms, key=lambda k: (scores[k], forms.index(k)))
+
+
 SPAN_RATIO = 4.0  # a world's own fixed + rate fit needs sizes (flow / launch) this far apart
 
 
@@ -581,7 +632,7 @@ def fit_op_classes(
     samples: dict[str, list[tuple[float, ...]]] = {}  # class -> (flow, launch, measured, weight, world, pre)
     old_k: dict[tuple[str, int], float] = {}
     colls: set[str] = set()
-    for graph, world, meas in runs:
+    for run_i, (graph, world, meas) in enumerate(runs):
         spec = spec_for_world(hw, int(world))
         before = compute_before_collectives(graph, spec) if collectives else {}
         per_name: dict[tuple[str, str], list[float]] = {}
@@ -605,7 +656,7 @@ def fit_op_classes(
         for name, cls, flows in got:
             samples.setdefault(cls, []).append(
                 (float(np.mean(flows)), spec.gpu.launch_us, float(meas[name]), 1.0 / count[cls], int(world),
-                 float(np.mean(pre_name.get(name, [0.0])))))
+                 float(np.mean(pre_name.get(name, [0.0]))), run_i))
     if not samples:
         raise CalibrationError("fit_op_classes: no measured op matched a lowered op by name")
     eff = dict(hw.efficiency)
@@ -614,6 +665,7 @@ def fit_op_classes(
         arr = np.array([r[:4] for r in rows])
         worlds = np.array([r[4] for r in rows])
         pres = np.array([r[5] for r in rows])
+        plans = np.array([r[6] for r in rows])
         f, s, res = _fit_class(arr, fixed, min_samples)
         k0 = float(np.median([old_k[(cls, int(w))] for w in set(worlds.tolist())]))
         eff[OP_FIXED_PREFIX + cls] = max(f, 1e-3)
@@ -627,22 +679,16 @@ def fit_op_classes(
         if per_world:
             by_world: dict[str, Any] = {}
             for w in sorted(set(worlds.tolist())):
-                sub = arr[worlds == w]
-                wait = None
-                if cls in colls and w > 1 and fixed:
-                    wait = _fit_wait(sub, pres[worlds == w], min_samples)
-                if wait is not None:
-                    fw, sw, cw, rw = wait
-                    eff[WORLD_PREFIX.format(n=w) + COLL_WAIT] = cw
-                elif len(sub) >= min_samples and _spans(sub):
-                    fw, sw, rw = _fit_class(sub, fixed, min_samples)
-                else:  # too few sizes for two coefficients: this world's own model (one launch
-                    # and the flow at its microbenchmarked rates, which hold how its ops scale
-                    # with size), scaled by one factor
-                    own = sub[:, 1] + sub[:, 0]
-                    kappa = float(np.median(sub[:, 2] / np.maximum(own, 1e-9)))
-                    fw, sw = kappa, kappa
-                    rw = (kappa * own - sub[:, 2]) / sub[:, 2]
+                sel = worlds == w
+                sub, sub_pre, sub_plans = arr[sel], pres[sel], plans[sel]
+                form = _choose_form(sub, sub_pre, sub_plans, cls in colls and w > 1 and fixed, fixed, min_samples)
+                wait = _fit_form(form, sub, sub_pre, fixed, min_samples)
+                fw, sw = wait[0], wait[1]
+                rw = (_predict_form(wait, sub, sub_pre) - sub[:, 2]) / sub[:, 2]
+                if form == "wait":
+                    eff[WORLD_PREFIX.format(n=w) + COLL_WAIT] = max(wait[2], 1e-6)  # the spec wants it positive
+                else:
+                    wait = None
                 pre = WORLD_PREFIX.format(n=w)
                 eff[pre + OP_FIXED_PREFIX + cls] = max(fw, 1e-3)
                 if sw > 0:
@@ -652,8 +698,8 @@ def fit_op_classes(
                 if cls in colls:
                     eff[pre + LATENCY_PREFIX + OP_EFF_PREFIX + cls] = float(np.clip(sw, 1e-5, 1e5))
                     eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / max(sw, 1e-5), 1e-5, 1e5))
-                by_world[str(w)] = {"n": len(sub), "fixed_launches": round(fw, 3), "flow_scale": round(sw, 4),
-                                    "rel_rms": round(float(np.sqrt(np.mean(rw**2))), 4)}
+                by_world[str(w)] = {"n": len(sub), "form": form, "fixed_launches": round(fw, 3),
+                                    "flow_scale": round(sw, 4), "rel_rms": round(float(np.sqrt(np.mean(rw**2))), 4)}
                 if wait is not None:
                     by_world[str(w)]["wait_per_compute_us"] = round(wait[2], 4)
             entry["worlds"] = by_world

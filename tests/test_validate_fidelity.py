@@ -304,3 +304,30 @@ def test_one_rank_step_times_what_lowering_names():
     lowered = {o.name for o in lower(plan, apply_overrides(load_hardware("local-cpu"), {"gpus_per_node": 1}),
                                      check_memory=False).ops}
     assert names <= lowered, names - lowered
+
+
+def test_model_form_chosen_by_held_out_plans():
+    """Per class and world the fit keeps the form that predicts a left-out plan best: a
+    fixed + rate fit where the plans show a real fixed cost at spread sizes, and one factor
+    on the modelled cost where a second coefficient only fits one plan's noise."""
+    from simulator.calibration import _choose_form
+
+    launch = 50.0
+    rng = np.random.default_rng(0)
+
+    def rows(flows, plan, fixed_launches, scale, noise):
+        flows = np.asarray(flows, dtype=float)
+        meas = (fixed_launches * launch + scale * flows) * (1 + noise * rng.standard_normal(len(flows)))
+        return np.stack([flows, np.full_like(flows, launch), meas, np.ones_like(flows)], axis=1), \
+            np.full(len(flows), plan)
+
+    # a real fixed cost of 20 launches, sizes spread in every plan: the two-coefficient form
+    parts = [rows([100, 800, 6400], p, 20.0, 1.0, 0.01) for p in range(3)]
+    r, plans = np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
+    assert _choose_form(r, np.zeros(len(r)), plans, False, True, 3) == "own"
+    # twice the modelled cost (1 launch + flow): one plan of three large exchanges and one of
+    # many small ones, with noise; a fixed + rate fit on either plan misses the other
+    a, pa = rows([20_000, 40_000, 90_000], 0, 2.0, 2.0, 0.15)
+    b, pb = rows([200.0] * 12, 1, 2.0, 2.0, 0.05)
+    r, plans = np.concatenate([a, b]), np.concatenate([pa, pb])
+    assert _choose_form(r, np.zeros(len(r)), plans, False, True, 3) == "kappa"
