@@ -533,8 +533,9 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
         raise ValidateError(f"no plan could be run and validated ({len(failed)} failed: {failed[0]['error'] if failed else '-'})")
     if args.fit_plans:
         refined, fit_report = refit_on_runs(hw, [(c, m) for c, m, _ in runs if c.role == "fit"], profile, access)
-        for rec, (c, m, _p) in zip(results, runs):
+        for j, (rec, (c, m, _p)) in enumerate(zip(results, runs)):
             p2 = predict_tagged(c.plan, refined, profile, access)
+            runs[j] = (c, m, p2)  # the report's simulated timelines are the refined predictions too
             rec["predicted_us_microbench"] = rec["predicted_us"]
             rec["predicted_us"] = round(p2.iteration_us, 1)
             rec["error"] = round((p2.iteration_us - m.iteration_us) / m.iteration_us, 4)
