@@ -682,13 +682,12 @@ def fit_op_classes(
                 sel = worlds == w
                 sub, sub_pre, sub_plans = arr[sel], pres[sel], plans[sel]
                 form = _choose_form(sub, sub_pre, sub_plans, cls in colls and w > 1 and fixed, fixed, min_samples)
-                wait = _fit_form(form, sub, sub_pre, fixed, min_samples)
-                fw, sw = wait[0], wait[1]
-                rw = (_predict_form(wait, sub, sub_pre) - sub[:, 2]) / sub[:, 2]
-                if form == "wait":
+                coef = _fit_form(form, sub, sub_pre, fixed, min_samples)
+                fw, sw = coef[0], coef[1]
+                rw = (_predict_form(coef, sub, sub_pre) - sub[:, 2]) / sub[:, 2]
+                wait = coef if form == "wait" else None
+                if wait is not None:
                     eff[WORLD_PREFIX.format(n=w) + COLL_WAIT] = max(wait[2], 1e-6)  # the spec wants it positive
-                else:
-                    wait = None
                 pre = WORLD_PREFIX.format(n=w)
                 eff[pre + OP_FIXED_PREFIX + cls] = max(fw, 1e-3)
                 if sw > 0:
