@@ -277,3 +277,21 @@ def test_passes_merge_without_mixing_their_steps():
     assert len(step_times_us(m.timeline)) == 6
     assert host_gap(m.timeline)[1] == pytest.approx(1.0)  # one compute op per step, steps not merged
     assert merge_passes([a]) is a
+
+
+def test_unfitted_classes_name_what_the_fit_never_ran_at_that_world(setup):
+    from picasso.workflows.validate import op_class, unfitted_classes
+    from planner.lowering import lower
+
+    model, access, hw = setup
+    case = build_sweep(model, access, hw_for(hw), n_plans=6, worlds=(2,), batches=(256,), include_planner=False)[1]
+    graph = lower(case.plan, hw_for(hw)(2), access=access, check_memory=False).graph
+    classes = {op_class(a["name"]) for _, a in graph.ops() if a.get("collective") is None}
+    assert "fwd/dense/top_mlp" in classes
+    fitted = {"fwd/dense/top_mlp": {"worlds": {"2": {}}}, "comm#collective": {"worlds": {"4": {}}}}
+    got = unfitted_classes(graph, 2, fitted)
+    assert "fwd/dense/top_mlp" not in got and "comm#collective" in got
+    assert set(got) == (classes - {"fwd/dense/top_mlp"}) | {"comm#collective"}
+    assert "fwd/dense/top_mlp" in unfitted_classes(graph, 4, fitted)  # fitted at 2 ranks only
+    every = {c: {"worlds": {"2": {}}} for c in classes | {"comm#collective"}}
+    assert unfitted_classes(graph, 2, every) == []

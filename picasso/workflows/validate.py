@@ -305,6 +305,21 @@ def predict_tagged(plan: Any, hw: Any, profile: Any = None, access: Any = None, 
     return Predicted(float(res.iteration_us), mean_op_durations(res.timeline), res.timeline, graph)
 
 
+def unfitted_classes(graph: Any, world: int, fitted: dict[str, Any]) -> list[str]:
+    """The op classes of a lowered graph that the fit plans never ran at its world size
+    (`fitted`: refit_on_runs' report of op classes, with the worlds each was fitted at):
+    their coefficients there are extrapolated from other worlds or from the
+    microbenchmarks, so a plan made of them is predicted with less behind it."""
+    from simulator.calibration import class_key
+
+    out = set()
+    for _, a in graph.ops():
+        cls = class_key(op_class(a["name"]), a.get("collective") is not None)
+        if str(int(world)) not in (fitted.get(cls) or {}).get("worlds", {}):
+            out.add(cls)
+    return sorted(out)
+
+
 def refit_on_runs(hw: Any, fit: list[tuple[Case, Measured]], profile: Any, access: Any,
                   fixed: bool = True, keys: tuple[str, ...] | None = None) -> tuple[Any, dict[str, Any]]:
     """Refine `hw` on the fit plans' measurements: per op class and world size, the fixed
@@ -536,6 +551,7 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
         for j, (rec, (c, m, _p)) in enumerate(zip(results, runs)):
             p2 = predict_tagged(c.plan, refined, profile, access)
             runs[j] = (c, m, p2)  # the report's simulated timelines are the refined predictions too
+            rec["unfitted_classes"] = unfitted_classes(p2.graph, c.plan.world_size, fit_report["op_classes"])
             rec["predicted_us_microbench"] = rec["predicted_us"]
             rec["predicted_us"] = round(p2.iteration_us, 1)
             rec["error"] = round((p2.iteration_us - m.iteration_us) / m.iteration_us, 4)
@@ -546,6 +562,15 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
                 o["predicted_us"] = None if v is None else round(v, 1)
                 o["error"] = None if v is None else round((v - o["measured_us"]) / o["measured_us"], 4)
         result["refit"] = fit_report
+        fit_worlds = {c.plan.world_size for c, _m, _p in runs if c.role == "fit"}
+        for w in sorted({c.plan.world_size for c, _m, _p in runs} - fit_worlds):
+            log(f"validate: warning: no fit plan ran at {w} rank(s); plans there are predicted from other "
+                "world sizes' coefficients (see 'op classes not fitted at its world' in the results)")
+        # how much of the error sits in plans whose ops the fit never ran at their world size
+        extrap = [r for r in validated if r.get("unfitted_classes")]
+        result["unfitted"] = {"plans": len(extrap), "mape_those": summary(extrap)["mape"] if extrap else None,
+                              "mape_others": summary([r for r in validated if not r.get("unfitted_classes")])["mape"]
+                              if len(extrap) < len(validated) else None}
         result["microbench_only"] = summary(validated, "predicted_us_microbench")
         refined_path = Path(getattr(args, "save_refined", None) or out_dir / "hardware.refined.json")
         refined.save(refined_path)
@@ -610,10 +635,18 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
                          f"{k} x{v:.3g}" for k, v in result['refit']['iterations']['factors'].items())
                         if result['refit']['iterations']['factors'] else "")
                      + ".</p>")
+    u = result.get("unfitted")
+    if u and u["plans"]:
+        those, others = (("-" if v is None else f"{v:.1%}") for v in (u["mape_those"], u["mape_others"]))
+        lines.append(f"<p>{u['plans']} of {s['plans']} validated plans hold op classes that no fit plan ran at "
+                     f"their world size (their coefficients there are extrapolated; listed per plan below): "
+                     f"MAPE {those} on those, {others} on the others.</p>")
     rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
              "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
              "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
-             "samples/s": r["samples_per_s"]} for r in result["per_plan"]]
+             "samples/s": r["samples_per_s"],
+             "op classes not fitted at its world": ", ".join(r.get("unfitted_classes", [])) or "-"}
+            for r in result["per_plan"]]
     ops = [{"op": k, **v} for k, v in result["op_errors"].items()]
     secs = [
         Section("Predicted against measured", "".join(lines),
