@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--plans", type=int, default=28, help="plans in the sweep (validated plus fit)")
     p.add_argument("--fit-plans", type=int, default=8,
                    help="of the plans, K (every n-th) form a disjoint fit set: per-op-class coefficients "
-                        "are fitted on them before the others are validated (0: microbenchmarks only)")
+                        "are fitted on them before the others are validated (0: microbenchmarks only); where "
+                        "a world size lacks a batch size among them, a plan of that pair joins the fit set "
+                        "and one more plan joins the sweep")
     p.add_argument("--nproc-max", type=int, default=4, help="largest world size in the sweep")
     p.add_argument("--batch-sizes", default="256,512,1024", help="batch sizes per rank, comma-separated")
     p.add_argument("--steps", type=int, default=8, help="timed steps per plan, at least")
