@@ -528,26 +528,27 @@ def _fit_wait(rows: np.ndarray, pre: np.ndarray, min_samples: int) -> tuple[floa
     return float(coef[0]), float(coef[1]), float(coef[2]), res
 
 
-def _fit_form(form: str, rows: np.ndarray, pre: np.ndarray, fixed: bool, min_samples: int) -> tuple[float, float, float]:
-    """(f, s, c) of one model form for one world's samples of a class (rows as _fit_class):
-    "wait": measured = f * launch + s * flow + c * pre (collectives, _fit_wait); "own": a
-    fixed + rate fit (_fit_class); "kappa": the world's own model (one launch and the flow
-    at its microbenchmarked rates, which hold how its ops scale with size) scaled by one
-    factor. A form the rows cannot support falls back to "kappa"."""
+def _fit_form(form: str, rows: np.ndarray, pre: np.ndarray, fixed: bool,
+              min_samples: int) -> tuple[str, tuple[float, float, float]]:
+    """(form used, (f, s, c)) of one model form for one world's samples of a class (rows as
+    _fit_class): "wait": measured = f * launch + s * flow + c * pre (collectives, _fit_wait);
+    "own": a fixed + rate fit (_fit_class); "kappa": the world's own model (one launch and
+    the flow at its microbenchmarked rates, which hold how its ops scale with size) scaled
+    by one factor. A form the rows cannot support falls back to the next simpler one."""
     if form == "wait":
         got = _fit_wait(rows, pre, min_samples)
         if got is not None:
-            return got[0], got[1], got[2]
+            return "wait", (got[0], got[1], got[2])
     if form in ("wait", "own") and len(rows) >= min_samples and _spans(rows):
         fw, sw, _ = _fit_class(rows, fixed, min_samples)
-        return fw, sw, 0.0
+        return "own", (fw, sw, 0.0)
     own = rows[:, 1] + rows[:, 0]
     kappa = float(np.median(rows[:, 2] / np.maximum(own, 1e-9)))
-    return kappa, kappa, 0.0
+    return "kappa", (kappa, kappa, 0.0)
 
 
-def _predict_form(coef: tuple[float, ...], rows: np.ndarray, pre: np.ndarray) -> np.ndarray:
-    return coef[0] * rows[:, 1] + coef[1] * rows[:, 0] + (coef[2] if len(coef) > 2 else 0.0) * pre
+def _predict_form(coef: tuple[float, float, float], rows: np.ndarray, pre: np.ndarray) -> np.ndarray:
+    return coef[0] * rows[:, 1] + coef[1] * rows[:, 0] + coef[2] * pre
 
 
 def _choose_form(rows: np.ndarray, pre: np.ndarray, plans: np.ndarray, wait_ok: bool, fixed: bool,
@@ -562,17 +563,13 @@ def _choose_form(rows: np.ndarray, pre: np.ndarray, plans: np.ndarray, wait_ok: 
     forms = (["wait"] if wait_ok else []) + (["own"] if fixed else []) + ["kappa"]
     ids = sorted(set(plans.tolist()))
     if len(ids) < 2:
-        for form in forms:
-            if form == "kappa" or (form == "wait" and _fit_wait(rows, pre, min_samples) is not None) or \
-                    (form == "own" and len(rows) >= min_samples and _spans(rows)):
-                return form
-        return "kappa"
+        return forms[0]
     scores = {}
     for form in forms:
         errs = []
         for pid in ids:
             out = plans == pid
-            coef = _fit_form(form, rows[~out], pre[~out], fixed, min_samples)
+            _, coef = _fit_form(form, rows[~out], pre[~out], fixed, min_samples)
             pred = _predict_form(coef, rows[out], pre[out])
             errs.append(float(np.mean(np.abs(pred - rows[out, 2]) / rows[out, 2])))
         scores[form] = float(np.mean(errs))
@@ -681,8 +678,8 @@ def fit_op_classes(
             for w in sorted(set(worlds.tolist())):
                 sel = worlds == w
                 sub, sub_pre, sub_plans = arr[sel], pres[sel], plans[sel]
-                form = _choose_form(sub, sub_pre, sub_plans, cls in colls and w > 1 and fixed, fixed, min_samples)
-                coef = _fit_form(form, sub, sub_pre, fixed, min_samples)
+                form, coef = _fit_form(_choose_form(sub, sub_pre, sub_plans, cls in colls and w > 1 and fixed,
+                                                    fixed, min_samples), sub, sub_pre, fixed, min_samples)
                 fw, sw = coef[0], coef[1]
                 rw = (_predict_form(coef, sub, sub_pre) - sub[:, 2]) / sub[:, 2]
                 wait = coef if form == "wait" else None

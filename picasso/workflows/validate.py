@@ -495,13 +495,14 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
     measured: list[list[Measured]] = [[] for _ in cases]
     preds: list[Any] = [None] * len(cases)
     dead: set[int] = set()
+    paths = [out_dir / "plans" / f"{i:02d}-{case.name}.json" for i, case in enumerate(cases)]
     # every plan once per pass: a shared machine drifts over minutes, and runs of one plan
     # at two moments average that drift out where runs back to back would not
     for r in range(passes):
         for i, case in enumerate(cases):
             if i in dead:
                 continue
-            plan_path = out_dir / "plans" / f"{i:02d}-{case.name}.json"
+            plan_path = paths[i]
             if r == 0:
                 case.plan.save(plan_path, hot_ids=case.hot_ids or None)
                 preds[i] = predict(case.plan, spec_for_world(hw, case.plan.world_size), profile=profile, access=access)
@@ -528,11 +529,11 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
             log(f"validate:   measured {m.iteration_us / 1e3:8.2f} ms  predicted {p.iteration_us / 1e3:8.2f} ms  "
                 f"error {(p.iteration_us - m.iteration_us) / m.iteration_us:+.1%}")
     for i, case in enumerate(cases):
-        if i in dead or not measured[i]:
+        if i in dead:
             continue
         m, p = merge_passes(measured[i]), preds[i]
         rec = compare(case, m, p)
-        rec["plan_file"] = str(out_dir / "plans" / f"{i:02d}-{case.name}.json")
+        rec["plan_file"] = str(paths[i])
         rec["timed_steps"] = sum(int(x.raw.get("timed_steps", 0) or 0) for x in measured[i])
         if len(measured[i]) > 1:
             rec["passes_measured_us"] = [round(x.iteration_us, 1) for x in measured[i]]
