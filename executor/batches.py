@@ -60,29 +60,53 @@ class RawBatch:
 
 @dataclass
 class Batch:
-    """Model-ready tensors: table -> (table-local rows, offsets)."""
+    """Model-ready tensors: table -> (table-local rows, offsets).
+
+    A batch copied to a device keeps its offsets on the host too (`host_offsets`, numpy), so
+    cutting it into micro-batches never reads a size back from the device."""
 
     labels: torch.Tensor
     dense: torch.Tensor
     sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    host_offsets: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    def _host_offsets(self) -> dict[str, np.ndarray]:
+        if self.host_offsets is not None:
+            return self.host_offsets
+        return {t: off.numpy() for t, (_, off) in self.sparse.items()}  # a host batch
+
     def slice(self, lo: int, hi: int) -> Batch:
-        sp = {}
+        sp, ho = {}, {}
+        host = self._host_offsets()
         for t, (rows, off) in self.sparse.items():
-            a, b = int(off[lo]), int(off[hi])
+            h = host[t]
+            a, b = int(h[lo]), int(h[hi])
             sp[t] = (rows[a:b], off[lo : hi + 1] - a)
-        return Batch(self.labels[lo:hi], self.dense[lo:hi], sp)
+            ho[t] = h[lo : hi + 1] - a
+        return Batch(self.labels[lo:hi], self.dense[lo:hi], sp, ho if self.host_offsets is not None else None)
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copies, so the copy to the GPU can run asynchronously."""
+        return Batch(self.labels.pin_memory(), self.dense.pin_memory(),
+                     {t: (r.pin_memory(), o.pin_memory()) for t, (r, o) in self.sparse.items()},
+                     self._host_offsets())
 
     def to(self, device: torch.device) -> Batch:
-        if device.type == "cpu":
+        if device.type == "cpu" or self.labels.device.type == device.type:  # one device per process
             return self
         return Batch(
             self.labels.to(device, non_blocking=True), self.dense.to(device, non_blocking=True),
             {t: (r.to(device, non_blocking=True), o.to(device, non_blocking=True)) for t, (r, o) in self.sparse.items()},
+            self._host_offsets(),
         )
+
+    def record_stream(self, stream: torch.cuda.Stream) -> None:
+        """Tell the caching allocator these tensors (copied on a side stream) are used on `stream`."""
+        for t in (self.labels, self.dense, *(x for pair in self.sparse.values() for x in pair)):
+            t.record_stream(stream)
 
 
 def feature_map(model: ModelSpec, features: Iterable[str]) -> dict[str, str]:
@@ -238,3 +262,44 @@ class Prefetcher:
             except queue.Empty:
                 pass
             self.thread.join(timeout=0.05)
+
+
+class DeviceFeeder:
+    """Yields (batch on the device, kept) from an iterator of (host batch, kept).
+
+    On a GPU the next batch's copy is issued on a side stream as soon as the current one is
+    handed out, so it overlaps the current step; the step's stream waits for the copy with
+    an event, never the host. On a CPU it passes batches through."""
+
+    def __init__(self, it, device: torch.device) -> None:
+        self.it = iter(it)
+        self.dev = device
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.ahead = self._issue()
+
+    def _issue(self):
+        try:
+            local, keep = next(self.it)
+        except StopIteration:
+            return None
+        if self.stream is None:
+            return local, keep, None
+        with torch.cuda.stream(self.stream):
+            on_dev = local.to(self.dev)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        return on_dev, keep, done
+
+    def __iter__(self) -> DeviceFeeder:
+        return self
+
+    def __next__(self):
+        if self.ahead is None:
+            raise StopIteration
+        local, keep, done = self.ahead
+        if done is not None:
+            cur = torch.cuda.current_stream(self.dev)
+            cur.wait_event(done)
+            local.record_stream(cur)
+        self.ahead = self._issue()
+        return local, keep

@@ -60,14 +60,21 @@ class Comm:
         """Concatenate every rank's (rows, values) in rank order (padded all_gather)."""
         return self.start_all_gather_rows(rows, values, async_op=False)()
 
-    def start_all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor, async_op: bool = True):
-        """Launch `all_gather_rows`; returns a function that waits and gives the result."""
+    def start_all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor, async_op: bool = True,
+                              sizes: list[int] | None = None):
+        """Launch `all_gather_rows`; returns a function that waits and gives the result.
+        `sizes` (every rank's row count, when the caller knows them) saves a round trip
+        and a read back of the counts."""
         if self.world == 1:
             return lambda: (rows, values)
-        n = torch.tensor([len(rows)], dtype=torch.int64, device=rows.device)
-        sizes = [torch.zeros_like(n) for _ in range(self.world)]
-        dist.all_gather(sizes, n)
-        sizes_l = [int(s.item()) for s in sizes]
+        if sizes is None:
+            n = torch.tensor([len(rows)], dtype=torch.int64, device=rows.device)
+            got = [torch.zeros_like(n) for _ in range(self.world)]
+            dist.all_gather(got, n)
+            sizes = [int(s.item()) for s in got]
+        elif sizes[self.rank] != len(rows):
+            raise RuntimeError(f"all_gather_rows: {len(rows)} rows here, the sizes say {sizes[self.rank]}")
+        sizes_l = list(sizes)
         m = max(sizes_l)
         pr = torch.zeros(m, dtype=rows.dtype, device=rows.device)
         pr[: len(rows)] = rows

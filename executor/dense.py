@@ -147,7 +147,7 @@ class WideDeep(DenseArch):
         if self.linear is not None:
             wide = wide + self.linear(b)
         if isinstance(wide, int):
-            wide = torch.zeros(b.shape[0], 1)
+            wide = torch.zeros(b.shape[0], 1, device=b.device)
         deep_in = torch.cat([b] + [embs[t] for t in self.deep_tables], dim=1)
         return torch.cat([deep_in, wide], dim=1)
 

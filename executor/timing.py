@@ -11,6 +11,7 @@ where no future is available, to the return of the wait. Everything else on lane
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 
@@ -30,6 +31,7 @@ class OpTimer:
         self.timeline = Timeline(meta={"source": "measured", "rank": rank})
         self.step_times: list[float] = []
         self._open: list[tuple] = []
+        self._steps: list[tuple[int, list]] = []  # CUDA: closed steps' events, resolved by `finish`
         self.reset_origin()
 
     def reset_origin(self) -> None:
@@ -85,10 +87,25 @@ class OpTimer:
             self.end(tok)
 
     def flush(self, step: int) -> None:
-        """Resolve this step's events into the timeline."""
-        if self.cuda and self._open:
+        """Close this step's events. CUDA events stay unresolved until `finish` (resolving them
+        waits for the device); wall-clock ones go into the timeline now."""
+        if self.cuda:
+            self._steps.append((step, self._open))
+            self._open = []
+            return
+        self._resolve(step, self._open)
+        self._open = []
+
+    def finish(self) -> None:
+        """Resolve every step's CUDA events: one synchronisation for the whole run."""
+        if self._steps:
             torch.cuda.synchronize()
-        for name, lane, a, b in self._open:
+        for step, events in self._steps:
+            self._resolve(step, events)
+        self._steps = []
+
+    def _resolve(self, step: int, events: list) -> None:
+        for name, lane, a, b in events:
             if isinstance(b, list):  # completion time from a future's callback
                 b = self._completed(b)
             if self.cuda:
@@ -96,7 +113,6 @@ class OpTimer:
             else:
                 s, e = (a - self.t0) * 1e6, (b - self.t0) * 1e6
             self.timeline.add(self.rank, lane, name, s, max(e - s, 0.0), step=step)
-        self._open = []
 
     @staticmethod
     def _completed(slot: list[float]) -> float:
@@ -110,6 +126,79 @@ class OpTimer:
 
     def discard(self) -> None:
         self._open = []
+
+
+class StepClock:
+    """Whole-step times. CPU: the wall clock (every op has finished when `step` returns). GPU:
+    events recorded in the stream around each step, read once at the end, so timing a step
+    never makes the host wait for it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._spans: list[tuple] = []
+        self._t0: object = None
+
+    def start(self) -> None:
+        if self.cuda:
+            self._t0 = torch.cuda.Event(enable_timing=True)
+            self._t0.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self, timed: bool = True) -> None:
+        if not timed:
+            return
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._spans.append((self._t0, end))
+        else:
+            self._spans.append((self._t0, time.perf_counter()))
+
+    def seconds(self) -> list[float]:
+        """Every timed step's duration (GPU: waits for the device once)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) * 1e-3 for a, b in self._spans]
+        return [b - a for a, b in self._spans]
+
+
+class NonFiniteLoss(RuntimeError):
+    """Training produced a NaN or infinite loss."""
+
+
+class LossLog:
+    """Per-step losses kept on the device and read back every `every` steps (one transfer),
+    which is also when a non-finite loss stops the run, naming its step."""
+
+    def __init__(self, first_step: int, every: int) -> None:
+        self.first = first_step
+        self.every = every
+        self._pending: list[torch.Tensor] = []
+        self._values: list[float] = []
+
+    def add(self, loss: torch.Tensor | float) -> None:
+        self._pending.append(torch.as_tensor(loss, dtype=torch.float64).reshape(()))
+        if len(self._pending) >= self.every:
+            self._read()
+
+    def _read(self) -> None:
+        if not self._pending:
+            return
+        vals = torch.stack([t.to(self._pending[0].device) for t in self._pending]).tolist()
+        self._pending = []
+        for v in vals:
+            if not math.isfinite(v):
+                step = self.first + len(self._values)
+                raise NonFiniteLoss(
+                    f"the loss became {v} at step {step}: training diverged (check the plan's learning rates "
+                    "and eps, and that the labels are 0 or 1)"
+                )
+            self._values.append(v)
+
+    def values(self) -> list[float]:
+        self._read()
+        return list(self._values)
 
 
 def percentiles(xs: list[float]) -> dict[str, float]:

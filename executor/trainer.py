@@ -42,8 +42,9 @@ def pad_sequences(flat: torch.Tensor, offsets: torch.Tensor, max_len: int) -> tu
     """Per-item embeddings [nnz, D] of CSR bags -> (padded [n, max_len, D], mask [n, max_len])."""
     lens = offsets[1:] - offsets[:-1]
     n = len(lens)
-    bag = torch.repeat_interleave(torch.arange(n, device=flat.device), lens)
-    pos = torch.arange(len(flat), device=flat.device) - torch.repeat_interleave(offsets[:-1], lens)
+    # output sizes given: repeat_interleave would otherwise read the total back from the device
+    bag = torch.repeat_interleave(torch.arange(n, device=flat.device), lens, output_size=len(flat))
+    pos = torch.arange(len(flat), device=flat.device) - torch.repeat_interleave(offsets[:-1], lens, output_size=len(flat))
     padded = torch.zeros(n, max_len, flat.shape[1], dtype=flat.dtype, device=flat.device).index_put((bag, pos), flat)
     mask = torch.zeros(n, max_len, dtype=flat.dtype, device=flat.device)
     mask[bag, pos] = 1.0
@@ -84,14 +85,18 @@ class Trainer:
         self.steps_done = 0
 
     # ---- one step -------------------------------------------------------------------
-    def step(self, local: Batch) -> float:
-        """Train on this rank's rows of one global batch; returns its share of the mean loss."""
+    def step(self, local: Batch) -> torch.Tensor:
+        """Train on this rank's rows of one global batch; returns its share of the mean loss
+        (a 0-dim tensor on the device: reading it would make the host wait for the step).
+
+        On several ranks the step reads the device once: the rows every lookup sends to each
+        rank (`_exchange_sizes`). Nothing else waits for the device."""
         plan, T, ov = self.plan, self.timer, self.overlap
         k = plan.micro_batches
         if len(local) != plan.batch_size_per_rank:
             raise ValueError(f"expected {plan.batch_size_per_rank} rows per rank, got {len(local)}")
-        # the step's input and buffers: copy the rows, split them into micro-batches, zero the
-        # gradient buffers (dense and hot rows); lowering's fwd/input/h2d carries all of it
+        # the step's input and buffers: copy the rows (a no-op when the loader already did), split
+        # them into micro-batches, zero the gradient buffers; lowering's fwd/input/h2d carries it
         with T.op("fwd", "input", "h2d"):
             local = local.to(self.dev)
             m = len(local) // k
@@ -100,43 +105,54 @@ class Trainer:
             for p in self.packs:
                 p.zero_grad()
         lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in range(k)]
-        # 1. dedup + route + hot reads; launch every ID exchange
+        # 1. dedup + route every lookup of the step
         for i, mb in enumerate(mbs):
             for j, p in enumerate(self.packs):
                 with T.op("fwd", p.name, "dedup", i):
                     idx, offs = p.pack_inputs(mb.sparse)
-                    uq = p.dedup(idx)
+                    lk = p.dedup(idx, offs)
                 with T.op("fwd", p.name, "route", i):
-                    lk = p.prepare(idx, offs, uq)
+                    p.prepare(lk)
+                lks[i][j] = lk
+        # 2. the sizes of every exchange, in one collective and one read; lowering counts it
+        # in the first ID exchange's span
+        first = next(((i, j) for i in range(k) for j, p in enumerate(self.packs) if not p.local_only), None)
+        first_tok = None
+        if self.comm.world > 1:
+            if first is not None:
+                first_tok = T.start("fwd", self.packs[first[1]].name, "a2a_ids", first[0], lane="comm")
+            self._exchange_sizes(lks)
+        # 3. hot reads; launch every ID exchange
+        for i in range(k):
+            for j, p in enumerate(self.packs):
+                lk = lks[i][j]
                 if p.num_hot:
                     with T.op("fwd", p.name, "hot_gather", i):
                         p.hot_gather(lk)
                 else:  # no hot rows: only the buffer of unique rows (lowering has no op for it)
                     p.hot_gather(lk)
-                lks[i][j] = lk
                 if p.local_only:
                     continue
-                tok = T.start("fwd", p.name, "a2a_ids", i, lane="comm")
-                counts = self.comm.exchange_counts(torch.tensor(lk.send_splits, dtype=torch.int64, device=self.dev))
-                p.send_ids(lk, counts.tolist(), async_op=ov)
+                tok = first_tok if (i, j) == first else T.start("fwd", p.name, "a2a_ids", i, lane="comm")
+                p.send_ids(lk, async_op=ov)
                 T.end_when_done(tok, lk.handle)  # the exchange's own span, not the wait for it
                 if not ov:
                     self._gather(p, lk, i)
-        # 2. owners gather and return rows (in overlap mode, while other exchanges fly)
+        # 4. owners gather and return rows (in overlap mode, while other exchanges fly)
         if ov:
             for i in range(k):
                 for j, p in enumerate(self.packs):
                     if not p.local_only:
                         self._gather(p, lks[i][j], i)
-        # 3. per micro-batch: pool, dense forward/backward, launch the gradient exchange
-        loss_sum = 0.0
+        # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange
+        loss_sum = torch.zeros((), device=self.dev)
         for i, mb in enumerate(mbs):
             embs: dict = {}
             seqs: dict = {}
             leaves = []
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
-                if p.local_only:  # a replica reads its cold rows locally: lowering's cold_gather
+                if p.local_only:  # a replica (or the only rank) reads its rows locally: cold_gather
                     with T.op("fwd", p.name, "cold_gather", i):
                         u = p.assemble(lk)
                 else:
@@ -147,7 +163,7 @@ class Trainer:
                     out = p.pool(lk, u).requires_grad_()
                 leaves.append(out)
                 dense_step_inputs(plan.model, p.layout.tables, out, mb, embs, seqs)
-            loss_sum += self._dense(mb, embs, seqs, i)
+            loss_sum = loss_sum + self._dense(mb, embs, seqs, i)
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
                 g = leaves[j].grad if leaves[j].grad is not None else torch.zeros_like(leaves[j])
@@ -158,11 +174,11 @@ class Trainer:
                 if tok is not None:
                     T.end_when_done(tok, p.grad_handles[-1][0])
                 lks[i][j] = None  # free the micro-batch's buffers
-        # 4. gradient sync and updates (replicated packs' row gradients first: gloo runs
+        # 6. gradient sync and updates (replicated packs' row gradients first: gloo runs
         # collectives in launch order, and the cold updates wait for them)
         rep_toks = {}
         for p in self.packs:
-            if p.local_only:  # lowering: one all_gather + apply, named opt/<pack>/cold_update
+            if p.replicated:  # lowering: one all_gather + apply, named opt/<pack>/cold_update
                 rep_toks[p.name] = T.start("opt", p.name, "cold_update", lane="comm")
                 p.start_replicated_sync(async_op=ov)
         # one all-reduce for the dense gradients and every pack's hot-row gradients (hot rows
@@ -173,9 +189,9 @@ class Trainer:
         # replicated packs first: their all-gather was launched last, so waiting for it waits
         # for nothing else, and its span (launch to the gathered rows) holds no other pack's
         # update; the apply that follows is host work of the same op
-        for p in sorted(self.packs, key=lambda q: not q.local_only):
+        for p in sorted(self.packs, key=lambda q: not q.replicated):
             p.wait_grads()
-            if p.local_only:
+            if p.replicated:
                 tok = rep_toks.pop(p.name)
                 p.apply_cold(on_gathered=lambda tok=tok: T.end(tok))
                 continue
@@ -196,6 +212,21 @@ class Trainer:
         self.steps_done += 1
         return loss_sum
 
+    def _exchange_sizes(self, lks: list[list[Lookup]]) -> None:
+        """Every lookup's rows per destination go to the destinations in one all-to-all, and the
+        counts plus what each rank will send here come back to the host in one read."""
+        entries = [(p, lk) for row in lks for p, lk in zip(self.packs, row)]
+        sends = torch.stack([p.send_counts(lk) for p, lk in entries], dim=1)  # [world, lookups]
+        recv = self.comm.exchange_counts(sends)  # [world, lookups]: what each source sends here
+        host = torch.cat([lk.route.counts for _, lk in entries] + [recv.reshape(-1)]).tolist()
+        e_n, world = len(entries), self.comm.world
+        recv_h = host[len(host) - world * e_n :]
+        off = 0
+        for e, (p, lk) in enumerate(entries):
+            n = p.num_owners + 1
+            p.place(lk, host[off : off + n], [recv_h[src * e_n + e] for src in range(world)])
+            off += n
+
     def _gather(self, p: ShardedPack, lk: Lookup, i: int) -> None:
         lk.handle.wait()
         T = self.timer
@@ -209,8 +240,15 @@ class Trainer:
         if not self.overlap:
             lk.handle.wait()
 
-    def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> float:
+    def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> torch.Tensor:
         T, d = self.timer, self.dense
+        if not T.enabled:  # one forward and one backward through the whole dense model
+            with self.precision.autocast(self.dev):
+                logit = d(mb.dense, embs, seqs)
+            loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
+            loss.backward()
+            return loss.detach()
+        # per-op timing: each stage is its own autograd graph, so each backward is timed apart
         with T.op("fwd", "dense", "bottom_mlp", i), self.precision.autocast(self.dev):
             b = d.bottom(mb.dense)
             bd = b.detach().requires_grad_() if b.requires_grad else b
@@ -228,7 +266,7 @@ class Trainer:
         with T.op("bwd", "dense", "bottom_mlp", i):
             if b.requires_grad:
                 backward_with(b, bd.grad)
-        return float(loss.detach())
+        return loss.detach()
 
     def _start_grad_allreduce(self, async_op: bool):
         """All-reduce the dense gradients followed by each pack's hot-row gradients, flat."""

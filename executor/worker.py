@@ -13,7 +13,6 @@ import datetime
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ import torch.distributed as dist
 
 from executor import kernels
 from executor.batches import (
+    DeviceFeeder,
     Prefetcher,
     feature_map,
     global_batches,
@@ -29,7 +29,7 @@ from executor.batches import (
     to_batch,
 )
 from executor.comm import Comm
-from executor.timing import OpTimer, percentiles
+from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare
 from planner.plan import Plan, atomic_write_bytes
@@ -52,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", action="store_true", help="compare with the single-process reference (rank 0)")
     p.add_argument("--result", help="rank 0 writes the result JSON here")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds")
-    p.add_argument("--no-timing", action="store_true", help="do not record per-op events")
+    p.add_argument("--op-timing", action="store_true",
+                   help="record per-op events (on with --trace/--timeline); without it only whole steps are timed")
+    p.add_argument("--no-timing", action="store_true", help="never record per-op events")
+    p.add_argument("--check-every", type=int, default=10,
+                   help="read the losses back (and stop on a non-finite one) every N steps")
     return p
 
 
@@ -100,7 +104,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     if world != plan.world_size:
         raise ValueError(f"{args.plan}: the plan is for {plan.world_size} ranks, started with {world}")
     hot_ids = plan.load_hot_ids(args.plan)
-    timer = OpTimer(rank, device, enabled=not args.no_timing, micro_batches=plan.micro_batches)
+    # per-op timing splits the dense backward and records events: only when asked for
+    op_timing = (args.op_timing or bool(args.trace) or bool(args.timeline)) and not args.no_timing
+    timer = OpTimer(rank, device, enabled=op_timing, micro_batches=plan.micro_batches)
     trainer = Trainer(plan, hot_ids, comm, timer)
     start_step = 0
     if args.resume:
@@ -131,6 +137,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                 fmap.update(feature_map(model, gb.sparse))
             local = to_batch(gb.slice(rank * b, (rank + 1) * b), model, fmap)
             keep = to_batch(gb, model, fmap) if (args.verify and rank == 0) else None
+            if device.type == "cuda":  # page-locked here, in the loader thread: the copy is then async
+                local = local.pin_memory()
             yield local, keep
 
     load_native = getattr(kernels, "load_native", None)
@@ -144,29 +152,32 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     else:
         loader = Prefetcher(prepared(), depth=4)
     warmup = args.warmup if args.warmup is not None else (min(3, max(1, args.steps // 4)) if args.steps > 1 else 0)
-    kept, times, losses = [], [], []
+    kept: list = []
+    feeder = DeviceFeeder(loader, device)
+    clock = StepClock(device)
+    losses = LossLog(start_step, max(1, args.check_every))
     comm.barrier()
     timer.reset_origin()
     try:
         for s in range(args.steps):
             _fault_hook(rank, s)
-            local, keep = next(loader)
+            local, keep = next(feeder)
             if keep is not None:
                 kept.append(keep)
-            t = time.perf_counter()
-            losses.append(trainer.step(local))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t
+            clock.start()
+            losses.add(trainer.step(local))
+            clock.stop(timed=s >= warmup)
             if s >= warmup:
-                times.append(dt)
                 timer.flush(start_step + s)
             else:
                 timer.discard()
+        times = clock.seconds()
+        timer.finish()
+        loss_values = losses.values()
     finally:
         loader.close()
     # samples/s over the timed steps, from the slowest rank's clock
-    local_t = torch.tensor([sum(times), float(sum(losses[warmup:]) if losses else 0.0)], dtype=torch.float64)
+    local_t = torch.tensor([sum(times), float(sum(loss_values[warmup:]) if loss_values else 0.0)], dtype=torch.float64)
     tot = local_t.clone()
     if world > 1:
         tmax = torch.tensor([local_t[0].item()], dtype=torch.float64, device=device)
@@ -204,7 +215,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "samples_per_s": (g * timed / float(tot[0])) if timed and float(tot[0]) > 0 else 0.0,
         "iteration_ms": {k: v * 1e3 for k, v in percentiles(times).items()},
         "mean_loss": float(tot[1]) / timed if timed else None,
-        "last_loss_rank0_share": losses[-1] if losses else None,
+        "last_loss_rank0_share": loss_values[-1] if loss_values else None,
+        "op_timing": op_timing,
     }
     pred = predicted_samples_per_s(plan)
     if pred:
@@ -216,7 +228,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                         "hardware": plan.hardware, "device": str(device)})
     for evs, _ in gathered:
         tl.events.extend(evs)
-    result["op_durations_us"] = tl.op_durations()
+    if op_timing:
+        result["op_durations_us"] = tl.op_durations()
     if args.trace:
         tl.save_chrome_trace(args.trace)
         result["trace"] = str(args.trace)

@@ -163,11 +163,17 @@ def _collective(name: str, deps: list[str], ctype: str, nbytes: Any, **args: Any
     return Op(name, "comm", "collective", {}, deps, collective=(ctype, nbytes), args=args)
 
 
+def exchanges(plan: Plan, pv: PackVolumes) -> bool:
+    """Whether a pack's lookups cross ranks: not for a replica, and not on one rank."""
+    return pv.sharding != "replicated" and plan.world_size > 1
+
+
 def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Op]:
     """Forward stages of one pack for one micro-batch, each depending on the previous.
 
     Same order as the executor: dedup (unique IDs of the batch), route (hot/cold split,
-    owners), hot_gather, then the exchange.
+    owners), hot_gather, then the exchange. `count_us` is the exchange of every lookup's
+    sizes, once per step, charged to the step's first ID exchange (as the executor times it).
     """
     def n(op: str) -> str:
         return on.op_name("fwd", pv.name, op, mb)
@@ -180,22 +186,21 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
         ops.append(_compute(n("hot_gather"), [n("route")], hbm=pv.hot_unique * (pv.row_bytes * 2 + ID_BYTES),
                             stage=2))
     gather_dep = ops[-1].name
-    if pv.sharding != "replicated":
-        # the ID exchange is preceded by an exchange of counts: one more collective latency
+    if exchanges(plan, pv):
         ops.append(_collective(n("a2a_ids"), [gather_dep], "all_to_all", pv.a2a_ids_bytes, stage=3,
                                fixed_us=count_us))
         gather_dep = n("a2a_ids")
     rows = pv.gather_rows
     nbytes = rows * pv.slice_bytes
     owners = np.nonzero(rows > 0)[0]
-    if pv.placement == "host" and pv.sharding != "replicated":
+    if pv.placement == "host" and exchanges(plan, pv):
         ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes + rows * ID_BYTES, host=nbytes,
                             pcie=nbytes, ranks=owners, stage=4))
     else:
         ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes * 2 + rows * ID_BYTES,
                             ranks=owners, stage=4))
     last = n("cold_gather")
-    if pv.sharding != "replicated":
+    if exchanges(plan, pv):
         ops.append(_collective(n("a2a_emb"), [last], "all_to_all", pv.a2a_emb_bytes, stage=5))
         last = n("a2a_emb")
     ops.append(_compute(n("pool"), [last], hbm=pv.lookups * pv.row_bytes + pv.samples * pv.pooled_width * 4,
@@ -209,7 +214,7 @@ def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[O
 
     ops = [_compute(n("pool"), [after], hbm=pv.samples * pv.pooled_width * 4 + pv.lookups * pv.row_bytes * 2,
                     flops=pv.lookups * pv.dim, stage=0)]
-    if pv.sharding != "replicated":
+    if exchanges(plan, pv):
         ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", pv.a2a_grad_bytes, stage=1))
     return ops
 
@@ -293,7 +298,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     for mi, mb in enumerate(mbs):
         prev_pool: str | None = None
         for pi, pv in enumerate(packs):
-            stages = _pack_fwd(plan, pv, mb, count_us)
+            first_exchange = exchanges(plan, pv) and not any(exchanges(plan, q) for q in packs[:pi]) and mi == 0
+            stages = _pack_fwd(plan, pv, mb, count_us if first_exchange else 0.0)
             first = stages[0]
             first.deps.append(h2d)
             if prev_pool is not None and not plan.kernel_interleaving:
@@ -359,9 +365,9 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # at the memory rate the calibration measured (as for any other op's hbm bytes)
             apply_us = (rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                         / (hw.gpu.hbm_bw * hw.eff("hbm")) * 1e6)
-            # as the executor runs it: an all_gather of the row counts, then of the rows and of
-            # their gradients (padded to the largest count): two ring latencies more than one
-            gathers_us = 2 * (plan.world_size - 1) * count_us
+            # as the executor runs it: all_gathers of the rows and of their gradients (padded to
+            # the largest count, known from the step's sizes exchange): one ring latency more
+            gathers_us = (plan.world_size - 1) * count_us
             ops.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
                                    pv.allgather_bytes(k), fixed_us=apply_us + gathers_us))
         else:

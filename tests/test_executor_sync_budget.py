@@ -1,0 +1,192 @@
+"""A training step reads the device at most once: the sizes of its exchanges.
+
+On a GPU every op whose result size depends on the data, and every read of a value back to
+the host, stalls the host until the device catches up, so the step can no longer be queued
+ahead of its kernels. This test counts, on CPU, the ops that would do that on CUDA while
+steps of several plans run the device path (the torch kernels that CUDA uses): zero per
+step on one rank, one per step on two ranks (the sizes of the step's all-to-alls).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from executor import kernels
+from executor.comm import Comm
+from executor.plans import random_plan
+from executor.spawn import run_ranks
+from executor.timing import OpTimer
+from executor.trainer import Trainer
+from executor.verify import local_rows, synthetic_global_batches
+from planner.model_spec import ModelSpec, TableSpec
+from planner.plan import OptimizerPlan, PackPlan, Plan
+
+aten = torch.ops.aten
+# ops whose CUDA implementation copies a value or a size back to the host
+SYNC_OPS = {
+    aten._local_scalar_dense.default, aten.nonzero.default, aten._unique.default, aten._unique2.default,
+    aten.unique_dim.default, aten.unique_consecutive.default, aten.masked_select.default,
+    aten.bincount.default, aten.item.default,
+}
+REPEAT_INTERLEAVE = {aten.repeat_interleave.Tensor, aten.repeat_interleave.self_Tensor}
+BOOL_INDEXED = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default}
+
+
+class SyncCounter(TorchDispatchMode):
+    """Counts host-synchronising ops (by name) and tensor-to-host conversions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in SYNC_OPS:
+            self.seen.append(str(func))
+        elif func in REPEAT_INTERLEAVE and kwargs.get("output_size") is None:
+            self.seen.append(f"{func} without output_size")
+        elif func in BOOL_INDEXED and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else []) or []
+        ):
+            self.seen.append(f"{func} with a boolean mask")
+        return func(*args, **kwargs)
+
+
+class counting:
+    """SyncCounter plus the conversions that bypass the dispatcher (tolist, numpy, cpu)."""
+
+    def __enter__(self) -> SyncCounter:
+        self.mode = SyncCounter()
+        self.saved = {}
+        for name in ("tolist", "numpy", "cpu"):
+            orig = getattr(torch.Tensor, name)
+            self.saved[name] = orig
+
+            def wrapped(t, *a, _orig=orig, _name=name, **kw):
+                self.mode.seen.append(f"Tensor.{_name}")
+                return _orig(t, *a, **kw)
+
+            setattr(torch.Tensor, name, wrapped)
+        self.mode.__enter__()
+        return self.mode
+
+    def __exit__(self, *exc) -> None:
+        self.mode.__exit__(*exc)
+        for name, orig in self.saved.items():
+            setattr(torch.Tensor, name, orig)
+
+
+def on_device(batch):
+    """The batch as the device feeder hands it over: offsets known on the host too."""
+    import dataclasses
+
+    if not any(f.name == "host_offsets" for f in dataclasses.fields(batch)):
+        return batch
+    return dataclasses.replace(batch, host_offsets={t: o.numpy() for t, (_, o) in batch.sparse.items()})
+
+
+def dlrm_model() -> ModelSpec:
+    tables = [TableSpec(f"C{i + 1}", n, 8) for i, n in enumerate([40, 300, 1000, 7])]
+    tables.append(TableSpec("C5", 120, 8, pooling_factor=3.0))  # multi-hot
+    return ModelSpec("tiny-dlrm", "dlrm", 13, tuple(tables), bottom_mlp=(16, 8), top_mlp=(16, 1))
+
+
+def din_model() -> ModelSpec:
+    t = lambda n, r, d=8, **kw: TableSpec(n, r, d, **kw)  # noqa: E731
+    return ModelSpec("tiny-din", "din", 0,
+                     (t("user", 80), t("item", 500), t("hist_item", 500, pooling="none", max_len=6), t("cate", 40)),
+                     top_mlp=(16, 1), extra={"attention_mlp": [8], "query": {"hist_item": "item"}})
+
+
+ADAGRAD = OptimizerPlan("rowwise_adagrad", 0.1, "adagrad", 0.05, eps=1e-4)
+
+
+def plans(world: int) -> list[tuple[str, dict, dict]]:
+    """(label, plan dict, hot IDs): packing on and off, hot rows, row-wise, 2 micro-batches, every sharding."""
+    rng = np.random.default_rng(3)
+    m = dlrm_model()
+    out = []
+    for label, kw in [
+        ("packed-rowwise-hot", dict(packing=True, sharding="row_wise", hot="some", micro_batches=1)),
+        ("unpacked-mb2", dict(packing=False, hot="none", micro_batches=2)),
+        ("replicated-hot", dict(packing=True, sharding="replicated", hot="some", micro_batches=2)),
+        ("tablewise-allhot", dict(packing=False, sharding="table_wise", hot="all", micro_batches=1)),
+    ]:
+        plan, hot = random_plan(m, world, 16, rng, optimizer=ADAGRAD, **kw)
+        out.append((label, plan.to_dict(), hot))
+    mixed = Plan(
+        m, world, 16,
+        [PackPlan("a", ["C1", "C2"], "row_wise", ranks=list(range(world))[::-1]),
+         PackPlan("b", ["C3"], "column_wise"), PackPlan("c", ["C4"], "replicated"),
+         PackPlan("d", ["C5"], "table_wise", ranks=[world - 1])],
+        hot_rows={"C2": 30, "C3": 500}, hot_ids_file="hot.npz", micro_batches=2, kernel_interleaving=True,
+        optimizer=OptimizerPlan("sgd", 0.5, "sgd", 0.1),
+    )
+    out.append(("mixed", mixed.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
+    din, dhot = random_plan(din_model(), world, 16, rng, micro_batches=2, optimizer=ADAGRAD)
+    out.append(("din-sequences", din.to_dict(), dhot))
+    return out
+
+
+def syncs_per_step(rank: int, world: int, cases: list, timed: bool) -> dict[str, list[list[str]]]:
+    """Run 3 steps of every case on this rank (the first untimed, as warm-up); the syncs of the others."""
+    kernels.use_reference()  # the torch kernels: what runs on a GPU
+    comm = Comm()
+    out = {}
+    for label, plan_d, hot in cases:
+        plan = Plan.from_dict(plan_d)
+        timer = OpTimer(rank, comm.device, enabled=timed, micro_batches=plan.micro_batches)
+        tr = Trainer(plan, hot, comm, timer)
+        batches = [on_device(local_rows(b, plan, rank)) for b in synthetic_global_batches(plan, 3, seed=1)]
+        tr.step(batches[0])
+        seen = []
+        for b in batches[1:]:
+            with counting() as c:
+                tr.step(b)
+            seen.append(c.seen)
+            timer.discard()
+        out[label] = seen
+    return out
+
+
+def check_budget(result: dict[str, list[list[str]]], budget: int) -> None:
+    for label, steps in result.items():
+        for seen in steps:
+            assert len(seen) <= budget, f"{label}: {len(seen)} host synchronisations in one step: {seen}"
+
+
+@pytest.fixture
+def device_path():
+    """The test switches this process to the torch kernels; the next tests get the native ones back."""
+    yield
+    kernels.use_native()
+
+
+@pytest.mark.parametrize("timed", [False, True], ids=["untimed", "op-timing"])
+def test_one_rank_step_never_waits_for_the_device(timed, device_path):
+    check_budget(syncs_per_step(0, 1, plans(1), timed), budget=0)
+
+
+@pytest.mark.dist
+def test_two_rank_step_reads_the_device_once():
+    for result in run_ranks(syncs_per_step, 2, plans(2), False):
+        check_budget(result, budget=1)
+        # the one read is the sizes of the exchanges, and every multi-rank step needs it
+        assert all(s == ["Tensor.tolist"] for steps in result.values() for s in steps), result
+
+
+def test_counter_sees_the_syncs_it_must():
+    """The counter is not blind: each kind of host read it must catch is caught."""
+    x = torch.tensor([3, 1, 2, 3])
+    with counting() as c:
+        x.tolist()
+        torch.unique(x)
+        torch.nonzero(x)
+        x[x > 1]
+        torch.repeat_interleave(x, x)
+        torch.repeat_interleave(x, x, output_size=9)  # fine: the size is given
+        float(x.sum())
+    assert len(c.seen) == 6, c.seen
