@@ -52,6 +52,30 @@ class DenseArch(nn.Module):
         return torch.cat(parts, dim=1)
 
 
+class LowerTriangleDots(torch.autograd.Function):
+    """Pairwise dot products t_i . t_j (i > j) of the rows of t [n, f, d], flattened [n, f(f-1)/2].
+
+    The generic backward of picking the triangle out of bmm(t, t^T) scatters with
+    accumulation, which dominated DLRM's dense step on CPU; each (i, j) appears once, so the
+    gradient is a plain copy into G followed by (G + G^T) t."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(t, flat)
+        z = torch.bmm(t, t.transpose(1, 2))
+        return z.flatten(1).index_select(1, flat)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        t, flat = ctx.saved_tensors
+        n, f, _ = t.shape
+        g = torch.zeros(n, f * f, dtype=t.dtype, device=t.device)
+        g.index_copy_(1, flat, grad.to(t.dtype))
+        g = g.view(n, f, f)
+        return torch.bmm(g + g.transpose(1, 2), t), None
+
+
 class DLRM(DenseArch):
     """Bottom MLP, pairwise dot products of [bottom, embeddings...], top MLP (Naumov et al.)."""
 
@@ -67,8 +91,7 @@ class DLRM(DenseArch):
         self.proj = None if model.bottom_mlp else nn.Linear(model.num_dense, d)
         f = len(model.tables) + 1
         li, lj = torch.tril_indices(f, f, offset=-1)
-        self.register_buffer("li", li, persistent=False)
-        self.register_buffer("lj", lj, persistent=False)
+        self.register_buffer("tri", li * f + lj, persistent=False)  # the triangle in the flat f x f
         self.topm = mlp([d + f * (f - 1) // 2, *(model.top_mlp or (1,))], last_act=False)
 
     def bottom(self, dense):
@@ -76,8 +99,7 @@ class DLRM(DenseArch):
 
     def interaction(self, b, embs, seqs):
         t = torch.stack([b] + [embs[n] for n in self.pooled], dim=1)
-        z = torch.bmm(t, t.transpose(1, 2))
-        return torch.cat([b, z[:, self.li, self.lj]], dim=1)
+        return torch.cat([b, LowerTriangleDots.apply(t, self.tri)], dim=1)
 
     def top(self, z):
         return self.topm(z).squeeze(1)
