@@ -3,8 +3,8 @@
 # build the CUDA kernels, run the `gpu` tests, the kernel bench, and one planned plan for
 # real on the GPU with --verify. JSON results go to $OUT (default ./gpu-out), logs to $LOGS.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info build diag test bench profile validate run
-#                                             (default: info build test bench run)
+#   bash bench/gpu_session.sh [stage ...]     stages: info build diag test bench executor profile validate run
+#                                             (default: info build test bench executor run)
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy plotly
@@ -23,7 +23,7 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
 fi
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 PY=python3
-stages=${*:-info build test bench run}
+stages=${*:-info build test bench executor run}
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -55,6 +55,11 @@ for s in $stages; do
     ldd csrc/_build/*/picasso_native_cuda.so | grep -E "stdc|gcc_s|gomp"; echo "CXX=${CXX:-} CC=${CC:-}"
     /opt/gcc/bin/g++ --version | head -1; /usr/bin/g++ --version | head -1
     $PY -c "import torch,glob,os;print(glob.glob(os.path.join(os.path.dirname(torch.__file__),'lib','libgomp*')))"
+    ;;
+  executor)  # issue 13's goals: the planner's plan vs its prediction and vs plain PyTorch
+    stamp executor
+    $PY -m pytest -q -p no:cacheprovider tests/test_executor_sync_budget.py 2>&1 | tail -3
+    $PY bench/bench_executor_gpu.py -o "$OUT/executor_gpu.json" 2>&1 | tee "$LOGS/bench_executor_gpu.log"
     ;;
   profile)
     stamp profile

@@ -1,0 +1,155 @@
+"""The executor's step on one device against its prediction and against the pure-PyTorch path.
+
+For each batch size: the planner's plan for one device (`picasso plan`, from a profile of
+synthetic Criteo rows) trained by `picasso run --preload` (whole steps timed, no per-op
+timing), its samples/s beside the planner's predicted samples/s; then the same model as
+plain PyTorch (one nn.EmbeddingBag per table, dense gradients, torch.optim.Adagrad for
+every parameter), timed the same way, in the same command. Issue 13's goals on one H100:
+measured >= 0.7 of predicted, >= 10M samples/s at batch 65536 (dlrm-criteo-kaggle, fp32),
+>= 4.5M samples/s for dlrm-mlperf with bf16 dense, and >= 3x the PyTorch path.
+
+    python bench/bench_executor_gpu.py                      # on the GPU (bench/gpu_session.sh executor)
+    python bench/bench_executor_gpu.py --quick              # CPU smoke run: small tables and batches
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def picasso(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "picasso", *args], capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        raise SystemExit(f"picasso {' '.join(args[:2])} failed: {out.stderr.strip()[-400:]}")
+    return out.stdout
+
+
+def run_plan(d: Path, model: str, hardware: str, batch: int, steps: int, row_cap: int | None,
+             dense_dtype: str | None) -> dict:
+    plan = d / f"{model}-{batch}.json"
+    picasso("plan", "--model", model, "--hardware", hardware, "--set", "gpus_per_node=1", "--profile",
+            str(d / "profile.json"), "--batch-size", str(batch), "-o", str(plan),
+            *(["--row-cap", str(row_cap)] if row_cap else []), *(["--dense-dtype", dense_dtype] if dense_dtype else []))
+    res = json.loads(picasso("run", str(plan), "--data", str(d / "data.tsv"), "--format", "criteo", "--nproc", "1",
+                             "--steps", str(steps), "--preload", "--json"))
+    return {k: res.get(k) for k in ("samples_per_s", "predicted_samples_per_s", "measured_over_predicted_samples",
+                                    "iteration_ms", "dense_dtype", "device")} | {"plan": json.loads(plan.read_text())}
+
+
+class PlainDLRM(nn.Module):
+    """The pure-PyTorch path: nn.EmbeddingBag per table, the executor's dense DLRM."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        from executor.dense import build_dense
+
+        self.spec = model
+        self.bags = nn.ModuleList(nn.EmbeddingBag(t.num_rows, t.dim, mode="sum", include_last_offset=True)
+                                  for t in model.tables)
+        self.dense = build_dense(model, 0)
+
+    def forward(self, batch) -> torch.Tensor:
+        embs = {t.name: bag(*batch.sparse[t.name]) for t, bag in zip(self.spec.tables, self.bags)}
+        return self.dense(batch.dense, embs, {})
+
+
+def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool) -> float:
+    """samples/s of the plain PyTorch step on the plan's model and batch (events on CUDA)."""
+    from executor.batches import feature_map, reader_chunks, to_batch
+    from planner.plan import Plan
+
+    plan = Plan.from_dict(plan_d)
+    model, b = plan.model, plan.batch_size_per_rank
+    raw = next(iter(reader_chunks(str(data), "criteo")))
+    while len(raw) < b:
+        from executor.batches import RawBatch
+
+        raw = RawBatch.concat([raw, raw])
+    batch = to_batch(raw.slice(0, b), model, feature_map(model, raw.sparse)).to(device)
+    net = PlainDLRM(model).to(device)
+    opt = torch.optim.Adagrad(net.parameters(), lr=0.01)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logit = net(batch)
+        loss = F.binary_cross_entropy_with_logits(logit.float(), batch.labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(steps):
+            step()
+        e.record()
+        torch.cuda.synchronize()
+        secs = a.elapsed_time(e) * 1e-3
+    else:
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        secs = time.perf_counter() - t
+    return b * steps / secs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="CPU smoke run: row cap 20k, batches 256/512")
+    ap.add_argument("--batches", default=None, help="per-device batch sizes (default 4096,16384,65536)")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "executor_gpu.json"))
+    args = ap.parse_args()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    hardware = "dgx-h100" if cuda else "local-cpu"
+    batches = [int(x) for x in (args.batches or ("256,512" if args.quick else "4096,16384,65536")).split(",")]
+    row_cap = 20_000 if args.quick else None
+    steps = 4 if args.quick else args.steps
+    cases = [("dlrm-criteo-kaggle", None, batches)]
+    if not args.quick:
+        cases.append(("dlrm-mlperf", "bf16", [batches[-1]]))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        n = max(batches) * (steps + 4)
+        picasso("synth", "--preset", "criteo-kaggle", "--rows", str(n), "-o", str(d / "data.tsv"), "--seed", "0")
+        picasso("analyze", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "profile.json"))
+        for model, ddt, bs in cases:
+            for b in bs:
+                r = run_plan(d, model, hardware, b, steps, row_cap, ddt)
+                plain = time_plain(r.pop("plan"), d / "data.tsv", steps, device, ddt == "bf16")
+                r.update(model=model, batch=b, plain_samples_per_s=plain,
+                         over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
+                rows.append(r)
+                print(f"{model:20s} batch {b:6d} {ddt or 'fp32':5s} picasso {r['samples_per_s']:12,.0f}/s "
+                      f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
+                      f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain:12,.0f}/s "
+                      f"x{r['over_plain'] or 0:5.2f}", flush=True)
+    machine = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+               "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
+    out = {"machine": machine, "command": " ".join(["python", *sys.argv]), "quick": args.quick, "rows": rows}
+    Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
