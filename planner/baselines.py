@@ -19,7 +19,7 @@ from typing import Any
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
@@ -36,7 +36,7 @@ def attribute_groups(model: ModelSpec) -> list[list[TableSpec]]:
 def _plan(model: ModelSpec, world: int, batch: int, packs: list[PackPlan], hw_name: str | None,
           baseline: str) -> Plan:
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
-                notes={"baseline": baseline})
+                notes={"baseline": baseline}, optimizer=model_optimizer(model))
     plan.validate()
     return plan
 

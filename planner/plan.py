@@ -55,6 +55,14 @@ class OptimizerPlan:
     eps: float = 1e-8
 
 
+def model_optimizer(model: ModelSpec) -> OptimizerPlan:
+    """The optimizer a model asks for: extra["dense_optimizer"] for the dense layers, and
+    row-wise Adagrad for the tables when they say so (MLPerf DLRM-DCNv2 trains with Adagrad)."""
+    sparse = "rowwise_adagrad" if any(t.optimizer == "rowwise_adagrad" for t in model.tables) else "sgd"
+    lr = float(model.extra.get("lr", OptimizerPlan.sparse_lr))
+    return OptimizerPlan(sparse=sparse, sparse_lr=lr, dense=str(model.extra.get("dense_optimizer", "sgd")), dense_lr=lr)
+
+
 @dataclass
 class Plan:
     model: ModelSpec

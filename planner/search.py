@@ -37,7 +37,7 @@ from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, lower
 from planner.model_spec import ModelSpec, TableSpec
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -236,7 +236,7 @@ def search(
 
     def make(packs: list[PackPlan], k: int, ki: bool, scale: float) -> Plan:
         plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
-                    micro_batches=k, kernel_interleaving=ki, hardware=hw.name)
+                    micro_batches=k, kernel_interleaving=ki, hardware=hw.name, optimizer=model_optimizer(model))
         # memory left for hot caches once everything else is placed; cold rows that do not
         # fit in device memory go to host memory (reached over PCIe), largest packs first
         free = _free_hbm(plan, hw, access)
