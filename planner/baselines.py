@@ -23,6 +23,8 @@ from planner.plan import PackPlan, Plan, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
+# TorchRec's own planner (planner.torchrec_bridge): needs the optional TorchRec install
+TORCHREC = "torchrec"
 
 
 def attribute_groups(model: ModelSpec) -> list[list[TableSpec]]:
@@ -105,4 +107,10 @@ def baseline_plan(
         return torchrec_like_plan(model, world, batch, hw, access, hw_name)
     if name == "dp-hot-only":
         return dp_hot_only_plan(model, world, batch, hw_name)
-    raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
+    if name == TORCHREC:
+        from planner.torchrec_bridge import torchrec_plan
+
+        if hw is None:
+            raise PlanError("the torchrec baseline needs the hardware spec (its topology)")
+        return torchrec_plan(model, hw, batch, access)
+    raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES + (TORCHREC,))}")
