@@ -97,10 +97,30 @@ def run_torchrec_planner(model: ModelSpec, hw: Any, batch: int,
     planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints)
     t0 = time.perf_counter()
     try:
-        sharding_plan = planner.plan(ebc, [EmbeddingBagCollectionSharder(fused_params=fused)])
+        with _quiet():  # its dry-run warnings are about meta tensors, not the user's input
+            sharding_plan = planner.plan(ebc, [EmbeddingBagCollectionSharder(fused_params=fused)])
     except PlannerError as exc:
         raise PlanError(f"TorchRec's planner found no plan: {str(exc).splitlines()[0]}") from None
     return describe_sharding_plan(sharding_plan), time.perf_counter() - t0
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        import logging
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore")
+        self._root = logging.getLogger().level
+        logging.getLogger().setLevel(logging.ERROR)
+        logging.getLogger("torchrec").setLevel(logging.ERROR)
+
+    def __exit__(self, *exc: Any) -> None:
+        import logging
+
+        logging.getLogger().setLevel(self._root)
+        self._w.__exit__(*exc)
 
 
 def _fbgemm_optimizer(model: ModelSpec) -> Any:
@@ -239,8 +259,8 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
             else:  # row-wise kinds: TorchRec's contiguous ranges of even size
                 per = -(-rows // len(ranks))
                 shards = [[i * per, 0, max(0, min(per, rows - i * per)), dim, r] for i, r in enumerate(ranks)]
-                if len(ranks) > 1:
-                    lost.append(f"table {t}: cyclic row ownership -> contiguous row ranges (same ranks)")
+        if p.sharding in ("row_wise", "table_row_wise") and len(ranks) > 1:
+            lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
             out[t] = {"sharding_type": TO_TORCHREC[p.sharding], "compute_kernel": kernel, "ranks": ranks,
                       "shards": shards}
     hot = {t: n for t, n in plan.hot_rows.items() if n}
