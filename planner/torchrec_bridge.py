@@ -259,10 +259,10 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
             else:  # row-wise kinds: TorchRec's contiguous ranges of even size
                 per = -(-rows // len(ranks))
                 shards = [[i * per, 0, max(0, min(per, rows - i * per)), dim, r] for i, r in enumerate(ranks)]
-        if p.sharding in ("row_wise", "table_row_wise") and len(ranks) > 1:
-            lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
             out[t] = {"sharding_type": TO_TORCHREC[p.sharding], "compute_kernel": kernel, "ranks": ranks,
                       "shards": shards}
+        if p.sharding in ("row_wise", "table_row_wise") and len(ranks) > 1:
+            lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
     hot = {t: n for t, n in plan.hot_rows.items() if n}
     if hot:
         lost.append(f"hot-row replication of {len(hot)} table(s) ({sum(hot.values()):,} rows): no TorchRec "
