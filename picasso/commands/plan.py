@@ -75,8 +75,11 @@ def run(args: argparse.Namespace) -> int:
         plan.notes["row_cap"] = int(args.row_cap)
     if args.set:
         plan.notes["hardware_overrides"] = list(args.set)
-    # TorchRec's own plan is a baseline beside the others (n/a, with how to install it, if absent)
-    ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + (TORCHREC,))
+    from planner.torchrec_bridge import INSTALL_HINT, torchrec_available
+
+    # with TorchRec installed, its own plan is a baseline beside the others
+    has_tr = torchrec_available()
+    ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()))
     plan.notes["predicted_iteration_us"] = ex.evaluation.iteration_us
     plan.notes["predicted_samples_per_s"] = plan.global_batch / ex.evaluation.iteration_us * 1e6
     plan.notes["speedups"] = ex.speedups()
@@ -94,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.explain:
         print(ex.text())
+        if not has_tr:
+            print(f"torchrec baseline: n/a ({INSTALL_HINT})")
     else:
         d = ex.to_dict()
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
