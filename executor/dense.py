@@ -134,13 +134,25 @@ class DeepFM(DenseArch):
 
 
 class DCN(DenseArch):
-    """DCN-v2: full-rank cross layers x_{l+1} = x0 * (W x_l + b) + x_l, then a deep MLP."""
+    """DCN-v2: cross layers x_{l+1} = x0 * (W x_l + b) + x_l, then a deep MLP. With
+    extra["cross_rank"] r, W = U V is low-rank (V: width -> r, U: r -> width, bias on U), as
+    MLPerf's DLRM-DCNv2; with a bottom MLP, x0 starts with its output instead of the raw
+    dense features."""
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__(model)
-        width = model.num_dense + sum(t.dim for t in model.tables)
-        self.cross = nn.ModuleList(nn.Linear(width, width) for _ in range(int(model.extra.get("cross_layers", 2))))
+        self.bot = mlp([model.num_dense, *model.bottom_mlp], last_act=True) if model.bottom_mlp else None
+        width = (model.bottom_mlp[-1] if model.bottom_mlp else model.num_dense) + sum(t.dim for t in model.tables)
+        layers, rank = int(model.extra.get("cross_layers", 2)), int(model.extra.get("cross_rank", 0))
+        if rank:
+            self.cross = nn.ModuleList(nn.Sequential(nn.Linear(width, rank, bias=False), nn.Linear(rank, width))
+                                       for _ in range(layers))
+        else:
+            self.cross = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
         self.deep = mlp([width, *(model.top_mlp or (1,))], last_act=False)
+
+    def bottom(self, dense):
+        return self.bot(dense) if self.bot is not None else dense
 
     def interaction(self, b, embs, seqs):
         x0 = torch.cat([b, self.flat_embs(embs, seqs)], dim=1)

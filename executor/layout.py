@@ -126,7 +126,8 @@ def pack_layout(plan: Plan, pack: PackPlan, rank: int) -> PackLayout:
         rows=plan.pack_rows(pack),
         dim=first.dim,
         mode=first.pooling,
-        sharding=pack.sharding,
+        # table-row-wise lays rows out as row-wise over the node's ranks (planner.plan)
+        sharding="row_wise" if pack.sharding == "table_row_wise" else pack.sharding,
         ranks=ranks,
         rank=rank,
         world=plan.world_size,

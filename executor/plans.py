@@ -10,7 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from planner.model_spec import ModelSpec
-from planner.plan import SHARDINGS, OptimizerPlan, PackPlan, Plan
+from planner.plan import OptimizerPlan, PackPlan, Plan
+
+# the shardings random plans draw from (fixed, so seeded tests keep their plans;
+# table_row_wise runs as row_wise over a rank subset and is tested on its own)
+RANDOM_SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated")
 
 
 def naive_plan(model: ModelSpec, world: int, batch_per_rank: int, seed: int = 0) -> Plan:
@@ -47,7 +51,7 @@ def random_plan(
     groups = packed_groups(model) if packing else [[t.name] for t in model.tables]
     packs = []
     for i, g in enumerate(groups):
-        s = sharding or str(rng.choice(SHARDINGS))
+        s = sharding or str(rng.choice(RANDOM_SHARDINGS))
         dim = model.table(g[0]).dim
         if s == "column_wise" and dim < world:
             s = "row_wise"

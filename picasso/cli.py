@@ -12,7 +12,8 @@ import os
 import sys
 import traceback
 
-COMMANDS = ("synth", "analyze", "plan", "simulate", "run", "calibrate", "validate", "demo", "doctor")
+COMMANDS = ("synth", "analyze", "plan", "simulate", "run", "calibrate", "validate", "demo", "doctor",
+            "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

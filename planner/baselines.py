@@ -19,10 +19,12 @@ from typing import Any
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
+# TorchRec's own planner (planner.torchrec_bridge): needs the optional TorchRec install
+TORCHREC = "torchrec"
 
 
 def attribute_groups(model: ModelSpec) -> list[list[TableSpec]]:
@@ -36,7 +38,7 @@ def attribute_groups(model: ModelSpec) -> list[list[TableSpec]]:
 def _plan(model: ModelSpec, world: int, batch: int, packs: list[PackPlan], hw_name: str | None,
           baseline: str) -> Plan:
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
-                notes={"baseline": baseline})
+                notes={"baseline": baseline}, optimizer=model_optimizer(model))
     plan.validate()
     return plan
 
@@ -105,4 +107,10 @@ def baseline_plan(
         return torchrec_like_plan(model, world, batch, hw, access, hw_name)
     if name == "dp-hot-only":
         return dp_hot_only_plan(model, world, batch, hw_name)
-    raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
+    if name == TORCHREC:
+        from planner.torchrec_bridge import torchrec_plan
+
+        if hw is None:
+            raise PlanError("the torchrec baseline needs the hardware spec (its topology)")
+        return torchrec_plan(model, hw, batch, access)
+    raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES + (TORCHREC,))}")

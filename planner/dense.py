@@ -78,10 +78,15 @@ def dense_cost(model: ModelSpec) -> DenseCost:
         inter = DenseOp(4.0 * f * d, 0, 4.0 * d)  # FM: (sum v)^2 - sum v^2
         top_in = emb_width + model.num_dense
     elif arch == "dcn":
-        width = emb_width + model.num_dense
+        width = emb_width + (model.bottom_mlp[-1] if model.bottom_mlp else model.num_dense)
         layers = int(model.extra.get("cross_layers", 3))
-        inter = DenseOp(layers * (2.0 * width * width + 3.0 * width), layers * (width * width + width),
-                        layers * 4.0 * width)
+        rank = int(model.extra.get("cross_rank", 0))
+        if rank:  # low-rank DCNv2: W = U V, width -> rank -> width per layer
+            inter = DenseOp(layers * (4.0 * width * rank + 3.0 * width), layers * (2 * width * rank + width),
+                            layers * 4.0 * (width * 2 + rank))
+        else:
+            inter = DenseOp(layers * (2.0 * width * width + 3.0 * width), layers * (width * width + width),
+                            layers * 4.0 * width)
         top_in = width
     elif arch == "wide_deep":
         wide = set(model.extra.get("wide_tables", []))

@@ -186,7 +186,10 @@ def explain(
     out, executed = {}, {}
     for name in baselines:
         try:
-            bp = baseline_plan(name, plan.model, plan.world_size, plan.batch_size_per_rank, hw, access)
+            # the plan may be TorchRec's own already: not planned twice
+            own = name == "torchrec" and plan.notes.get("exchange") == "torchrec"
+            bp = plan if own else baseline_plan(name, plan.model, plan.world_size, plan.batch_size_per_rank, hw,
+                                                access)
         except PlanError as exc:
             out[name] = Evaluation(name, plan, None, engine, problem=str(exc))
             continue

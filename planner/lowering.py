@@ -17,6 +17,18 @@ Names carry `@mbK` only when the plan has several micro-batches; the per-iterati
 With `fuse_table_wise` (how the torchrec-like baseline is scored) runs of table-wise
 packs of equal attributes are lowered as one exchange, as TorchRec does it.
 
+Table-row-wise packs exchange hierarchically, as two collectives per exchange: inside the
+node (`a2a_ids`, group: the node's ranks) and across nodes among the ranks of one local
+index (`a2a_ids_x`), where each node's requests arrive merged (planner.volumes).
+
+A plan with notes["exchange"] == "torchrec" (TorchRec's own plan, planner.torchrec_bridge)
+is lowered as TorchRec executes it: fused per sharding type, every lookup's ID sent, owners
+look up and pool, pooled vectors back (table/column-wise: all-to-all; row-wise: a ring
+reduce-scatter, backward all-gather; table-row-wise: intra-node reduce-scatter then across
+nodes), data-parallel tables' whole gradients in the dense all-reduce, and the ID exchange
+pipelined: it runs beside the previous ops, as TrainPipelineSparseDist overlaps the next
+batch's input distribution with this one.
+
 Overlap is expressed by dependencies and lanes ("copy", "compute", "comm"):
 - no interleaving (1 micro-batch, kernel_interleaving off): every op of a rank depends on
   the previous one: the serial program of a plain model-parallel script;
@@ -59,6 +71,8 @@ class Op:
     demand: dict[str, Any]  # flops, hbm_bytes, host_bytes, pcie_bytes: scalar or per-rank array
     deps: list[str] = field(default_factory=list)
     collective: tuple[str, Any] | None = None  # (type, bytes per rank: scalar or array)
+    group: str | None = None  # None: every rank; "node": the rank's node; "peers": same local index
+    algorithm: str | None = None  # collective algorithm (None: the simulator's default)
     ranks: np.ndarray | None = None  # ranks that run it; None: every rank
     args: dict[str, Any] = field(default_factory=dict)
     dtype: str = "fp32"  # picks the hardware's FLOP rate (dense ops: the model's dense_dtype)
@@ -105,13 +119,17 @@ def lower(
             f"({hw.nodes} nodes x {hw.gpus_per_node}); use --set nodes=... --set gpus_per_node=..."
         )
     access = access if access is not None else table_access(plan.model, profile)
+    for p in plan.packs:
+        if p.sharding == "table_row_wise" and len({r // hw.gpus_per_node for r in plan.pack_ranks(p)}) > 1:
+            raise PlanError(f"pack {p.name}: table_row_wise ranks {plan.pack_ranks(p)} span several nodes of "
+                            f"{hw.gpus_per_node} ranks; it must stay inside one node")
     packs, memory, dense = analyze(plan, hw, access, fuse_table_wise)
     if check_memory and (msg := memory.problem()):
         raise PlanError(msg)
     ops = build_program(plan, packs, dense, hw)
     if symmetric is None:
         symmetric = plan.world_size > SYMMETRIC_ABOVE
-    graph = emit_graph(ops, plan.world_size, symmetric)
+    graph = emit_graph(ops, plan.world_size, symmetric, hw.gpus_per_node)
     ddt, note = dense_dtype(plan.model, hw)
     return Lowered(plan, graph, ops, packs, memory, dense, symmetric, ddt, [note] if note else [])
 
@@ -120,29 +138,35 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
             fuse_table_wise: bool = False) -> tuple[list[PackVolumes], MemoryReport, DenseCost]:
     """Per-pack volumes for one micro-batch, peak memory per rank, dense costs."""
     samples = plan.batch_size_per_rank / plan.micro_batches
-    packs = [pack_volumes(plan, p, access, samples) for p in plan.packs]
-    if fuse_table_wise:
-        packs = _fuse_runs(plan, packs)
+    tr = torchrec_exchange(plan)
+    packs = [pack_volumes(plan, p, access, samples, hw.gpus_per_node, dedup=not tr) for p in plan.packs]
+    if fuse_table_wise or tr:
+        packs = _fuse_runs(plan, packs, ("table_wise", "table_row_wise") if tr else ("table_wise",))
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
 
 
-def _fuse_runs(plan: Plan, packs: list[PackVolumes]) -> list[PackVolumes]:
-    """Consecutive table-wise packs with equal attributes become one exchange."""
+def torchrec_exchange(plan: Plan) -> bool:
+    """Whether `plan` is scored as TorchRec runs it (see the module docstring)."""
+    return plan.notes.get("exchange") == "torchrec"
+
+
+def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = ("table_wise",)) -> list[PackVolumes]:
+    """Consecutive packs of one sharding in `kinds` with equal attributes become one exchange."""
     out: list[PackVolumes] = []
     run: list[PackVolumes] = []
 
     def key(pv: PackVolumes) -> tuple:
-        return plan.model.table(pv.tables[0]).attributes() + (pv.placement,)
+        return plan.model.table(pv.tables[0]).attributes() + (pv.placement, pv.sharding)
 
     for pv in packs + [None]:
-        if pv is not None and pv.sharding == "table_wise" and (not run or key(run[0]) == key(pv)):
+        if pv is not None and pv.sharding in kinds and (not run or key(run[0]) == key(pv)):
             run.append(pv)
             continue
         if run:
             out.append(fuse_table_wise(run))
             run = []
-        if pv is not None and pv.sharding == "table_wise":
+        if pv is not None and pv.sharding in kinds:
             run = [pv]
         elif pv is not None:
             out.append(pv)
@@ -159,8 +183,34 @@ def _compute(name: str, deps: list[str], *, flops: Any = 0.0, hbm: Any = 0.0, ho
               deps, ranks=ranks, args=args)
 
 
-def _collective(name: str, deps: list[str], ctype: str, nbytes: Any, **args: Any) -> Op:
-    return Op(name, "comm", "collective", {}, deps, collective=(ctype, nbytes), args=args)
+def _collective(name: str, deps: list[str], ctype: str, nbytes: Any, group: str | None = None,
+                algorithm: str | None = None, **args: Any) -> Op:
+    return Op(name, "comm", "collective", {}, deps, collective=(ctype, nbytes), group=group, algorithm=algorithm,
+              args=args)
+
+
+def _exchange(name: str, deps: list[str], pv: PackVolumes, intra: Any, inter: Any, reverse: bool = False,
+              **args: Any) -> list[Op]:
+    """One all-to-all of a pack: flat, or for table-row-wise the hierarchical pair (inside the
+    node, then across nodes among equal local indices; `reverse`: across first)."""
+    if pv.sharding != "table_row_wise" or pv.gpus_per_node >= pv.world:
+        return [_collective(name, deps, "all_to_all", intra, **args)]
+    fixed = args.pop("fixed_us", 0.0)
+    a = _collective(name, deps, "all_to_all", intra, group="node", fixed_us=fixed, **args)
+    b = _collective(name + "_x", deps, "all_to_all", inter, group="peers", fixed_us=fixed, **args)
+    if reverse:
+        a.deps, b.deps = [b.name], list(deps)
+        return [b, a]
+    b.deps = [a.name]
+    return [a, b]
+
+
+def _hier_bytes(pv: PackVolumes, per_row: float) -> np.ndarray:
+    """Across-node buffer of a table-row-wise exchange per rank: each node's merged rows,
+    a 1/g share per peer, max(send, receive)."""
+    g = pv.gpus_per_node
+    send = np.full(pv.world, pv.node_unique / g * per_row)
+    return np.maximum(send, pv.recv_ids * per_row)
 
 
 def exchanges(plan: Plan, pv: PackVolumes) -> bool:
@@ -187,9 +237,9 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
                             stage=2))
     gather_dep = ops[-1].name
     if exchanges(plan, pv):
-        ops.append(_collective(n("a2a_ids"), [gather_dep], "all_to_all", pv.a2a_ids_bytes, stage=3,
-                               fixed_us=count_us))
-        gather_dep = n("a2a_ids")
+        ops.extend(_exchange(n("a2a_ids"), [gather_dep], pv, pv.a2a_ids_bytes, _hier_bytes(pv, ID_BYTES),
+                             stage=3, fixed_us=count_us))
+        gather_dep = ops[-1].name
     rows = pv.gather_rows
     nbytes = rows * pv.slice_bytes
     owners = np.nonzero(rows > 0)[0]
@@ -201,8 +251,9 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
                             ranks=owners, stage=4))
     last = n("cold_gather")
     if exchanges(plan, pv):
-        ops.append(_collective(n("a2a_emb"), [last], "all_to_all", pv.a2a_emb_bytes, stage=5))
-        last = n("a2a_emb")
+        ops.extend(_exchange(n("a2a_emb"), [last], pv, pv.a2a_emb_bytes, _hier_bytes(pv, pv.row_bytes),
+                             reverse=True, stage=5))
+        last = ops[-1].name
     ops.append(_compute(n("pool"), [last], hbm=pv.lookups * pv.row_bytes + pv.samples * pv.pooled_width * 4,
                         flops=pv.lookups * pv.dim, stage=POOL_STAGE))
     return ops
@@ -215,7 +266,54 @@ def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[O
     ops = [_compute(n("pool"), [after], hbm=pv.samples * pv.pooled_width * 4 + pv.lookups * pv.row_bytes * 2,
                     flops=pv.lookups * pv.dim, stage=0)]
     if exchanges(plan, pv):
-        ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", pv.a2a_grad_bytes, stage=1))
+        ops.extend(_exchange(n("a2a_grad"), [n("pool")], pv, pv.a2a_grad_bytes, _hier_bytes(pv, pv.row_bytes),
+                             stage=1))
+    return ops
+
+
+def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Op]:
+    """Forward of one fused sharding group as TorchRec runs it (module docstring)."""
+    def n(op: str) -> str:
+        return on.op_name("fwd", pv.name, op, mb)
+
+    out_b = pv.samples * pv.world * pv.owned_width * 4  # pooled vectors an owner computes
+    if pv.sharding == "replicated":  # data parallel: a local lookup and pooling
+        ops = [_compute(n("cold_gather"), [], hbm=pv.lookups * (pv.row_bytes + ID_BYTES) + pv.samples
+                        * pv.pooled_width * 4, flops=pv.lookups * pv.dim, stage=4)]
+    else:
+        # the input distribution of this batch ran during the previous one (pipelined):
+        # on the comm lane, waited for by nothing
+        ops = [_collective(n("a2a_ids"), [], "all_to_all", pv.a2a_ids_bytes, stage=3, fixed_us=count_us,
+                           pipelined=True)]
+        ops[0].lane = "input_dist"  # its own stream, as TorchRec's data-dist stream
+        rows = pv.recv_ids
+        ops.append(_compute(n("cold_gather"), [], hbm=rows * (pv.slice_bytes + ID_BYTES) + out_b,
+                            flops=rows * pv.slice_bytes / 4, ranks=np.nonzero(rows > 0)[0], stage=4))
+        if pv.sharding in ("table_wise", "column_wise"):
+            nbytes = np.maximum(out_b, pv.samples * pv.pooled_width * 4)
+            ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "all_to_all", nbytes, stage=5))
+        else:  # partial sums of every sample: reduce-scatter (row-wise: flat ring; TWRW: node first)
+            algo = "hierarchical" if pv.sharding == "table_row_wise" else "ring"
+            ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "reduce_scatter", out_b, algorithm=algo,
+                                   stage=5))
+    last = ops[-1].name
+    ops.append(_compute(n("pool"), [last], hbm=pv.samples * pv.pooled_width * 4 * 2, stage=POOL_STAGE))
+    return ops
+
+
+def _tr_pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[Op]:
+    def n(op: str) -> str:
+        return on.op_name("bwd", pv.name, op, mb)
+
+    own = pv.samples * pv.pooled_width * 4
+    ops = [_compute(n("pool"), [after], hbm=own * 2, stage=0)]
+    if pv.sharding in ("table_wise", "column_wise"):
+        nbytes = np.maximum(pv.samples * pv.world * pv.owned_width * 4, own)
+        ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", nbytes, stage=1))
+    elif pv.sharding != "replicated":  # the pooled gradients of every sample to every owner
+        algo = "hierarchical" if pv.sharding == "table_row_wise" else "ring"
+        share = own / (pv.world // pv.gpus_per_node) if pv.sharding == "table_row_wise" else own
+        ops.append(_collective(n("a2a_grad"), [n("pool")], "all_gather", share, algorithm=algo, stage=1))
     return ops
 
 
@@ -274,6 +372,7 @@ def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
 
 def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Any) -> list[Op]:
     """The ops of one iteration in issue order, with their dependencies (per rank)."""
+    tr = torchrec_exchange(plan)
     multi_node = plan.world_size > hw.gpus_per_node
     # the counts exchange before each ID exchange: one more collective latency (none alone)
     count_us = 0.0 if plan.world_size == 1 else hw.nic_latency_us if multi_node else hw.intra_latency_us
@@ -298,8 +397,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     for mi, mb in enumerate(mbs):
         prev_pool: str | None = None
         for pi, pv in enumerate(packs):
-            first_exchange = exchanges(plan, pv) and not any(exchanges(plan, q) for q in packs[:pi]) and mi == 0
-            stages = _pack_fwd(plan, pv, mb, count_us if first_exchange else 0.0)
+            if tr:  # TorchRec exchanges the counts of every group before its input distribution
+                stages = _tr_pack_fwd(plan, pv, mb, count_us)
+            else:  # one sizes exchange per step, charged to the first ID exchange
+                first_exchange = exchanges(plan, pv) and not any(exchanges(plan, q) for q in packs[:pi]) and mi == 0
+                stages = _pack_fwd(plan, pv, mb, count_us if first_exchange else 0.0)
             first = stages[0]
             first.deps.append(h2d)
             if prev_pool is not None and not plan.kernel_interleaving:
@@ -338,7 +440,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
         for pi, pv in enumerate(packs):
-            stages = _pack_bwd(plan, pv, mb, inter_bwd)
+            stages = (_tr_pack_bwd if tr else _pack_bwd)(plan, pv, mb, inter_bwd)
             if prev_last is not None and not plan.kernel_interleaving:
                 stages[0].deps.append(prev_last)
             prev_last = stages[-1].name
@@ -355,10 +457,25 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
+    # TorchRec: a data-parallel table's whole gradient joins the dense all-reduce (DDP)
+    dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == "replicated")
+    if dp_bytes:
+        hot_deps += [d for pv in packs if pv.sharding == "replicated" for d in bwd_by_pack[pv.name]]
     ops.append(_collective(grad_sync, dense_grads + hot_deps, "all_reduce",
-                           float(dense.params * 4) + sum(float(pv.allreduce_bytes) for pv in packs)))
+                           float(dense.params * 4) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes))
     for pv in packs:
         passes = sparse_state.get(plan.model.table(pv.tables[0]).optimizer, 3)
+        if tr:
+            # TorchRec's fused backward: the owner merges its rows' gradients (sorted by row)
+            # and updates each distinct row once; a data-parallel table is updated whole
+            rows = (np.full(plan.world_size, float(pv.rows)) if pv.sharding == "replicated"
+                    else pv.update_rows * k)
+            deps = [grad_sync] if pv.sharding == "replicated" else grads_by_pack[pv.name]
+            ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
+                                hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
+                                + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
+                                ranks=np.nonzero(rows > 0)[0]))
+            continue
         if pv.sharding == "replicated":
             # every replica all-gathers the sparse gradients of all ranks and applies them all
             rows = pv.cold_unique * k * plan.world_size
@@ -386,7 +503,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     ops.append(_compute(on.op_name("opt", "dense", "update"), [on.op_name("bwd", "dense", "allreduce")],
                         hbm=n_params * 4 * states, flops=n_params * 4))
     if serial:
-        for a, b in zip(ops, ops[1:]):
+        chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain
+        for a, b in zip(chain, chain[1:]):
             if a.name not in b.deps:
                 b.deps.append(a.name)
     return ops
@@ -402,8 +520,18 @@ def _at(v: Any, rank: int | None) -> float:
     return float(v)
 
 
-def emit_graph(ops: list[Op], world: int, symmetric: bool) -> Any:
+def _group(scope: str | None, rank: int, world: int, g: int) -> tuple[int, ...] | None:
+    """Ranks of a sub-group collective: the rank's node, or its peers of equal local index."""
+    if scope == "node":
+        return tuple(range(rank // g * g, min(rank // g * g + g, world)))
+    if scope == "peers":
+        return tuple(range(rank % g, world, g))
+    return None
+
+
+def emit_graph(ops: list[Op], world: int, symmetric: bool, gpus_per_node: int | None = None) -> Any:
     """Turn the per-rank program into simulator OpGraph nodes."""
+    gpus_per_node = gpus_per_node or world
     from simulator.opgraph import Collective, OpGraph
 
     graph = OpGraph(world, symmetric=symmetric)
@@ -425,8 +553,9 @@ def emit_graph(ops: list[Op], world: int, symmetric: bool) -> Any:
                 # the parts of a collective must agree on bytes, and it ends with its slowest
                 # rank: every rank carries the largest buffer
                 ctype, nbytes = op.collective
-                kw["collective"] = Collective(ctype, group, _at(nbytes, None))
-            args = {k: v for k, v in op.args.items() if k != "stage" and v is not None}
+                kw["collective"] = Collective(ctype, _group(op.group, rank, world, gpus_per_node) or group,
+                                              _at(nbytes, None), op.algorithm)
+            args = {k: v for k, v in op.args.items() if k not in ("stage", "pipelined") and v is not None}
             node = graph.add_op(op.name, rank, op.lane, kind=op.kind, dtype=op.dtype,
                                 deps=tuple(dict.fromkeys(deps)), **kw, **args)
             ids[op.name] = [node]

@@ -7,7 +7,10 @@ Conventions every layer relies on:
 - Row-wise sharding is cyclic over the pack's ranks: packed row p lives on
   `ranks[p % n]` at local row `p // n`. Table-wise: the whole pack on `ranks[0]`.
   Column-wise: the dim is split as numpy.array_split over the ranks. Replicated: every
-  rank holds every row (data parallel).
+  rank holds every row (data parallel). Table-row-wise (TorchRec's TWRW): row-wise
+  (cyclic, as above) over ranks of one node; several such packs spread a group of tables
+  over the nodes. Its rows are laid out exactly as row-wise; only the exchange differs
+  (hierarchical: inside the node first, then across nodes; see planner.lowering).
 - Hot rows are replicated on every rank: `hot_ids` (npz next to the plan, one int64
   array of table-local rows per table, hottest first) lists them; the cold partition
   still owns every row, hot rows there are simply never read.
@@ -28,7 +31,7 @@ from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
 PLAN_VERSION = 1
-SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated")
+SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated", "table_row_wise")
 PLACEMENTS = ("hbm", "host")
 SPARSE_OPTIMIZERS = ("sgd", "rowwise_adagrad")
 DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
@@ -50,6 +53,14 @@ class OptimizerPlan:
     dense: str = "sgd"
     dense_lr: float = 0.05
     eps: float = 1e-8
+
+
+def model_optimizer(model: ModelSpec) -> OptimizerPlan:
+    """The optimizer a model asks for: extra["dense_optimizer"] for the dense layers, and
+    row-wise Adagrad for the tables when they say so (MLPerf DLRM-DCNv2 trains with Adagrad)."""
+    sparse = "rowwise_adagrad" if any(t.optimizer == "rowwise_adagrad" for t in model.tables) else "sgd"
+    lr = float(model.extra.get("lr", OptimizerPlan.sparse_lr))
+    return OptimizerPlan(sparse=sparse, sparse_lr=lr, dense=str(model.extra.get("dense_optimizer", "sgd")), dense_lr=lr)
 
 
 @dataclass

@@ -33,6 +33,10 @@ CRITEO_1TB_CARDINALITIES = (
     10, 2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36,
 )
 
+# MLPerf DLRM-DCNv2 on Criteo 1TB multi-hot: IDs per sample of C1..C26 (MLPerf training
+# reference, the synthetic multi-hot Criteo of the v3.0+ benchmark).
+CRITEO_MULTIHOT_SIZES = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
+
 # Default skew of the profile-less fallback (planner.access.ZipfAccess): Zipf(1.05) per
 # table, close to what click logs show (Criteo's categorical features fit 1.0-1.2).
 DEFAULT_ZIPF_ALPHA = 1.05
@@ -65,6 +69,28 @@ def dlrm_mlperf() -> ModelSpec:
         bottom_mlp=(512, 256, d),
         top_mlp=(1024, 1024, 512, 256, 1),
         interaction="dot",
+    )
+
+
+def dlrm_dcnv2() -> ModelSpec:
+    """MLPerf DLRM-DCNv2: 26 tables of dim 128 (40M-capped hashed Criteo 1TB cardinalities)
+    with multi-hot bags, bottom MLP 512-256-128, a low-rank DCNv2 cross network (3 layers,
+    rank 512) over [bottom output, embeddings], top MLP 1024-1024-512-256-1, Adagrad
+    (row-wise on the tables, plain on the dense layers)."""
+    d = 128
+    tables = tuple(TableSpec(name=f"C{i + 1}", num_rows=c, dim=d, optimizer="rowwise_adagrad",
+                             pooling_factor=float(m))
+                   for i, (c, m) in enumerate(zip(CRITEO_1TB_CARDINALITIES, CRITEO_MULTIHOT_SIZES)))
+    return ModelSpec(
+        name="dlrm-dcnv2",
+        arch="dcn",
+        num_dense=13,
+        tables=tables,
+        bottom_mlp=(512, 256, d),
+        top_mlp=(1024, 1024, 512, 256, 1),
+        interaction="cross",
+        # Adagrad at a small learning rate, of the order MLPerf's reference uses (0.004)
+        extra={"cross_layers": 3, "cross_rank": 512, "dense_optimizer": "adagrad", "lr": 0.004},
     )
 
 
@@ -184,6 +210,7 @@ def meta_856() -> ModelSpec:
 PRESETS = {
     "dlrm-criteo-kaggle": dlrm_criteo_kaggle,
     "dlrm-mlperf": dlrm_mlperf,
+    "dlrm-dcnv2": dlrm_dcnv2,
     "deepfm": deepfm_criteo,
     "dcn-v2": dcn_v2_criteo,
     "wide-deep": wide_deep_criteo,

@@ -37,7 +37,7 @@ from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, lower
 from planner.model_spec import ModelSpec, TableSpec
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -236,7 +236,7 @@ def search(
 
     def make(packs: list[PackPlan], k: int, ki: bool, scale: float) -> Plan:
         plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
-                    micro_batches=k, kernel_interleaving=ki, hardware=hw.name)
+                    micro_batches=k, kernel_interleaving=ki, hardware=hw.name, optimizer=model_optimizer(model))
         # memory left for hot caches once everything else is placed; cold rows that do not
         # fit in device memory go to host memory (reached over PCIe), largest packs first
         free = _free_hbm(plan, hw, access)
@@ -315,6 +315,16 @@ def search(
             ev = score(f"{best.label} {pack.name}={sharding}", plan)
             if better(best, ev):
                 best = ev
+    # stage 3b: on several nodes, each row-wise pack as table-row-wise packs, one per node
+    # (its tables split by exchange cost), whose requests are merged per node
+    if hw.nodes > 1 and hw.gpus_per_node > 1:
+        for i, pack in enumerate(list(best.plan.packs)):
+            if pack.sharding != "row_wise" or over_budget():
+                continue
+            plan = _as_table_row_wise(best.plan, i, hw.gpus_per_node, access, batch)
+            ev = score(f"{best.label} {pack.name}=table_row_wise", plan)
+            if better(best, ev):
+                best = ev
     if progress:
         progress(steps, steps)
     # stage 4: re-simulate the best few with the discrete-event engine
@@ -336,6 +346,19 @@ def search(
         "candidates_scored": len(log), "access_source": sorted({a.source for a in access.values()}),
     })
     return SearchResult(plan, hot_ids, chosen, log, time.perf_counter() - t0)
+
+
+def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess], batch: int) -> Plan:
+    """Pack i replaced by one table-row-wise pack per node, tables balanced by exchange cost."""
+    pack = plan.packs[i]
+    nodes = plan.world_size // g
+    specs = [plan.model.table(t) for t in pack.tables]
+    costs = {t.name: table_cost(t, access[t.name], plan.world_size, batch) for t in specs}
+    parts = balanced_split(specs, costs, nodes)
+    new = [PackPlan(f"{pack.name}n{j}", names, "table_row_wise", list(range(j * g, j * g + g)), pack.placement)
+           for j, names in enumerate(parts)]
+    packs = [replace(p) for p in plan.packs[:i]] + new + [replace(p) for p in plan.packs[i + 1:]]
+    return replace(plan, packs=packs, notes={})
 
 
 def _plan_key(plan: Plan) -> str:

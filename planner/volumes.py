@@ -10,6 +10,14 @@ For one micro-batch of `B` samples per rank and each table t of a pack:
   exact owner (packed row % n, the cyclic row-wise rule of planner.plan) of the hottest
   cold rows, which is where the row partition is imbalanced.
 Everything is per rank, as numpy arrays of length world_size.
+
+Table-row-wise packs (rows cyclic over one node's g ranks) are exchanged hierarchically:
+a rank's IDs go first to the peer of its node with the owner's local index, which merges
+the requests of its node, then across nodes to the owner. The owner thus receives each
+node's distinct rows once: U_node = distinct(g * L, skip=hot) per node.
+
+With `dedup=False` (how TorchRec runs a plan: planner.torchrec_exchange) every lookup's
+ID travels and is read by its owner, the owner pools, and pooled vectors come back.
 """
 
 from __future__ import annotations
@@ -54,6 +62,13 @@ class PackVolumes:
     shard_rows: np.ndarray  # rows of the pack stored on each rank
     slice_bytes: float  # bytes of one row held by one owner (row_bytes / n for column_wise)
     coverage: dict[str, float] = field(default_factory=dict)  # per table hot coverage
+    node_unique: float = 0.0  # table-row-wise: distinct cold rows over one node's lookups
+    gpus_per_node: int = 1
+    # floats per sample each rank computes for every requester when owners pool (TorchRec):
+    # table-wise the pack's width on its rank, column-wise a slice, row-wise partial sums
+    owned_width: np.ndarray | None = None
+    # TorchRec: distinct rows each owner updates per micro-batch (its TBE sorts and merges)
+    update_rows: np.ndarray | None = None
 
     @property
     def world(self) -> int:
@@ -131,9 +146,11 @@ def _table_stats(acc: TableAccess, lookups: float, hot: int, head: bool) -> tupl
 
 
 def pack_volumes(
-    plan: Plan, pack: PackPlan, access: dict[str, TableAccess], samples: float
+    plan: Plan, pack: PackPlan, access: dict[str, TableAccess], samples: float,
+    gpus_per_node: int | None = None, dedup: bool = True,
 ) -> PackVolumes:
-    """Traffic of `pack` when each rank looks up `samples` samples."""
+    """Traffic of `pack` when each rank looks up `samples` samples (`dedup=False`: every
+    lookup travels, as TorchRec sends them)."""
     model = plan.model
     world = plan.world_size
     ranks = plan.pack_ranks(pack)
@@ -148,13 +165,25 @@ def pack_volumes(
     lookups = hot_l = hot_u = cold_u = cold_u0 = 0.0
     hot_rows = 0
     head_load = np.zeros(n)  # expected distinct head rows per owner index, per requester
-    tail = 0.0
+    tail = node_u = upd = 0.0
     coverage = {}
+    g = max(1, min(gpus_per_node or world, world))
     for spec in specs:
         acc = access[spec.name]
         hot = int(plan.hot_rows.get(spec.name, 0))
         L = samples * acc.pooling
+        if not dedup:  # TorchRec: no dedup, no hot rows: every lookup is a row to send and read
+            upd += acc.distinct(L * world, 0)
+            lookups += L
+            cold_u += L
+            cold_u0 += L
+            tail += L
+            node_u += L * g
+            coverage[spec.name] = 0.0
+            continue
         cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, pack.sharding == "row_wise" and n > 1)
+        if pack.sharding == "table_row_wise":
+            node_u += _table_stats(acc, L * g, hot, False)[2]
         lookups += L
         hot_l += L * cov
         hot_u += max(d_all - d_cold, 0.0)
@@ -172,35 +201,50 @@ def pack_volumes(
     recv = np.zeros(world)
     shard = np.zeros(world)
     idx = np.asarray(ranks)
+    owned = np.zeros(world)
+    width = sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs)
     if pack.sharding == "row_wise":
         recv[idx] = world * (head_load + tail / n)
         shard[idx] = [len(range(i, rows, n)) for i in range(n)]
         slice_bytes = float(row_bytes)
+        owned[idx] = width
+    elif pack.sharding == "table_row_wise":
+        # deduplicated: each node's distinct rows once (hierarchical); TorchRec: every lookup
+        recv[idx] = (world / g) * node_u / n if dedup else world * tail / n
+        shard[idx] = [len(range(i, rows, n)) for i in range(n)]
+        slice_bytes = float(row_bytes)
+        owned[idx] = width
     elif pack.sharding == "table_wise":
         recv[idx] = world * cold_u
         shard[idx] = rows
         slice_bytes = float(row_bytes)
+        owned[idx] = width
     elif pack.sharding == "column_wise":
         recv[idx] = world * cold_u
         shard[idx] = rows / n  # each owner holds dim/n columns of every row, counted in rows
         slice_bytes = row_bytes / n
+        owned[idx] = width / n
     else:  # replicated
         shard[:] = rows
         slice_bytes = float(row_bytes)
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
         placement=pack.placement, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
-        samples=samples, pooled_width=sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs),
+        samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
+        node_unique=node_u, gpus_per_node=g, owned_width=owned,
+        update_rows=None if dedup else np.where(recv > 0, upd / (1 if pack.sharding in ("table_wise", "column_wise")
+                                                             else n), 0.0),
     )
 
 
 def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
-    """Table-wise packs of one attribute group lowered as one exchange (TorchRec's fused
-    table-wise sharding: one all-to-all in which each rank is the owner of its own tables)."""
+    """Table-wise (or table-row-wise) packs of one attribute group lowered as one exchange
+    (TorchRec's fused sharding: one collective in which each rank owns its own tables)."""
     first = packs[0]
+    owned = None if first.owned_width is None else sum(p.owned_width for p in packs)
     recv = sum(p.recv_ids for p in packs)
     shard = sum(p.shard_rows for p in packs)
     cov: dict[str, float] = {}
@@ -208,7 +252,7 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         cov.update(p.coverage)
     return PackVolumes(
         name=f"{first.name}..{packs[-1].name}" if len(packs) > 1 else first.name,
-        tables=[t for p in packs for t in p.tables], sharding="table_wise",
+        tables=[t for p in packs for t in p.tables], sharding=first.sharding,
         ranks=sorted({r for p in packs for r in p.ranks}), placement=first.placement, dim=first.dim,
         row_bytes=first.row_bytes, state_bytes=first.state_bytes, samples=first.samples,
         pooled_width=sum(p.pooled_width for p in packs), rows=sum(p.rows for p in packs),
@@ -216,6 +260,8 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         hot_unique=sum(p.hot_unique for p in packs), cold_unique=sum(p.cold_unique for p in packs),
         cold_unique_nohot=sum(p.cold_unique_nohot for p in packs), hot_rows=sum(p.hot_rows for p in packs),
         recv_ids=recv, shard_rows=shard, slice_bytes=first.slice_bytes, coverage=cov,
+        node_unique=max(p.node_unique for p in packs), gpus_per_node=first.gpus_per_node, owned_width=owned,
+        update_rows=None if first.update_rows is None else sum(p.update_rows for p in packs),
     )
 
 

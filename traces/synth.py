@@ -269,3 +269,56 @@ def generate_criteo(
             os.unlink(tmp)
         raise
     return {"path": path, "rows": rows, "seed": seed, "preset": preset, "features": len(p.cardinalities)}
+
+
+# ---------------------------------------------------------------------------------------
+# Multi-hot Criteo (MLPerf DLRM-DCNv2): bags of IDs per feature, written as Parquet lists
+# ---------------------------------------------------------------------------------------
+# MLPerf's 40M-capped hashed Criteo 1TB cardinalities and IDs per sample of C1..C26
+CRITEO_1TB_CARDINALITIES = (
+    39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346,
+    10, 2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36,
+)  # fmt: skip
+CRITEO_MULTIHOT_SIZES = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
+MULTIHOT_PRESETS = ("criteo-multihot",)
+
+
+def generate_criteo_multihot(path: str | os.PathLike, rows: int, seed: int = 0, progress=None,
+                             zipf_s: float = 1.05, click_rate: float = 0.25, **_: object) -> dict:
+    """`rows` synthetic samples shaped as MLPerf's multi-hot Criteo 1TB, as Parquet: label, I1..I13
+    (floats) and C1..C26 as lists of exactly the feature's multi-hot size of Zipf(zipf_s) IDs."""
+    import pyarrow.parquet as pq
+
+    if rows < 0:
+        raise TraceError(f"synth: rows must be >= 0, got {rows}")
+    path = os.fspath(path)
+    if not path.endswith(".parquet"):
+        raise TraceError(f"{path}: the criteo-multihot preset writes Parquet (name the file .parquet)")
+    samplers = [ZipfSampler(V, zipf_s) for V in CRITEO_1TB_CARDINALITIES]
+    writer = None
+    tmp = path + ".tmp"
+    try:
+        for b, start in enumerate(range(0, rows, BLOCK_ROWS)):
+            n = min(BLOCK_ROWS, rows - start)
+            rng = np.random.Generator(np.random.PCG64([seed, b]))
+            cols = {"label": pa.array((rng.random(n) < click_rate).astype(np.int64))}
+            for i, (_, mu, sigma) in enumerate(CRITEO_KAGGLE_DENSE):
+                cols[f"I{i + 1}"] = pa.array(np.floor(np.expm1(np.maximum(rng.normal(mu, sigma, n), 0.0))))
+            for j, (sampler, k) in enumerate(zip(samplers, CRITEO_MULTIHOT_SIZES)):
+                ids = scramble(sampler.sample(rng, n * k), j) % CRITEO_1TB_CARDINALITIES[j]
+                cols[f"C{j + 1}"] = pa.ListArray.from_arrays(np.arange(0, n * k + 1, k, dtype=np.int32),
+                                                             pa.array(ids))
+            table = pa.table(cols)
+            writer = writer or pq.ParquetWriter(tmp, table.schema)
+            writer.write_table(table)
+            if progress is not None:
+                progress(start + n, rows)
+        if writer is not None:
+            writer.close()
+            os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return {"path": path, "rows": rows, "seed": seed, "preset": "criteo-multihot", "features": 26,
+            "multi_hot": list(CRITEO_MULTIHOT_SIZES)}

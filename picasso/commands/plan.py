@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--profile", help="access profile from `picasso analyze` (default: Zipf(1.05) per table)")
     p.add_argument("--scale-to", type=int, metavar="ROWS", help="extrapolate the profile to this many rows first")
     p.add_argument("-o", "--output", default="plan.json", help="plan file to write (default: plan.json)")
-    p.add_argument("--baseline", help="write this baseline instead of searching: naive, torchrec-like, dp-hot-only")
+    p.add_argument("--baseline", help="write this baseline instead of searching: naive, torchrec-like, dp-hot-only, "
+                                      "torchrec (TorchRec's own planner; needs picasso[torchrec])")
     p.add_argument("--batch-size", type=int, help="samples per rank per step (default: 4096 on GPUs, 256 on CPUs)")
     p.add_argument("--row-cap", type=int, metavar="N", help="cap every table at N rows (for CPU runs)")
     p.add_argument("--micro-batches", help="micro-batch counts the search may use, e.g. 1,2,4 (default 1,2,4,8)")
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from picasso.commands.simulate import load_inputs
     from picasso.progress import Progress
-    from planner.baselines import BASELINES, baseline_plan
+    from planner.baselines import BASELINES, TORCHREC, baseline_plan
     from planner.errors import PlanError
     from planner.explain import explain
     from planner.search import search
@@ -50,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     hot_ids = None
     search_info = None
     if args.baseline:
-        if args.baseline not in BASELINES:
-            raise PlanError(f"--baseline {args.baseline!r}: expected one of {', '.join(BASELINES)}")
+        if args.baseline not in BASELINES + (TORCHREC,):
+            raise PlanError(f"--baseline {args.baseline!r}: expected one of {', '.join(BASELINES + (TORCHREC,))}")
         plan = baseline_plan(args.baseline, model, hw.world_size, batch, hw, access)
         evaluation = None
     else:
@@ -74,7 +75,11 @@ def run(args: argparse.Namespace) -> int:
         plan.notes["row_cap"] = int(args.row_cap)
     if args.set:
         plan.notes["hardware_overrides"] = list(args.set)
-    ex = explain(plan, hw, access=access, evaluation=evaluation)
+    from planner.torchrec_bridge import INSTALL_HINT, torchrec_available
+
+    # with TorchRec installed, its own plan is a baseline beside the others
+    has_tr = torchrec_available()
+    ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()))
     plan.notes["predicted_iteration_us"] = ex.evaluation.iteration_us
     plan.notes["predicted_samples_per_s"] = plan.global_batch / ex.evaluation.iteration_us * 1e6
     plan.notes["speedups"] = ex.speedups()
@@ -92,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.explain:
         print(ex.text())
+        if not has_tr:
+            print(f"torchrec baseline: n/a ({INSTALL_HINT})")
     else:
         d = ex.to_dict()
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)

@@ -7,7 +7,8 @@ import argparse
 
 def register(sub, common) -> None:
     p = sub.add_parser("synth", parents=[common], help="write a synthetic Criteo-format click log")
-    p.add_argument("--preset", default="criteo-kaggle", help="generator preset (default: criteo-kaggle)")
+    p.add_argument("--preset", default="criteo-kaggle",
+                   help="generator preset: criteo-kaggle (TSV), criteo-multihot (MLPerf DLRM-DCNv2 bags, Parquet)")
     p.add_argument("--rows", type=_rows, required=True, help="number of rows, e.g. 1000000 or 1e6")
     p.add_argument("-o", "--output", required=True, help="output file (.gz compresses)")
     p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same file)")
@@ -31,7 +32,7 @@ def run(args) -> int:
     import time
 
     from picasso.progress import Progress
-    from traces.synth import generate_criteo
+    from traces.synth import MULTIHOT_PRESETS, generate_criteo, generate_criteo_multihot
 
     params = {}
     if args.zipf_s is not None:
@@ -40,7 +41,10 @@ def run(args) -> int:
         params["click_rate"] = args.click_rate
     bar = Progress("synth", unit=" rows")
     t0 = time.perf_counter()
-    info = generate_criteo(args.output, args.rows, seed=args.seed, preset=args.preset, progress=bar, **params)
+    if args.preset in MULTIHOT_PRESETS:
+        info = generate_criteo_multihot(args.output, args.rows, seed=args.seed, progress=bar, **params)
+    else:
+        info = generate_criteo(args.output, args.rows, seed=args.seed, preset=args.preset, progress=bar, **params)
     bar.close()
     dt = time.perf_counter() - t0
     info["seconds"] = round(dt, 3)
