@@ -153,7 +153,11 @@ def test_expected_distinct_grouped_for_big_features():
 def test_no_valid_rows_is_an_error(tmp_path):
     p = tmp_path / "bad.tsv"
     p.write_text("just one field\nanother\n")
-    with pytest.raises(TraceError, match="no valid rows"):
+    with pytest.raises(TraceError, match="expected 40 tab-separated fields .* none of the first 2 lines"):
+        profile_file(p, "criteo")
+    # Criteo's width, every row malformed: the reason is given without --strict
+    p.write_text("\t".join(["1", *["1"] * 13, *["0000000a"] * 25, "nothex!!"]) + "\n")
+    with pytest.raises(TraceError, match=r"no valid rows \(1 malformed; first: .*:1: field C26: expected 8 hex"):
         profile_file(p, "criteo")
 
 
