@@ -53,9 +53,7 @@ def run(args) -> int:
     import sys
 
     from picasso.progress import Progress
-    from traces.profile import profile_file
-
-    from traces.profile import check_output
+    from traces.profile import check_output, profile_file
 
     if args.batch_size <= 0:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
