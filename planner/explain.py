@@ -22,7 +22,6 @@ from planner.plan import Plan
 from planner.search import Evaluation, byte_costs, evaluate, full_symmetry, hot_threshold_rows
 from planner.volumes import ID_BYTES, gib
 
-
 # How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
 # gradients from every rank; hot rows of a sharded pack ride in the dense all-reduce).
 BASELINE_SYNC = {
