@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
         print(f"wrote {args.output}: {len(plan.packs)} pack(s), predicted {d['predicted_iteration_us']:.1f} us/step"
               + (f"; speedup {sp}" if sp else ""))
+    if profile is None:
+        print("note: no --profile: every table's accesses are an assumed Zipf(1.05), not data", file=sys.stderr)
     if search_info:
         print(f"searched {search_info['candidates']} candidates in {search_info['elapsed_s']:.2f} s", file=sys.stderr)
     return 0
@@ -126,7 +128,6 @@ def check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
 
     sources = access_sources(model, profile, args.profile)
     if profile is None:
-        print("note: no --profile: every table's accesses are an assumed Zipf(1.05), not data", file=sys.stderr)
         return sources
     missing = unmatched_tables(model, profile)
     if missing and not args.assume_zipf:
