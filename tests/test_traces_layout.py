@@ -80,6 +80,21 @@ def test_wrong_format_of_real_files(criteo_sample_dir, tmp_path):
     assert r.feature_names == [f"c{i}" for i in range(15, 41)] and sum(c.rows for c in r) == 7200
 
 
+@pytest.mark.parametrize("fmt", ["csv", "avazu", "criteo", "libsvm"])
+def test_text_formats_refuse_other_layouts(criteo, tmp_path, fmt):
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"label": [0, 1], "item": [3, 4]}), data)
+    with pytest.raises(TraceError, match="this is a Parquet file, not text: try --format parquet"):
+        open_reader(data, fmt)
+    if fmt == "libsvm":
+        with pytest.raises(TraceError, match="none of the first .* lines is libsvm/libfm text .*try --format criteo"):
+            profile_file(criteo, "libsvm")
+        csv_ = tmp_path / "a.csv"
+        csv_.write_text("click,site,app\n" + "".join(f"{i % 2},s{i},a{i % 3}\n" for i in range(30)))
+        with pytest.raises(TraceError, match="3 comma-separated fields, a header row: try --format csv --sep comma"):
+            profile_file(csv_, "libsvm")
+
+
 def test_libfm_read_as_csv_points_at_libsvm(tmp_path):
     p = tmp_path / "apps.libfm"
     p.write_text(libfm_text(50))
@@ -98,10 +113,9 @@ def test_headerless_tsv_as_csv_with_repeated_values(tmp_path):
     one_line_error(["analyze", str(p), "--format", "csv", "--header"], "column name 'ab' appears 2 times")
 
 
-@pytest.mark.parametrize("text,sep", [("tab", "\t"), ("\\t", "\t"), ("\t", "\t"), ("comma", ","), ("SEMICOLON", ";"),
-                                      (",", ","), ("|", "|"), ("space", " ")])
-def test_sep_names_and_escapes(text, sep):
-    assert parse_sep(text) == sep
+def test_sep_names_and_escapes():
+    cases = {"tab": "\t", "\\t": "\t", "\t": "\t", "comma": ",", "SEMICOLON": ";", ",": ",", "|": "|", "space": " "}
+    assert {text: parse_sep(text) for text in cases} == cases
 
 
 def test_sep_errors_are_one_line(tmp_path):

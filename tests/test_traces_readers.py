@@ -265,6 +265,12 @@ def test_libfm_malformed(tmp_path, data):
     p.write_text(text)
     good = [toks for _, ok, toks in expect if ok]
     bad = [ln for ln, ok, _ in expect if not ok]
+    if not good:  # every line malformed: either counted, or refused as not libsvm text at all
+        try:
+            open_reader(p, "libsvm")
+        except TraceError as e:
+            assert "is libsvm/libfm text" in str(e)
+            return
     r = open_reader(p, "libsvm", chunk_bytes=4096)
     chunks = list(r)
     assert sum(c.rows for c in chunks) == len(good) and r.stats.rows_bad == len(bad)

@@ -23,7 +23,7 @@ import pyarrow.csv as pcsv
 
 from traces.errors import TraceError
 from traces.ids import ints_to_ids, parse_hex8_present, strings_to_ids
-from traces.sniff import SEP_WORDS, guess_layout, header_problem, parse_sep, split, widths
+from traces.sniff import SEP_WORDS, guess_layout, header_problem, libsvm_line, parse_sep, split, widths
 
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 MAX_BAD_LINES = 10
@@ -157,9 +157,15 @@ class _BlockSource:
 
 def sample_lines(path: str, max_lines: int = 200, max_bytes: int = 1 << 20) -> list[str]:
     """The first lines of a text file (plain or gzip), decoded leniently, for layout checks."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"PAR1":
+        raise TraceError(f"{path}: this is a Parquet file, not text: try --format parquet")
     lines: list[str] = []
     size = 0
     for block, _ in _BlockSource(path, 1 << 16):
+        if b"\0" in block:
+            raise TraceError(f"{path}: binary data (NUL bytes) in a text format: check the file and --format")
         lines.extend(block.decode("utf-8", "replace").splitlines())
         size += len(block)
         if len(lines) > max_lines or size >= max_bytes:
@@ -724,6 +730,11 @@ class LibsvmReader(Reader):
     ) -> None:
         super().__init__(path, strict=strict, chunk_bytes=chunk_bytes, progress=progress)
         self.source = _BlockSource(self.path, chunk_bytes)
+        body = [x for x in sample_lines(self.path) if x.strip()]
+        if body and not any(libsvm_line(x, min_tokens=0) for x in body):
+            desc, hint = guess_layout(body)
+            raise TraceError(f"{self.path}: none of the first {len(body)} lines is libsvm/libfm text "
+                             f"(label idx:value ...); the file looks like {desc}: try {hint}")
         self.ranges = _load_field_map(field_map, self.path) if field_map is not None else None
         self.map_name = os.fspath(field_map) if isinstance(field_map, (str, os.PathLike)) else "--field-map"
         self.unmapped = [0, 0]  # tokens in no field-map range, tokens in all (rows kept)

@@ -41,13 +41,16 @@ def is_data_token(token: str) -> bool:
     return not t or bool(_NUMBER.match(t) or _HASH.match(t) or _LIBSVM_TOKEN.match(t))
 
 
-def looks_libsvm(lines: list[str]) -> bool:
-    """Most lines are `label idx:val ...` or `label field:idx:val ...`."""
-    def one(line: str) -> bool:
-        parts = line.split()
-        return len(parts) >= 2 and bool(_NUMBER.match(parts[0])) and all(_LIBSVM_TOKEN.match(p) for p in parts[1:])
+def libsvm_line(line: str, min_tokens: int = 1) -> bool:
+    """`label idx:val ...` or `label field:idx:val ...` with at least `min_tokens` tokens."""
+    parts = line.split()
+    return (len(parts) > min_tokens and bool(_NUMBER.match(parts[0]))
+            and all(_LIBSVM_TOKEN.match(p) for p in parts[1:]))
 
-    return bool(lines) and sum(map(one, lines)) >= 0.9 * len(lines)
+
+def looks_libsvm(lines: list[str]) -> bool:
+    """Most lines are libsvm/libfm lines with at least one token."""
+    return bool(lines) and sum(libsvm_line(x) for x in lines) >= 0.9 * len(lines)
 
 
 def widths(lines: list[str], sep: str) -> Counter:
