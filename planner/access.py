@@ -11,7 +11,9 @@ And `hot_rows(n)` gives the n hottest rows themselves (for the plan's hot-ID fil
 With a `traces.AccessProfile` the answers come from the measured counts
 (`ProfileAccess`); with none, or for a table the profile lacks, the planner assumes
 Zipf(alpha) over the table's rows with the TableSpec's pooling factor (`ZipfAccess`,
-alpha = 1.05 unless the model's `extra["zipf_alpha"]` says otherwise).
+alpha = 1.05 unless the model's `extra["zipf_alpha"]` says otherwise). `picasso plan`
+refuses a profile that lacks tables unless told to assume (`unmatched_tables`), and
+`access_sources` says per table which of the two it got.
 """
 
 from __future__ import annotations
@@ -264,3 +266,35 @@ def _zipf(t: TableSpec, alpha: float) -> ZipfAccess:
 @lru_cache(maxsize=4096)
 def _zipf_cached(name: str, rows: int, pooling: float, alpha: float) -> ZipfAccess:
     return ZipfAccess(name, rows, pooling, alpha)
+
+
+# ---- where each table's statistics come from ------------------------------------------
+
+
+def unmatched_tables(model: ModelSpec, profile: Any) -> list[str]:
+    """Tables of `model` that `profile` has no feature for (they would get an assumed Zipf)."""
+    features = getattr(profile, "features", {}) or {}
+    return [t.name for t in model.tables if t.name not in features]
+
+
+def access_sources(model: ModelSpec, profile: Any | None, profile_name: str | None = None) -> dict[str, str]:
+    """Per table, in words, where its access statistics come from (what --explain and --json show)."""
+    features = getattr(profile, "features", {}) if profile is not None else {}
+    alpha_cfg = model.extra.get("zipf_alpha", DEFAULT_ZIPF_ALPHA)
+    where = profile_name or getattr(profile, "source", "the profile")
+    out = {}
+    for t in model.tables:
+        alpha = alpha_cfg.get(t.name, DEFAULT_ZIPF_ALPHA) if isinstance(alpha_cfg, dict) else alpha_cfg
+        f = features.get(t.name)
+        if profile is None:
+            out[t.name] = f"assumed zipf({float(alpha):g}): no profile given"
+        elif f is None:
+            out[t.name] = f"assumed zipf({float(alpha):g}): {where} has no feature {t.name!r}"
+        elif len(getattr(f, "ids", ())) == 0:
+            out[t.name] = f"assumed zipf({float(alpha):g}): feature {t.name!r} of {where} has no IDs"
+        else:
+            kind = (f"extrapolated to {f.extrapolated_to:,} rows from {f.model.get('source_rows', 0):,}"
+                    if getattr(f, "extrapolated_to", None) and f.model else
+                    ("exact counts" if f.exact else "head counts + sketched tail"))
+            out[t.name] = f"measured: feature {t.name!r} of {where} ({f.distinct:,} distinct IDs, {kind})"
+    return out

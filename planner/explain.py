@@ -7,6 +7,8 @@ Entry point: `explain(plan, hw, profile=None, access=None, baselines=BASELINES, 
 
 from __future__ import annotations
 
+import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +19,25 @@ from planner.baselines import BASELINES, baseline_plan
 from planner.bounds import embedding_free_us
 from planner.errors import PlanError
 from planner.plan import Plan
-from planner.search import Evaluation, evaluate, full_symmetry
+from planner.search import Evaluation, byte_costs, evaluate, full_symmetry, hot_threshold_rows
 from planner.volumes import ID_BYTES, gib
+
+# How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
+# gradients from every rank; hot rows of a sharded pack ride in the dense all-reduce).
+BASELINE_SYNC = {
+    "naive": "one pack per table, placed table-wise: an all-to-all per table, no hot rows",
+    "torchrec-like": "row-wise/table-wise packs, one fused all-to-all per attribute group, no hot rows",
+    "dp-hot-only": "every table replicated: each step all-gathers the sparse gradients of all ranks "
+                   "(world x touched rows) and applies them on every rank; no all-to-all",
+}
+HOT_SCALE_RE = re.compile(r"hot=x([0-9.]+)")
+
+
+def pack_sync(sharding: str, hot_rows: int) -> str:
+    """How a pack's embedding gradients are synchronised, in words."""
+    if sharding == "replicated":
+        return "all-gather of sparse grads"
+    return "all-to-all" + (" + hot rows in dense all-reduce" if hot_rows else "")
 
 
 @dataclass
@@ -32,6 +51,9 @@ class Explanation:
     # the iteration with every embedding op free: no plan of this model on this hardware
     # can beat it (planner.bounds)
     embedding_free_us: float | None = None
+    hw: Any = None
+    access: dict[str, TableAccess] | None = None
+    sources: dict[str, str] | None = None  # per table: where its access statistics come from
 
     # ---- pieces ------------------------------------------------------------------
     def packs(self) -> list[dict[str, Any]]:
@@ -41,17 +63,88 @@ class Explanation:
         for pv in lo.packs:
             lookups = max(pv.lookups, 1e-12)
             a2a = 0.0 if pv.sharding == "replicated" else pv.cold_unique * (ID_BYTES + 2 * pv.row_bytes) * k
+            replicated = pv.sharding == "replicated"
             rows.append({
                 "pack": pv.name, "tables": pv.tables, "sharding": pv.sharding,
                 "ranks": "all" if len(pv.ranks) == self.plan.world_size else pv.ranks,
                 "placement": pv.placement, "rows": pv.rows, "dim": pv.dim, "hot_rows": pv.hot_rows,
-                "hot_coverage": pv.hot_lookups / lookups,
+                # a replicated pack is read locally in full: all of it is "hot"
+                "hot_coverage": 1.0 if replicated else pv.hot_lookups / lookups,
+                "sync": pack_sync(pv.sharding, pv.hot_rows),
                 "a2a_bytes_per_step": a2a,
                 "bytes_saved_per_step": pv.bytes_saved_per_step(k),
                 "owner_imbalance": float(pv.recv_ids.max() / max(pv.recv_ids[pv.recv_ids > 0].mean(), 1e-12))
                 if (pv.recv_ids > 0).any() else 1.0,
             })
         return rows
+
+    def tables(self) -> list[dict[str, Any]]:
+        """Per table: where its statistics come from, and why its hot set has the size it has.
+
+        The numbers are the planner's own (planner.search.hot_threshold_rows): a hot row costs
+        its gradient in the all-reduce every step; it saves, when cold, its exchange (ID, row
+        and gradient) in each micro-batch it appears in, with probability q = 1-(1-p)^L.
+        """
+        if self.access is None:
+            return []
+        plan, k, world = self.plan, self.plan.micro_batches, self.plan.world_size
+        access = self.access
+        c_a2a, c_ar = byte_costs(self.hw, world) if self.hw is not None else (1.0, 1.0)
+        m = HOT_SCALE_RE.search(str(plan.notes.get("label", "")))
+        scale = float(m.group(1)) if m else None
+        out = []
+        for pack in plan.packs:
+            for name in pack.tables:
+                t, acc = plan.model.table(name), access.get(name)
+                rec: dict[str, Any] = {"table": name, "pack": pack.name, "source": (self.sources or {}).get(
+                    name, getattr(acc, "source", "?")), "hot_rows": plan.hot_rows.get(name, 0)}
+                if acc is not None:
+                    rec.update(self._hot_reason(t, acc, pack, k, world, c_a2a, c_ar, scale))
+                out.append(rec)
+        return out
+
+    def _hot_reason(self, t, acc, pack, k, world, c_a2a, c_ar, scale) -> dict[str, Any]:
+        rb = t.bytes_per_row
+        lookups = max(self.plan.batch_size_per_rank / k * acc.pooling, 1.0)
+        _, p_top = acc.head(0, 1)
+        p1 = float(p_top[0]) if len(p_top) else 0.0
+        q1 = -math.expm1(lookups * math.log1p(-min(p1, 1 - 1e-15)))
+        on_host = pack.placement == "host"
+        c_gather = 1e6 / self.hw.pcie_bw if on_host and self.hw is not None else (
+            2e6 / self.hw.gpu.hbm_bw if self.hw is not None else 0.0)
+        per_mb = ID_BYTES + 2 * rb  # ID out, row back, gradient back
+        rec = {
+            "top_row_share": p1, "top_row_in_micro_batch": q1,
+            "hot_row_cost_bytes": rb, "hot_row_cost_us": rb * c_ar,
+            "top_row_saves_bytes": k * q1 * per_mb, "top_row_saves_us": k * q1 * (per_mb * c_a2a + rb * c_gather),
+            "scale_kept": scale,
+        }
+        closed = hot_threshold_rows(t, acc, self.plan.batch_size_per_rank / k, k, c_a2a, c_ar, c_gather)
+        theta = rb * c_ar / (k * (per_mb * c_a2a + rb * c_gather))
+        rec["threshold_in_micro_batch"] = theta if theta < 1 else None
+        rec["threshold_share"] = -math.expm1(math.log1p(-theta) / lookups) if theta < 1 else None
+        rec["closed_form_rows"] = closed
+        chosen = self.plan.hot_rows.get(t.name, 0)
+        if pack.sharding == "replicated":
+            why = "replicated pack: every row is local (sparse gradients all-gathered), no hot set needed"
+        elif world <= 1:
+            why = "one rank: nothing is exchanged, so no row is worth replicating"
+        elif theta >= 1:
+            why = (f"a hot row's all-reduce ({rb} B, {rb * c_ar:.3g} us) costs more than the exchange it saves even "
+                   f"in every micro-batch ({k * per_mb} B, {k * (per_mb * c_a2a + rb * c_gather):.3g} us)")
+        elif closed == 0:
+            why = (f"no row is hot enough: the hottest ({p1:.1%} of lookups, in {q1:.0%} of micro-batches) saves "
+                   f"{rec['top_row_saves_us']:.3g} us < the {rb * c_ar:.3g} us its all-reduce costs")
+        elif chosen == 0 and scale == 0:
+            why = f"{closed:,} rows pass the threshold, but the search simulated scale x0 (no hot rows) as faster"
+        elif scale is not None and chosen < round(closed * scale) * 0.99:
+            why = f"{closed:,} rows pass the threshold x{scale:g}, cut to fit the device-memory budget"
+        else:
+            why = (f"rows above {rec['threshold_share']:.2e} of lookups (in >= {theta:.1%} of micro-batches) "
+                   f"save more than they cost: {closed:,}" + (f", kept at scale x{scale:g}" if scale is not None
+                                                                else ""))
+        rec["why"] = why
+        return rec
 
     def time_by_phase(self) -> dict[str, dict[str, float]]:
         """Busy time (us) of the first simulated rank per phase (fwd/bwd/opt) and lane."""
@@ -88,6 +181,8 @@ class Explanation:
             "predicted_iteration_us": ev.iteration_us, "engine": ev.engine,
             "samples_per_s": (self.plan.global_batch / ev.iteration_us * 1e6) if ev.iteration_us else None,
             "packs": self.packs(),
+            "tables": self.tables(),
+            "baseline_sync": {n: BASELINE_SYNC.get(n, "") for n in self.baselines},
             "time_by_phase_us": self.time_by_phase(),
             "time_by_resource_us": self.time_by_resource(),
             "memory": ev.lowered.memory.to_dict(),
@@ -117,11 +212,20 @@ class Explanation:
             "",
             _table(
                 ["pack", "tables", "sharding", "ranks", "place", "rows", "hot rows", "hot cover",
-                 "a2a MB/step", "saved MB/step", "imbalance"],
+                 "a2a MB/step", "saved MB/step", "imbalance", "sync"],
                 [[p["pack"], _tables(p["tables"]), p["sharding"], str(p["ranks"]), p["placement"], f"{p['rows']:,}",
-                  f"{p['hot_rows']:,}", f"{p['hot_coverage']:.1%}", f"{p['a2a_bytes_per_step'] / 1e6:.2f}",
-                  f"{p['bytes_saved_per_step'] / 1e6:.2f}", f"{p['owner_imbalance']:.2f}"] for p in d["packs"]],
+                  "all" if p["sharding"] == "replicated" else f"{p['hot_rows']:,}",
+                  "all (replicated)" if p["sharding"] == "replicated" else f"{p['hot_coverage']:.1%}",
+                  f"{p['a2a_bytes_per_step'] / 1e6:.2f}", f"{p['bytes_saved_per_step'] / 1e6:.2f}",
+                  f"{p['owner_imbalance']:.2f}", p["sync"]] for p in d["packs"]],
             ),
+            "",
+            *(["per table: access statistics and hot set (a hot row costs its gradient in the all-reduce each "
+               "step; cold, it is exchanged in each micro-batch it appears in):"] if d["tables"] else []),
+            _table(["table", "hot rows", "top row", "hot row costs", "top row saves", "why", "statistics"],
+                   [[r["table"], f"{r['hot_rows']:,}", f"{r.get('top_row_share', 0):.1%}",
+                     f"{r.get('hot_row_cost_bytes', 0)} B", f"{r.get('top_row_saves_bytes', 0):,.0f} B",
+                     r.get("why", ""), r["source"]] for r in d["tables"]]) if d["tables"] else "",
             "",
             "time by phase (us, busy per lane, one rank):",
             _table(["phase"] + list(_lanes(d)), [[ph] + [f"{lanes.get(la, 0.0):.1f}" for la in _lanes(d)]
@@ -143,7 +247,8 @@ class Explanation:
         for name, s in d["speedups"].items():
             us = d["baselines_us"][name]
             why = d["baseline_problems"].get(name)
-            lines.append(f"  {name:14s} " + (f"{us:10.1f} us  -> {s:.2f}x" if s else f"n/a ({why})"))
+            lines.append(f"  {name:14s} " + (f"{us:10.1f} us  -> {s:.2f}x" if s else f"n/a ({why})")
+                         + (f"  [{d['baseline_sync'][name]}]" if d["baseline_sync"].get(name) else ""))
         for name, us in d["baselines_as_executed_us"].items():
             if us:
                 lines.append(f"  ({name} as the executor runs it, one exchange per pack: {us:.1f} us -> "
@@ -177,8 +282,12 @@ def explain(
     baselines: tuple[str, ...] = BASELINES,
     engine: str = "simpy",
     evaluation: Evaluation | None = None,
+    sources: dict[str, str] | None = None,
 ) -> Explanation:
-    """Simulate `plan` (unless `evaluation` is given) and each baseline the same way."""
+    """Simulate `plan` (unless `evaluation` is given) and each baseline the same way.
+
+    `sources`: per table, where its access statistics come from (planner.access.access_sources).
+    """
     access = access if access is not None else table_access(plan.model, profile)
     ev = evaluation or evaluate(plan, hw, access, engine, full_symmetry(plan), "plan")
     if ev.iteration_us is None:
@@ -202,4 +311,4 @@ def explain(
         free = embedding_free_us(plan, hw, access, ev.engine)
     except PlanError:
         free = None
-    return Explanation(plan, ev, out, executed, free)
+    return Explanation(plan, ev, out, executed, free, hw=hw, access=access, sources=sources)

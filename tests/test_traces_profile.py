@@ -70,7 +70,8 @@ def test_coverage_presence_and_expected_distinct(tmp_path):
         total = counts.sum()
         for n in (1, 7, 100, len(counts)):
             assert f.coverage_at(n) == pytest.approx(counts[:n].sum() / total)
-        assert f.coverage(0.1) == pytest.approx(f.coverage_at(0.1 * len(counts)))
+        top = -(-len(counts) // 10)  # whole IDs: ceil(10% of distinct)
+        assert f.coverage(0.1) == pytest.approx(counts[:top].sum() / total)
         assert f.hot_ids(3).tolist() == f.ids[:3].tolist() and cnt[int(f.ids[0])] == counts[0]
         # Batch presence: at most 30 batches, spread over the file (every 2nd of ~40 here).
         assert 10 <= f.presence_batches <= 30
@@ -153,7 +154,11 @@ def test_expected_distinct_grouped_for_big_features():
 def test_no_valid_rows_is_an_error(tmp_path):
     p = tmp_path / "bad.tsv"
     p.write_text("just one field\nanother\n")
-    with pytest.raises(TraceError, match="no valid rows"):
+    with pytest.raises(TraceError, match="expected 40 tab-separated fields .* none of the first 2 lines"):
+        profile_file(p, "criteo")
+    # Criteo's width, every row malformed: the reason is given without --strict
+    p.write_text("\t".join(["1", *["1"] * 13, *["0000000a"] * 25, "nothex!!"]) + "\n")
+    with pytest.raises(TraceError, match=r"no valid rows \(1 malformed; first: .*:1: field C26: expected 8 hex"):
         profile_file(p, "criteo")
 
 

@@ -119,6 +119,10 @@ def test_criteo_malformed_rows_skipped_and_counted(tmp_path, data, gz):
     bad_lines = [ln for ln, ok, _ in expect if not ok]
     if not good and not bad_lines:
         return
+    if all(len(f) != 40 for _, _, f in expect):  # no line has Criteo's width: the wrong format
+        with pytest.raises(TraceError, match="expected 40 tab-separated fields"):
+            open_reader(path, "criteo")
+        return
     r = open_reader(path, "criteo", chunk_bytes=4096)
     _, n, labels, dense, bags = read_all(r)
     assert n == len(good) == r.stats.rows_ok
@@ -261,6 +265,12 @@ def test_libfm_malformed(tmp_path, data):
     p.write_text(text)
     good = [toks for _, ok, toks in expect if ok]
     bad = [ln for ln, ok, _ in expect if not ok]
+    if not good:  # every line malformed: either counted, or refused as not libsvm text at all
+        try:
+            open_reader(p, "libsvm")
+        except TraceError as e:
+            assert "is libsvm/libfm text" in str(e)
+            return
     r = open_reader(p, "libsvm", chunk_bytes=4096)
     chunks = list(r)
     assert sum(c.rows for c in chunks) == len(good) and r.stats.rows_bad == len(bad)
@@ -370,6 +380,10 @@ def test_csv_malformed_rows(tmp_path, data, gz):
     p.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
     good = [f for _, ok, f in expect if ok]
     bad = [ln for ln, ok, _ in expect if not ok]
+    if expect and all(len(f) != 4 for _, _, f in expect):  # no row fits the header: not taken for one
+        with pytest.raises(TraceError, match="not a header row: it has 4 fields but none of the"):
+            open_reader(p, "csv", dense="price")
+        return
     r = open_reader(p, "csv", dense="price", multi_sep="|", multi="hist", chunk_bytes=4096)
     _, n, labels, dense, bags = read_all(r)
     assert n == len(good) and r.stats.rows_bad == len(bad) and r.stats.first_bad_lines == bad[:10]

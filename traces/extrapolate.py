@@ -86,9 +86,10 @@ def expected_fingerprint(lam: np.ndarray, sizes: np.ndarray, edges: np.ndarray) 
 class ZipfMandelbrotFit:
     """Fit of (s, q, V) to a sample fingerprint; see the module docstring."""
 
-    def __init__(self, counts: np.ndarray, sizes: np.ndarray | None = None) -> None:
+    def __init__(self, counts: np.ndarray, sizes: np.ndarray | None = None, max_vocab: float | None = None) -> None:
         """`counts` per ID, or with `sizes`: count values and how many IDs have each
-        (the frequency groups of a sketched profile; sizes may be estimates)."""
+        (the frequency groups of a sketched profile; sizes may be estimates); `max_vocab`:
+        a known cardinality the vocabulary may not exceed."""
         values = np.rint(np.asarray(counts, np.float64)).astype(np.int64)
         weights = np.ones(len(values)) if sizes is None else np.asarray(sizes, np.float64)
         keep = (values > 0) & (weights > 0)
@@ -101,6 +102,7 @@ class ZipfMandelbrotFit:
         self.obs = np.bincount(idx, weights=weights, minlength=len(self.edges)).astype(np.float64)
         self.s = self.q = self.V = None
         self.deviance = None
+        self.max_logv = float(np.log(min(MAX_VOCAB, max_vocab or MAX_VOCAB) / max(self.D, 1)))
 
     def _probs(self, s: float, q: float, V: float) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = _rank_bins(V)
@@ -110,7 +112,7 @@ class ZipfMandelbrotFit:
 
     def _deviance(self, theta: np.ndarray) -> float:
         s, logq, logv = theta
-        if not (0.05 <= s <= 5.0 and -3 <= logq <= 14 and 0.0 <= logv <= np.log(MAX_VOCAB / max(self.D, 1))):
+        if not (0.05 <= s <= 5.0 and -3 <= logq <= 14 and 0.0 <= logv <= self.max_logv):
             return 1e18
         V = self.D * np.exp(logv)
         p, m = self._probs(s, float(np.exp(logq)), V)
@@ -123,7 +125,8 @@ class ZipfMandelbrotFit:
 
     def fit(self) -> ZipfMandelbrotFit:
         # Coarse grid for a starting point, then Nelder-Mead from the best cell.
-        grid = [np.array([s0, 0.0, lv]) for s0 in (0.6, 0.8, 1.0, 1.2, 1.6, 2.5) for lv in (0.05, 1.0, 3.0, 7.0)]
+        lvs = sorted({min(lv, self.max_logv) for lv in (0.05, 1.0, 3.0, 7.0)})
+        grid = [np.array([s0, 0.0, lv]) for s0 in (0.6, 0.8, 1.0, 1.2, 1.6, 2.5) for lv in lvs]
         x0 = min(grid, key=self._deviance)
         best = minimize(self._deviance, x0, method="Nelder-Mead",
                         options={"xatol": 1e-3, "fatol": 1e-4, "maxiter": 300, "initial_simplex": _simplex(x0)})  # fmt: skip
@@ -185,19 +188,39 @@ def needs_model(fp: FeatureProfile) -> bool:
     return bool(np.any(fp.group_values == 1))
 
 
-def scale_feature(fp: FeatureProfile, rows: int) -> FeatureProfile:
-    """The feature's expected profile at `rows` rows (same pooling factor and missing rate)."""
+def scale_feature(fp: FeatureProfile, rows: int, cardinality: int | None = None) -> FeatureProfile:
+    """The feature's expected profile at `rows` rows (same pooling factor and missing rate).
+
+    `cardinality`: the number of values the feature is known to have (a model's num_rows,
+    `--cardinality`); the fitted vocabulary never exceeds it. The model record tells
+    whether a fit without the cap went past it (`capped_from`: the sample's head is then
+    unrepresentative) and the range the distinct count may lie in (`distinct_range`: the
+    IDs seen up to the fitted vocabulary, as many as there are accesses at most).
+    """
     rows = int(rows)
     if rows <= 0:
         raise ValueError(f"scale_to: rows must be positive, got {rows}")
+    if cardinality is not None and cardinality < 1:
+        raise ValueError(f"cardinality of {fp.name} must be at least 1, got {cardinality}")
     if fp.rows == 0 or fp.accesses == 0:
         return FeatureProfile(name=fp.name, rows=rows, missing=rows, distinct=0, accesses=0,
                               ids=fp.ids[:0], counts=fp.counts[:0], exact=False, extrapolated_to=rows)  # fmt: skip
     target = fp.accesses * rows / fp.rows
-    fit = ZipfMandelbrotFit(fp.group_values, fp.group_sizes).fit() if needs_model(fp) else None
+    fit, capped_from = None, None
+    if cardinality is not None and fp.distinct >= cardinality:
+        reason = f"every one of its {cardinality:,} known values was seen"
+    elif needs_model(fp):
+        fit = ZipfMandelbrotFit(fp.group_values, fp.group_sizes).fit()
+        if cardinality is not None and fit.V > cardinality:
+            capped_from = fit.V
+            fit = ZipfMandelbrotFit(fp.group_values, fp.group_sizes, max_vocab=cardinality).fit()
+    else:
+        reason = "no singleton in the sample: every ID seen"
     distinct, gv, gs, head_vals = predict(fp, target, fit)
-    model = fit.params() if fit else {"kind": "complete", "reason": "no singleton in the sample: every ID seen"}
-    model = dict(model, source_rows=fp.rows, head_min=HEAD_MIN)
+    model = fit.params() if fit else {"kind": "complete", "reason": reason}
+    high = min(fit.V, target) if fit else fp.distinct
+    model = dict(model, source_rows=fp.rows, head_min=HEAD_MIN, scale_factor=rows / fp.rows,
+                 cardinality=cardinality, capped_from=capped_from, distinct_range=[fp.distinct, high])
     head_n = len(head_vals) if fit else len(fp.ids)
     return FeatureProfile(
         name=fp.name, rows=rows, missing=int(round(fp.missing * rows / fp.rows)),
@@ -206,6 +229,29 @@ def scale_feature(fp: FeatureProfile, rows: int) -> FeatureProfile:
         exact=False, extrapolated_to=rows, group_values=gv, group_sizes=gs,
         batch_size=fp.batch_size, model=model,
     )  # fmt: skip
+
+
+LARGE_SCALE = 100.0  # scale factors from which the tail beyond the sample is mostly model
+
+
+def extrapolation_warnings(feats: dict[str, FeatureProfile], sample_rows: int, rows: int) -> list[str]:
+    """What makes an extrapolation doubtful: a large scale factor, a fitted tail past a known cardinality."""
+    out = []
+    capped = [f for f in feats.values() if (f.model or {}).get("capped_from")]
+    for f in capped[:5]:
+        m = f.model
+        out.append(f"{f.name}: the fitted vocabulary ({m['capped_from']:,.0f}) exceeds its known cardinality "
+                   f"({m['cardinality']:,}): the sample's head is not representative; capped at the cardinality")
+    factor = rows / max(sample_rows, 1)
+    if factor >= LARGE_SCALE:
+        spans = [(f.model["distinct_range"][1] / max(f.model["distinct_range"][0], 1), f) for f in feats.values()
+                 if f.model and f.model.get("distinct_range")]
+        wide = ", ".join(f"{f.name} {f.distinct:,} (seen {f.model['distinct_range'][0]:,}, at most "
+                         f"{f.model['distinct_range'][1]:,.0f})" for _, f in sorted(spans, key=lambda x: -x[0])[:3])
+        out.append(f"extrapolating {factor:,.0f}x beyond {sample_rows:,} sampled rows: distinct counts and tail "
+                   f"coverage come from a fitted model, and a sample from a short time window misses IDs that "
+                   f"appear later; most uncertain: {wide}")
+    return out
 
 
 def write_row_sample(src, dst, fraction: float, seed: int = 0) -> int:

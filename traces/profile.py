@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from traces.counting import IdCounter, unique_counts
+from traces.coverage import top_ids
 from traces.errors import TraceError
 from traces.readers import open_reader
 
@@ -108,9 +109,8 @@ class FeatureProfile:
         return float(out) if out.ndim == 0 else out
 
     def coverage(self, top_fraction):
-        """Share of accesses covered by the top x fraction of distinct IDs."""
-        x = np.asarray(top_fraction, dtype=np.float64)
-        return self.coverage_at(x * self._cum_ids[-1])
+        """Share of accesses covered by the top x fraction of distinct IDs, in whole IDs (traces.coverage)."""
+        return self.coverage_at(top_ids(top_fraction, self.distinct))
 
     def expected_distinct_per_batch(self, batch_size: int, skip_top: int = 0) -> float:
         """E[# distinct IDs among batch_size*pooling draws], counting IDs ranked below skip_top."""
@@ -150,6 +150,7 @@ class FeatureProfile:
             "coverage_top_0.1pct": float(self.coverage(0.001)),
             "coverage_top_1pct": float(self.coverage(0.01)),
             "coverage_top_10pct": float(self.coverage(0.1)),
+            "top_ids_0.1pct_1pct_10pct": [top_ids(x, self.distinct) for x in (0.001, 0.01, 0.1)],
             "batch_size": self.batch_size,
             "presence_batches": int(self.presence_batches),
             "measured_distinct_per_batch": self.measured_distinct_per_batch(),
@@ -223,8 +224,16 @@ class AccessProfile:
         arrays: dict[str, np.ndarray] = {}
         for i, n in enumerate(names):
             arrays.update(self.features[n].arrays(f"f{i}_"))
+        check_output(path)
+        check_output(npz)
+        existed = npz.exists()
         _atomic_write(npz, lambda f: np.savez(f, **arrays))
-        _atomic_write(path, lambda f: f.write((json.dumps(doc, indent=1, default=_json_default) + "\n").encode()))
+        try:
+            _atomic_write(path, lambda f: f.write((json.dumps(doc, indent=1, default=_json_default) + "\n").encode()))
+        except BaseException:
+            if not existed:
+                npz.unlink(missing_ok=True)  # no arrays without the summary that names them
+            raise
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> AccessProfile:
@@ -249,12 +258,22 @@ class AccessProfile:
         return cls(features=feats, rows=doc["rows"], source=doc["source"], batch_size=doc.get("batch_size"),
                    meta=doc.get("meta", {}))  # fmt: skip
 
-    def scale_to(self, rows: int) -> AccessProfile:
-        """The profile extrapolated to `rows` rows (see traces/extrapolate.py)."""
-        from traces.extrapolate import scale_feature
+    def scale_to(self, rows: int, cardinality: dict[str, int] | None = None) -> AccessProfile:
+        """The profile extrapolated to `rows` rows (see traces/extrapolate.py).
 
-        feats = {n: scale_feature(f, rows) for n, f in self.features.items()}
+        `cardinality`: known numbers of values per feature (caps); meta["warnings"] gains
+        what makes the result doubtful (a large scale factor, a fit that passed a cap).
+        """
+        from traces.extrapolate import extrapolation_warnings, scale_feature
+
+        caps = cardinality or {}
+        unknown = sorted(set(caps) - set(self.features))
+        if unknown:
+            raise TraceError(f"--cardinality: no feature {unknown[0]!r} in the profile "
+                             f"(features: {', '.join(list(self.features)[:8])}...)")
+        feats = {n: scale_feature(f, rows, caps.get(n)) for n, f in self.features.items()}
         meta = dict(self.meta, extrapolated_from_rows=self.rows)
+        meta["warnings"] = [*self.meta.get("warnings", []), *extrapolation_warnings(feats, self.rows, rows)]
         return AccessProfile(features=feats, rows=int(rows), source=self.source, batch_size=self.batch_size,
                              meta=meta)  # fmt: skip
 
@@ -271,6 +290,20 @@ def _json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def check_output(path: str | os.PathLike) -> None:
+    """Refuse, in one line, an output path that cannot become a regular file."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise TraceError(f"{p}: folder {parent} does not exist")
+    if p.is_dir():
+        raise TraceError(f"{p}: is a directory, expected a file name")
+    if p.exists() and not p.is_file():
+        raise TraceError(f"{p}: exists and is not a regular file; refusing to replace it")
+    if not os.access(parent, os.W_OK):
+        raise TraceError(f"{p}: folder {parent} is not writable")
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -353,7 +386,7 @@ class _Builder:
         for st in self.state.values():
             ids, counts = st.counter.sorted_desc()
             d = len(ids)
-            top = max(1, int(np.ceil(max(STABILITY_FRACTIONS) * d))) if d else 0
+            top = max(1, top_ids(max(STABILITY_FRACTIONS), d)) if d else 0
             table = (st.counter.keys.copy(), st.counter.counts.copy()) if st.counter.exact else None
             st.early = (ids[:top].copy(), counts[:top].copy(), st.accesses, d, table)
 
@@ -432,16 +465,16 @@ def _stability(st: _FeatureState, c: IdCounter) -> dict[str, np.ndarray]:
     }  # fmt: skip
     if st.early is None:
         return empty
-    top_ids, top_early, early_acc, early_distinct, table = st.early
+    early_ids, top_early, early_acc, early_distinct, table = st.early
     later_acc = st.accesses - early_acc
-    if early_acc == 0 or later_acc <= 0 or len(top_ids) == 0:
+    if early_acc == 0 or later_acc <= 0 or len(early_ids) == 0:
         return empty
     fr = np.asarray(STABILITY_FRACTIONS)
-    sizes = np.maximum(1, np.ceil(fr * early_distinct)).astype(np.int64)
-    later_counts = c.lookup(top_ids) - top_early
+    sizes = np.maximum(1, top_ids(fr, early_distinct)).astype(np.int64)
+    later_counts = c.lookup(early_ids) - top_early
     cum_later = np.concatenate(([0], np.cumsum(later_counts)))
     cum_early = np.concatenate(([0], np.cumsum(top_early)))
-    sizes_c = np.minimum(sizes, len(top_ids))
+    sizes_c = np.minimum(sizes, len(early_ids))
     oracle = np.full(len(sizes), np.nan)
     if table is not None and c.exact:
         # Best hot set for the later part: the top IDs by (total - early) count.
@@ -504,8 +537,8 @@ def profile_file(
     names = list(reader.feature_names)
     stats = reader.stats
     if stats.rows_ok == 0:
-        raise TraceError(f"{reader.path}: no valid rows ({stats.rows_bad} malformed; first at line "
-                         f"{stats.first_bad_lines[0] if stats.first_bad_lines else '?'})")  # fmt: skip
+        why = f": {stats.first_bad_reasons[0]}" if stats.first_bad_reasons else ""
+        raise TraceError(f"{reader.path}: no valid rows ({stats.rows_bad} malformed; first{why})")
     feats = b.finish(names, stats.rows_ok)
     meta = {
         "format": reader.fmt or fmt,
@@ -518,5 +551,26 @@ def profile_file(
         "exact_cap": exact_cap,
         "stability_split": stability_split,
         "seconds": round(time.perf_counter() - t0, 3),
+        "warnings": [*reader.warnings, *_pooling_warnings(reader, feats)],
     }
     return AccessProfile(features=feats, rows=stats.rows_ok, source=os.fspath(path), batch_size=batch_size, meta=meta)
+
+
+POOLED_RATIO = 10.0  # a field with this many times the distinct IDs of a typical one looks pooled
+
+
+def _pooling_warnings(reader, feats: dict[str, FeatureProfile]) -> list[str]:
+    """libsvm tokens without a field map land in one feature per libfm field (or one for all):
+    a field far larger than the others usually holds several real fields."""
+    if reader.fmt != "libsvm" or getattr(reader, "ranges", None) is not None:
+        return []
+    hint = "give --field-map (a file of 'name lo hi' index ranges) to split it into its fields"
+    if len(feats) == 1:
+        (f,) = feats.values()
+        return [f"every token of {reader.path} went into one feature {f.name!r} ({f.distinct:,} distinct IDs, "
+                f"{f.pooling:.1f} per row); {hint}"]
+    sizes = {n: f.distinct for n, f in feats.items()}
+    typical = float(np.median(list(sizes.values())))
+    return [f"feature {n!r} holds {d:,} distinct IDs, {d / max(typical, 1):.0f}x a typical field ({typical:,.0f}); "
+            f"if it pools several fields, {hint}"
+            for n, d in sizes.items() if d > POOLED_RATIO * max(typical, 1) and d >= 100]

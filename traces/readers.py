@@ -23,6 +23,7 @@ import pyarrow.csv as pcsv
 
 from traces.errors import TraceError
 from traces.ids import ints_to_ids, parse_hex8_present, strings_to_ids
+from traces.sniff import SEP_WORDS, guess_layout, header_problem, libsvm_line, parse_sep, split, widths
 
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 MAX_BAD_LINES = 10
@@ -154,6 +155,24 @@ class _BlockSource:
                 line += block.count(b"\n")
 
 
+def sample_lines(path: str, max_lines: int = 200, max_bytes: int = 1 << 20) -> list[str]:
+    """The first lines of a text file (plain or gzip), decoded leniently, for layout checks."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"PAR1":
+        raise TraceError(f"{path}: this is a Parquet file, not text: try --format parquet")
+    lines: list[str] = []
+    size = 0
+    for block, _ in _BlockSource(path, 1 << 16):
+        if b"\0" in block:
+            raise TraceError(f"{path}: binary data (NUL bytes) in a text format: check the file and --format")
+        lines.extend(block.decode("utf-8", "replace").splitlines())
+        size += len(block)
+        if len(lines) > max_lines or size >= max_bytes:
+            break
+    return [x.rstrip("\r") for x in lines[:max_lines]]
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -177,6 +196,7 @@ class Reader:
         self.feature_names: list[str] = []
         self.dense_names: list[str] = []
         self.label_name: str | None = None
+        self.warnings: list[str] = []  # doubts about the layout, complete once iteration ends
 
     def __iter__(self) -> Iterator[Chunk]:
         raise NotImplementedError
@@ -225,8 +245,10 @@ class DelimitedReader(Reader):
         self.fmt = fmt
         self.source = _BlockSource(self.path, chunk_bytes)
         self.quoting = fmt != "criteo"
+        default_sep = "\t" if fmt == "criteo" or self.path.endswith((".tsv", ".tsv.gz")) else ","
+        self.sep = parse_sep(sep) if sep else default_sep
+        lines = sample_lines(self.path)
         if fmt == "criteo":
-            self.sep = sep or "\t"
             self.header = bool(header)
             names = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
             self.columns = (
@@ -238,13 +260,24 @@ class DelimitedReader(Reader):
                 names = self._read_header()
                 if len(names) != 40:
                     raise TraceError(f"{self.path}:1: expected 40 Criteo columns in the header, got {len(names)}")
+            self._check_width(lines[1:] if self.header else lines, 40)
         else:
-            default_sep = "\t" if self.path.endswith((".tsv", ".tsv.gz")) else ","
-            self.sep = sep or default_sep
             self.header = True if header is None else bool(header)
-            if not self.header:
-                raise TraceError(f"{self.path}: {fmt} format needs a header row naming the columns")
-            names = self._read_header()
+            if self.header:
+                names = self._read_header()
+                problem = header_problem(names, lines[1:], self.sep, several=fmt == "avazu")
+                if header is None and problem:
+                    desc, hint = guess_layout(lines)
+                    raise TraceError(f"{self.path}:1: this is not a header row: {problem}; the file looks like "
+                                     f"{desc}: try {hint} (or --header if line 1 does name the columns)")
+                dup = [n for n in names if names.count(n) > 1]
+                if dup:
+                    raise TraceError(f"{self.path}:1: column name {dup[0]!r} appears {names.count(dup[0])} times "
+                                     "in the header (or try --no-header)")
+            else:
+                width = widths(lines, self.sep).most_common(1)[0][0] if lines else 0
+                names = [f"c{i + 1}" for i in range(width)]  # no header: columns named by position
+                self._check_width(lines, width)
             self.columns = self._columns_from_options(fmt, names, label, dense, categorical, multi_sep, multi, skip)
         self.names = [c.name for c in self.columns]
         self.label_name = next((c.name for c in self.columns if c.kind == "label"), None)
@@ -254,6 +287,17 @@ class DelimitedReader(Reader):
             raise TraceError(f"{self.path}: no categorical columns to read")
 
     # -- header and column roles ------------------------------------------------------
+    def _check_width(self, lines: list[str], width: int) -> None:
+        """A wrong format or --sep splits no line into the expected fields: stop, naming a better guess."""
+        body = [x for x in lines if x.strip()]
+        if not body or any(len(split(x, self.sep)) == width for x in body):
+            return
+        got = len(split(body[0], self.sep))
+        desc, hint = guess_layout(body)
+        raise TraceError(f"{self.path}: expected {width} {SEP_WORDS.get(self.sep, repr(self.sep))}-separated fields "
+                         f"({self.fmt}), but none of the first {len(body)} lines has them (the first has {got}); "
+                         f"the file looks like {desc}: try {hint}")
+
     def _read_header(self) -> list[str]:
         for block, _ in _BlockSource(self.path, 1 << 16):
             first = block.split(b"\n", 1)[0].rstrip(b"\r")
@@ -380,6 +424,8 @@ class DelimitedReader(Reader):
                     problems.append((int(r), c.name, f"expected a number, got {_show(col[int(r)])}"))
                 row_bad |= bad
                 if c.kind == "label":
+                    row_bad |= _bad_labels(vals, row_bad, problems, c.name)
+                if c.kind == "label":
                     labels = vals
                 else:
                     dense[:, di] = vals
@@ -447,6 +493,14 @@ class DelimitedReader(Reader):
         self.stats.rows_bad += sum(1 for ln in extra if ln not in reported)
         # Rows pyarrow skipped that the line scan could not place (should not happen).
         self.stats.rows_bad += max(len(bad_rows) - len(short_lines), 0)
+
+
+def _bad_labels(vals: np.ndarray, row_bad: np.ndarray, problems: list, name: str) -> np.ndarray:
+    """Rows whose label is a number but not a click (0 or 1): a loss on them means nothing."""
+    bad = ~row_bad & (vals != 0) & (vals != 1)
+    for r in np.flatnonzero(bad)[: MAX_BAD_LINES + 1]:
+        problems.append((int(r), name, f"expected a label 0 or 1, got {float(vals[r]):g}"))
+    return bad
 
 
 def _show(v) -> str:
@@ -601,6 +655,8 @@ class ParquetReader(Reader):
                     problems.append((int(r), c.name, f"expected a number, got {_show(col[int(r)])}"))
                 row_bad |= bad
                 if c.kind == "label":
+                    row_bad |= _bad_labels(vals, row_bad, problems, c.name)
+                if c.kind == "label":
                     labels = vals
                 else:
                     dense[:, di] = vals
@@ -674,7 +730,19 @@ class LibsvmReader(Reader):
     ) -> None:
         super().__init__(path, strict=strict, chunk_bytes=chunk_bytes, progress=progress)
         self.source = _BlockSource(self.path, chunk_bytes)
+        body = [x for x in sample_lines(self.path) if x.strip()]
+        if body and not any(libsvm_line(x, min_tokens=0) for x in body):
+            desc, hint = guess_layout(body)
+            raise TraceError(f"{self.path}: none of the first {len(body)} lines is libsvm/libfm text "
+                             f"(label idx:value ...); the file looks like {desc}: try {hint}")
         self.ranges = _load_field_map(field_map, self.path) if field_map is not None else None
+        self.map_name = os.fspath(field_map) if isinstance(field_map, (str, os.PathLike)) else "--field-map"
+        self.unmapped = [0, 0]  # tokens in no field-map range, tokens in all (rows kept)
+        self.first_unmapped: tuple[int, int] | None = None  # (line, index)
+        for problem in _overlaps(self.ranges or []):
+            if strict:
+                raise TraceError(f"{self.map_name}: {problem}")
+            self.warnings.append(f"{self.map_name}: {problem}")
         dense_set = set(dense_fields.split(",") if isinstance(dense_fields, str) else (dense_fields or []))
         self.label_name = "label"
         if self.ranges is not None:
@@ -685,6 +753,17 @@ class LibsvmReader(Reader):
             self.dense_ranges = []
             self.feature_names = self._discover_fields()
         self.dense_ranges_arr = np.asarray([(lo, hi) for _, lo, hi in self.dense_ranges], dtype=np.int64).reshape(-1, 2)
+
+    def _count_unmapped(self, field_of: np.ndarray, idx: np.ndarray, lines: np.ndarray) -> None:
+        """Tokens no field-map range holds are dropped: an error under strict, else counted."""
+        miss = np.flatnonzero(field_of < 0)
+        self.unmapped[0] += len(miss)
+        self.unmapped[1] += len(field_of)
+        if len(miss) and self.first_unmapped is None:
+            self.first_unmapped = (int(lines[miss[0]]), int(idx[miss[0]]))
+            if self.strict:
+                raise TraceError(f"{self.path}:{self.first_unmapped[0]}: index {self.first_unmapped[1]} is in no "
+                                 f"range of {self.map_name}; extend the map")
 
     def _discover_fields(self) -> list[str]:
         for block, _ in _BlockSource(self.path, 1 << 20):
@@ -704,6 +783,12 @@ class LibsvmReader(Reader):
             first_row += chunk.rows
             self.stats.rows_ok += chunk.rows
             yield chunk
+        lost, total = self.unmapped
+        if lost:
+            ln, idx = self.first_unmapped or (0, 0)
+            self.warnings.append(
+                f"{self.map_name}: {lost:,} of {total:,} tokens ({lost / total:.1%} of accesses) have an index in no "
+                f"field-map range and were dropped (first: index {idx} at {self.path}:{ln}); extend the map")
 
     def _read_block(self, block: bytes, line: int, first_row: int) -> Chunk | None:
         raw_lines = block.split(b"\n")[:-1]
@@ -725,12 +810,15 @@ class LibsvmReader(Reader):
         first = offs[:-1]
         label_s = flat.take(pa.array(first))
         labels_ok = np.asarray(pc.match_substring_regex(label_s, _NUMBER_RE).to_numpy(zero_copy_only=False), bool)
-        row_bad = ~labels_ok
         labels = (
             pc.cast(pc.if_else(pa.array(labels_ok), label_s, pa.scalar("0")), pa.float64())
             .to_numpy(zero_copy_only=False)
             .astype(np.float32)
         )
+        labels[labels == -1] = 0  # libsvm's binary convention is -1/+1
+        labels_num = labels_ok.copy()
+        labels_ok &= (labels == 0) | (labels == 1)
+        row_bad = ~labels_ok
         is_label = np.zeros(len(flat), dtype=bool)
         is_label[first] = True
         tok_row = np.repeat(np.arange(n), np.diff(offs))[~is_label]
@@ -752,7 +840,8 @@ class LibsvmReader(Reader):
         if not tok_ok.all() or row_bad.any():
             items: dict[int, str] = {}
             for r in np.flatnonzero(~labels_ok)[: MAX_BAD_LINES + 1]:
-                items[int(r)] = f"label: expected a number, got {_show(label_s[int(r)])}"
+                want = "a label 0 or 1 (or -1/+1)" if labels_num[r] else "a number"
+                items[int(r)] = f"label: expected {want}, got {_show(label_s[int(r)])}"
             bad_tok = np.flatnonzero(~tok_ok)
             for t in bad_tok[: MAX_BAD_LINES + 1]:
                 items.setdefault(int(tok_row[t]), f"expected idx:value or field:idx:value, got {_show(toks[int(t)])}")
@@ -769,6 +858,7 @@ class LibsvmReader(Reader):
             for k, (_, lo, hi) in enumerate(self.ranges):
                 field_of[(idx >= lo) & (idx <= hi)] = k
             names = [nm for nm, _, _ in self.ranges]
+            self._count_unmapped(field_of, idx, line_no[tok_row])
         else:
             fld = pflat.take(pa.array(poff[keep_tok])) if len(poff) else pa.array([], pa.string())
             f3 = has3[keep_tok]
@@ -818,6 +908,16 @@ class LibsvmReader(Reader):
         return Chunk(first_row=first_row, labels=labels[keep_rows], dense=dense, sparse=sparse)
 
 
+def _overlaps(ranges: list[tuple[str, int, int]]) -> list[str]:
+    """Field-map ranges that share indices (a token there would go to the later field only)."""
+    out = []
+    ordered = sorted(ranges, key=lambda r: (r[1], r[2]))
+    for (a, alo, ahi), (b, blo, bhi) in zip(ordered, ordered[1:]):
+        if blo <= ahi:
+            out.append(f"ranges of {a} ({alo}-{ahi}) and {b} ({blo}-{bhi}) overlap; every index belongs to one field")
+    return out
+
+
 def _libfm_field(token: bytes) -> str:
     parts = token.split(b":")
     return "f" + parts[0].decode("utf-8", "replace") if len(parts) == 3 else "f"
@@ -846,7 +946,34 @@ def _load_field_map(field_map: dict | str, path: str) -> list[tuple[str, int, in
                 items.append((parts[0], int(parts[1]), int(parts[2])))
     if not items:
         raise TraceError(f"{path}: empty field map")
+    where = fm if not isinstance(field_map, dict) else "--field-map"
+    for name, lo, hi in items:
+        if lo > hi:
+            raise TraceError(f"{where}: field {name}: range {lo}-{hi} is empty (expected lo <= hi, inclusive)")
+    names = [n for n, _, _ in items]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise TraceError(f"{where}: field {dup} is named {names.count(dup)} times")
     return items
+
+
+# Options each format understands; any other one given is refused rather than ignored.
+_TABLE_OPTIONS = {"label", "dense", "categorical", "multi_sep", "multi", "skip"}
+FORMAT_OPTIONS = {
+    "criteo": {"sep", "header"},
+    "avazu": {"sep", "header", *_TABLE_OPTIONS},
+    "csv": {"sep", "header", *_TABLE_OPTIONS},
+    "parquet": set(_TABLE_OPTIONS),
+    "libsvm": {"field_map", "dense_fields"},
+}
+
+
+def _check_options(fmt: str, opts: dict) -> None:
+    for key in opts:
+        if key not in FORMAT_OPTIONS[fmt]:
+            fits = [f for f, keys in FORMAT_OPTIONS.items() if key in keys]
+            raise TraceError(f"--{key.replace('_', '-')} does not apply to --format {fmt}"
+                             + (f" (it applies to {', '.join(fits)})" if fits else ""))
 
 
 def open_reader(
@@ -862,12 +989,14 @@ def open_reader(
     fmt = fmt.lower()
     p = check_file(path)
     opts = {k: v for k, v in format_options.items() if v is not None}
-    if fmt in ("criteo", "avazu", "csv", "tsv"):
-        if fmt == "tsv":
-            fmt = "csv"
-            opts.setdefault("sep", "\t")
-        if fmt == "criteo":
-            opts = {k: v for k, v in opts.items() if k in ("sep", "header")}
+    if fmt == "tsv":
+        fmt = "csv"
+        opts.setdefault("sep", "\t")
+    if fmt == "libfm":
+        fmt = "libsvm"
+    if fmt in FORMAT_OPTIONS:
+        _check_options(fmt, opts)
+    if fmt in ("criteo", "avazu", "csv"):
         return DelimitedReader(p, fmt, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)
     if fmt == "parquet":
         return ParquetReader(p, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)

@@ -18,12 +18,19 @@ def register(sub, common) -> None:
     p.add_argument("--html", default=None, help="write a self-contained HTML report here")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row")
     p.add_argument("--exact-cap", type=int, default=2_000_000, help="distinct IDs per feature counted exactly")
+    p.add_argument("--cardinality", action="append", default=[], metavar="FIELD=N",
+                   help="with --scale-to: FIELD is known to have N values at most (repeatable)")
     g = p.add_argument_group("column layout (csv, avazu, parquet, libsvm)")
     g.add_argument("--label", default=None, help="label column (default: label/click if present)")
     g.add_argument("--dense", default=None, help="comma-separated dense columns")
     g.add_argument("--categorical", default=None, help="comma-separated categorical columns (default: the rest)")
     g.add_argument("--skip", default=None, help="comma-separated columns to ignore")
-    g.add_argument("--sep", default=None, help="field separator (default: tab for criteo and .tsv, else comma)")
+    g.add_argument("--sep", default=None,
+                   help="field separator: one character, \\t, or tab/comma/semicolon/space/pipe "
+                        "(default: tab for criteo and .tsv, else comma)")
+    g.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
+                   help="line 1 does (--header) or does not (--no-header; columns are then c1, c2, ...) name the "
+                        "columns (default: criteo none, others a header, checked to be one)")
     g.add_argument("--multi-sep", default=None, help="separator of multi-valued categorical values, e.g. '|'")
     g.add_argument("--multi", default=None, help="comma-separated multi-valued columns (default: all categorical)")
     g.add_argument("--field-map", default=None, help="libsvm: file of 'name lo hi' index ranges per field")
@@ -46,16 +53,21 @@ def run(args) -> int:
     import sys
 
     from picasso.progress import Progress
-    from traces.profile import profile_file
+    from traces.profile import check_output, profile_file
 
     if args.batch_size <= 0:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    caps = _cardinalities(args.cardinality)
+    if caps and not args.scale_to:
+        raise ValueError("--cardinality caps an extrapolation: give --scale-to ROWS with it")
+    for out in (args.output, args.html):
+        if out:
+            check_output(out)  # before the read, not after it
     options = {
         "label": args.label, "dense": args.dense, "categorical": args.categorical, "skip": args.skip,
-        "sep": args.sep, "multi_sep": args.multi_sep, "multi": args.multi,
+        "sep": args.sep, "header": args.header, "multi_sep": args.multi_sep, "multi": args.multi,
+        "field_map": args.field_map, "dense_fields": args.dense_fields,
     }  # fmt: skip
-    if args.format == "libsvm":
-        options = {"field_map": args.field_map, "dense_fields": args.dense_fields}
     bar = Progress("analyze")
     try:
         prof = profile_file(args.data, args.format, batch_size=args.batch_size, strict=args.strict,
@@ -64,7 +76,7 @@ def run(args) -> int:
         bar.close()
     measured = prof
     if args.scale_to:
-        prof = prof.scale_to(args.scale_to)
+        prof = prof.scale_to(args.scale_to, cardinality=caps)
     if args.output:
         prof.save(args.output)
     if args.html:
@@ -82,9 +94,28 @@ def run(args) -> int:
             print(f"profile written to {args.output}")
         if args.html:
             print(f"report written to {args.html}")
-    if meta["rows_bad"] and not args.json:
-        print(f"warning: {meta['first_bad_reasons'][0]}", file=sys.stderr)
+    if meta["rows_bad"]:
+        print(f"warning: {meta['rows_bad']:,} malformed rows skipped; first: {meta['first_bad_reasons'][0]}",
+              file=sys.stderr)
+    for w in prof.meta.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
+    if not args.output:
+        print("note: no profile written (give -o FILE to save one for `picasso plan --profile`)", file=sys.stderr)
     return 0
+
+
+def _cardinalities(items: list[str]) -> dict[str, int]:
+    out = {}
+    for text in items:
+        name, sep, value = text.partition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if not sep or not name.strip() or n < 1:
+            raise ValueError(f"--cardinality {text!r}: expected FIELD=N with N a positive whole number")
+        out[name.strip()] = n
+    return out
 
 
 def summary_table(prof) -> str:
@@ -98,6 +129,12 @@ def summary_table(prof) -> str:
             f"{f.coverage(0.01):>7.1%} {f.coverage(0.1):>7.1%}  {kind}"
         )
     return "\n".join(lines)
+
+
+def _cover(f, x: float) -> str:
+    from traces.coverage import top_ids
+
+    return f"{f.coverage(x):.1%} ({top_ids(x, f.distinct):,})"
 
 
 def write_html(path: str, prof, measured=None) -> None:
@@ -135,12 +172,12 @@ def write_html(path: str, prof, measured=None) -> None:
             fig.add_trace(go.Bar(x=j[1:] / f.presence_batches, y=h[1:], name=f"{f.name} presence",
                                  legendgroup=f.name, showlegend=False), row=2, col=1)  # fmt: skip
     ks = (10, 100, 1000, 10000, 100000)
-    header = ["feature", "distinct", "pooling", "top 0.1%", "top 1%", "top 10%", *[f"top {k:,}" for k in ks], "kind"]
+    header = ["feature", "distinct", "pooling", "top 0.1% (IDs)", "top 1% (IDs)", "top 10% (IDs)", *[f"top {k:,}" for k in ks], "kind"]
     cells = [
         [f.name for f in feats],
         [f"{f.distinct:,}" for f in feats],
         [f"{f.pooling:.3f}" for f in feats],
-        *[[f"{f.coverage(x):.1%}" for f in feats] for x in (0.001, 0.01, 0.1)],
+        *[[_cover(f, x) for f in feats] for x in (0.001, 0.01, 0.1)],
         *[[f"{f.coverage_at(k):.1%}" for f in feats] for k in ks],
         ["exact" if f.exact else ("extrapolated" if f.extrapolated_to else "sketch") for f in feats],
     ]

@@ -8,11 +8,17 @@ import argparse
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("plan", parents=[common], help="search a training plan for a model on a cluster")
     p.add_argument("--model", required=True, help="model preset (dlrm-criteo-kaggle, meta-856, ...) or YAML file")
-    p.add_argument("--hardware", required=True, help="hardware preset (dgx-h100, p2res-v100, local-cpu, ...) or file")
+    p.add_argument("--hardware", help="hardware preset (dgx-h100, p2res-v100, local-cpu, ...) or file (required "
+                                      "unless --print-spec)")
+    p.add_argument("--print-spec", action="store_true",
+                   help="print the model's spec as YAML (a starting point for your own) and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="hardware override, e.g. --set nodes=1 --set gpus_per_node=2 (repeatable)")
     p.add_argument("--profile", help="access profile from `picasso analyze` (default: Zipf(1.05) per table)")
-    p.add_argument("--scale-to", type=int, metavar="ROWS", help="extrapolate the profile to this many rows first")
+    p.add_argument("--assume-zipf", action="store_true",
+                   help="plan tables the profile has no feature for from an assumed Zipf(1.05) instead of refusing")
+    p.add_argument("--scale-to", type=int, metavar="ROWS",
+                   help="extrapolate the profile to this many rows first (each table capped at its num_rows)")
     p.add_argument("-o", "--output", default="plan.json", help="plan file to write (default: plan.json)")
     p.add_argument("--baseline", help="write this baseline instead of searching: naive, torchrec-like, dp-hot-only, "
                                       "torchrec (TorchRec's own planner; needs picasso[torchrec])")
@@ -39,8 +45,16 @@ def run(args: argparse.Namespace) -> int:
     from planner.explain import explain
     from planner.search import search
 
+    if args.print_spec:
+        from planner.presets import get_model
+
+        print(spec_yaml(get_model(args.model)), end="")
+        return 0
+    if not args.hardware:
+        raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap)
+    sources = check_profile(model, profile, args)
     if args.dense_dtype:
         from dataclasses import replace
 
@@ -79,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
 
     # with TorchRec installed, its own plan is a baseline beside the others
     has_tr = torchrec_available()
-    ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()))
+    ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()),
+                 sources=sources)
     plan.notes["predicted_iteration_us"] = ex.evaluation.iteration_us
     plan.notes["predicted_samples_per_s"] = plan.global_batch / ex.evaluation.iteration_us * 1e6
     plan.notes["speedups"] = ex.speedups()
@@ -104,9 +119,51 @@ def run(args: argparse.Namespace) -> int:
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
         print(f"wrote {args.output}: {len(plan.packs)} pack(s), predicted {d['predicted_iteration_us']:.1f} us/step"
               + (f"; speedup {sp}" if sp else ""))
+    if profile is None:
+        print("note: no --profile: every table's accesses are an assumed Zipf(1.05), not data", file=sys.stderr)
     if search_info:
         print(f"searched {search_info['candidates']} candidates in {search_info['elapsed_s']:.2f} s", file=sys.stderr)
     return 0
+
+
+def check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
+    """Refuse a profile that does not describe the model's tables (unless --assume-zipf);
+    per table, where its access statistics come from."""
+    import sys
+
+    from planner.access import access_sources, unmatched_tables
+    from planner.errors import PlanError
+
+    sources = access_sources(model, profile, args.profile)
+    if profile is None:
+        return sources
+    missing = unmatched_tables(model, profile)
+    if missing and not args.assume_zipf:
+        have = list(profile.features)
+        raise PlanError(
+            f"{args.profile}: no feature for {len(missing)} of {len(model.tables)} tables of {model.name} "
+            f"({', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}); the profile has "
+            f"{', '.join(have[:6])}{', ...' if len(have) > 6 else ''}. Profile the data this model trains on, name "
+            "the tables after its features, or give --assume-zipf to plan them from an assumed Zipf(1.05)")
+    if missing:
+        print(f"warning: {len(missing)} table(s) planned from an assumed Zipf(1.05): {', '.join(missing[:6])}",
+              file=sys.stderr)
+    for w in profile.meta.get("warnings", []) if args.scale_to else []:
+        print(f"warning: {w}", file=sys.stderr)
+    return sources
+
+
+def spec_yaml(model) -> str:
+    """The model spec as YAML that `--model FILE.yaml` reads back (one flow-style line per table)."""
+    import yaml
+
+    d = model.to_dict()
+    tables = d.pop("tables")
+    head = yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}, sort_keys=False,
+                          default_flow_style=None)
+    rows = "".join(f"  - {yaml.safe_dump(t, default_flow_style=True, sort_keys=False, width=1 << 16).strip()}\n"
+                   for t in tables)
+    return f"# picasso model spec ({model.name}); see README 'Model specs'\n{head}tables:\n{rows}"
 
 
 def _int_list(text: str, flag: str) -> list[int]:

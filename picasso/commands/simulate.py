@@ -32,6 +32,7 @@ def load_inputs(model_name: str | Any, hw_name: str, overrides: list[str], profi
     from simulator.hardware import load_hardware
 
     model = get_model(model_name) if isinstance(model_name, str) else model_name
+    caps = {t.name: t.num_rows for t in model.tables}  # known cardinalities, before any --row-cap
     if row_cap is not None:
         if row_cap < 1:
             raise PlanError(f"--row-cap must be at least 1, got {row_cap}")
@@ -45,7 +46,7 @@ def load_inputs(model_name: str | Any, hw_name: str, overrides: list[str], profi
         if scale_to:
             if scale_to < 1:
                 raise PlanError(f"--scale-to must be at least 1, got {scale_to}")
-            profile = profile.scale_to(scale_to)
+            profile = profile.scale_to(scale_to, cardinality={n: v for n, v in caps.items() if n in profile.features})
     return model, hw, profile, table_access(model, profile)
 
 
