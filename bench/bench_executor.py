@@ -77,10 +77,13 @@ def main(argv: list[str] | None = None) -> int:
                                     "kernel_interleaving": planned.kernel_interleaving,
                                     "packs": [[p.sharding, len(p.tables)] for p in planned.packs],
                                     "hot_rows": sum(planned.hot_rows.values())}}
-            for name in ("naive", "planned"):
+            # the planned plan once more with per-op timing on (what --trace and validate run): its
+            # step must stay within 10% of the untimed one
+            for name in ("naive", "planned", "planned_op_timing"):
                 t = time.perf_counter()
-                res = launch(str(Path(tmp) / f"{name}{world}.json"), str(data), "criteo", steps=args.steps,
-                             extra=["--preload", "--warmup", "4"])
+                plan_file = Path(tmp) / f"{name.replace('_op_timing', '')}{world}.json"
+                extra = ["--preload", "--warmup", "4"] + (["--op-timing"] if name.endswith("op_timing") else [])
+                res = launch(str(plan_file), str(data), "criteo", steps=args.steps, extra=extra)
                 row[name] = {
                     "samples_per_s": res["samples_per_s"],
                     "iteration_ms_p50": res["iteration_ms"]["p50"],
@@ -90,15 +93,19 @@ def main(argv: list[str] | None = None) -> int:
                     "wall_s": round(time.perf_counter() - t, 1),
                 }
             row["planned_over_naive_samples"] = row["planned"]["samples_per_s"] / row["naive"]["samples_per_s"]
+            row["op_timing_over_untimed_step"] = (row["planned_op_timing"]["iteration_ms_p50"]
+                                                  / row["planned"]["iteration_ms_p50"])
             rows_out.append(row)
     print(f"{'ranks':>5} {'plan':>8} {'samples/s':>10} {'p50 ms':>8} {'predicted':>10} {'meas/pred':>9}")
     for r in rows_out:
-        for name in ("naive", "planned"):
+        for name in ("naive", "planned", "planned_op_timing"):
             x = r[name]
             pred = x["predicted_samples_per_s"]
             print(f"{r['world_size']:>5} {name:>8} {x['samples_per_s']:>10.0f} {x['iteration_ms_p50']:>8.1f} "
                   f"{(pred or 0):>10.0f} {(x['measured_over_predicted_samples'] or 0):>9.2f}")
         print(f"{r['world_size']:>5} planned/naive samples/s ratio: {r['planned_over_naive_samples']:.2f}x (goal >= 2x)")
+        print(f"{r['world_size']:>5} step with per-op timing / untimed: {r['op_timing_over_untimed_step']:.2f} "
+              "(goal <= 1.10)")
     out = {
         "bench": "executor",
         "machine": {"processor": platform.processor(), "machine": platform.machine(), "cpus": os.cpu_count(),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from executor import kernels, syncfree
+from executor import syncfree
 from executor.comm import Comm
 from executor.layout import PackLayout, init_packed_rows, pack_layout
 from executor.syncfree import Route
@@ -249,7 +249,7 @@ class ShardedPack:
     def pool(self, lk: Lookup, u: torch.Tensor) -> torch.Tensor:
         if self.layout.mode == "none":
             return u.index_select(0, lk.inverse)
-        return kernels.bag_forward(u, lk.inverse, lk.offsets, self.layout.mode)
+        return syncfree.bag_forward(u, lk.inverse, lk.offsets, self.layout.mode)
 
     # ---- backward -----------------------------------------------------------------
     def unique_grad(self, lk: Lookup, grad_out: torch.Tensor) -> torch.Tensor:

@@ -105,6 +105,18 @@ def route(uniq: torch.Tensor, n_valid: torch.Tensor | None, hot_map: torch.Tenso
     return route_fixed(uniq, n_valid, hot_map, num_owners)
 
 
+# ---- pooling --------------------------------------------------------------------------------
+
+
+def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str) -> torch.Tensor:
+    """Pooled bags. Off the CPU this is torch's embedding_bag: the native CUDA kernel checks
+    its indices with a flag read back per call (a synchronisation); the step's indices
+    come from its own dedup and cannot be out of range."""
+    if _native(weight):
+        return kernels.bag_forward(weight, indices, offsets, mode)
+    return kernels.bag_forward_ref(weight, indices, offsets, mode)
+
+
 # ---- backward -------------------------------------------------------------------------------
 
 
