@@ -56,24 +56,36 @@ class LowerTriangleDots(torch.autograd.Function):
     """Pairwise dot products t_i . t_j (i > j) of the rows of t [n, f, d], flattened [n, f(f-1)/2].
 
     The generic backward of picking the triangle out of bmm(t, t^T) scatters with
-    accumulation, which dominated DLRM's dense step on CPU; each (i, j) appears once, so the
-    gradient is a plain copy into G followed by (G + G^T) t."""
+    accumulation, which dominated DLRM's dense step on CPU. Here the gradient is S t, with S
+    the symmetric [f, f] matrix holding each pair's gradient at (i, j) and (j, i) and zeros on
+    the diagonal, gathered in one index_select from the pairs' gradients (no zero fill, no
+    scatter). `sym` maps each of the f*f entries to its pair + 1, the diagonal to 0."""
 
     @staticmethod
-    def forward(ctx, t: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(t, flat)
+    def forward(ctx, t: torch.Tensor, tri: torch.Tensor, sym: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(t, sym)
         z = torch.bmm(t, t.transpose(1, 2))
-        return z.flatten(1).index_select(1, flat)
+        return z.flatten(1).index_select(1, tri)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor):
-        t, flat = ctx.saved_tensors
+        t, sym = ctx.saved_tensors
         n, f, _ = t.shape
-        g = torch.zeros(n, f * f, dtype=t.dtype, device=t.device)
-        g.index_copy_(1, flat, grad.to(t.dtype))
-        g = g.view(n, f, f)
-        return torch.bmm(g + g.transpose(1, 2), t), None
+        src = torch.cat([torch.zeros(n, 1, dtype=t.dtype, device=t.device), grad.to(t.dtype)], dim=1)
+        s = src.index_select(1, sym).view(n, f, f)
+        return torch.bmm(s, t), None, None
+
+
+def triangle_maps(f: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tri, sym) for LowerTriangleDots: the flat positions of the pairs i > j in an f x f
+    matrix, and for every flat position its pair + 1 (0 on the diagonal)."""
+    li, lj = torch.tril_indices(f, f, offset=-1)
+    sym = torch.zeros(f, f, dtype=torch.int64)
+    pair = torch.arange(1, len(li) + 1)
+    sym[li, lj] = pair
+    sym[lj, li] = pair
+    return li * f + lj, sym.flatten()
 
 
 class DLRM(DenseArch):
@@ -90,8 +102,9 @@ class DLRM(DenseArch):
         self.bot = mlp([model.num_dense, *model.bottom_mlp], last_act=True) if model.bottom_mlp else None
         self.proj = None if model.bottom_mlp else nn.Linear(model.num_dense, d)
         f = len(model.tables) + 1
-        li, lj = torch.tril_indices(f, f, offset=-1)
-        self.register_buffer("tri", li * f + lj, persistent=False)  # the triangle in the flat f x f
+        tri, sym = triangle_maps(f)
+        self.register_buffer("tri", tri, persistent=False)
+        self.register_buffer("sym", sym, persistent=False)
         self.topm = mlp([d + f * (f - 1) // 2, *(model.top_mlp or (1,))], last_act=False)
 
     def bottom(self, dense):
@@ -99,7 +112,7 @@ class DLRM(DenseArch):
 
     def interaction(self, b, embs, seqs):
         t = torch.stack([b] + [embs[n] for n in self.pooled], dim=1)
-        return torch.cat([b, LowerTriangleDots.apply(t, self.tri)], dim=1)
+        return torch.cat([b, LowerTriangleDots.apply(t, self.tri, self.sym)], dim=1)
 
     def top(self, z):
         return self.topm(z).squeeze(1)

@@ -144,16 +144,16 @@ def test_synthetic_rows_fit_every_table():
 def test_lower_triangle_dots_gradient_matches_autograd():
     """DLRM's interaction with its own backward gives the generic formulation's values and
     gradients (gradcheck in float64, and against the indexing it replaces)."""
-    from executor.dense import LowerTriangleDots
+    from executor.dense import LowerTriangleDots, triangle_maps
 
     f = 5
     li, lj = torch.tril_indices(f, f, offset=-1)
-    tri = li * f + lj
+    tri, sym = triangle_maps(f)
     t = torch.randn(3, f, 4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: LowerTriangleDots.apply(x, tri), (t,))
+    assert torch.autograd.gradcheck(lambda x: LowerTriangleDots.apply(x, tri, sym), (t,))
     g = torch.randn(3, len(tri), dtype=torch.float64)
     z = torch.bmm(t, t.transpose(1, 2))[:, li, lj]
     (want,) = torch.autograd.grad(z, t, g)
-    out = LowerTriangleDots.apply(t, tri)
+    out = LowerTriangleDots.apply(t, tri, sym)
     (got,) = torch.autograd.grad(out, t, g)
     assert torch.allclose(out, z) and torch.allclose(got, want)
