@@ -157,3 +157,33 @@ def test_lower_triangle_dots_gradient_matches_autograd():
     out = LowerTriangleDots.apply(t, tri, sym)
     (got,) = torch.autograd.grad(out, t, g)
     assert torch.allclose(out, z) and torch.allclose(got, want)
+
+
+def test_loss_log_stops_on_the_first_non_finite_step():
+    from executor.timing import LossLog, NonFiniteLoss
+
+    log = LossLog(first_step=10, every=3)
+    log.add(torch.tensor(0.5))
+    log.add(torch.tensor(0.4))
+    with pytest.raises(NonFiniteLoss, match="at step 12"):
+        log.add(torch.tensor(float("nan")))  # the third add reads the three back
+    ok = LossLog(first_step=0, every=100)
+    for v in (0.3, 0.2):
+        ok.add(torch.tensor(v))
+    assert ok.values() == pytest.approx([0.3, 0.2])
+
+
+def test_diverging_run_exits_nonzero_naming_the_step(tmp_path, capsys):
+    """A learning rate that blows the loss up ends the run with one line, not a NaN result."""
+    from executor.plans import naive_plan
+    from executor.worker import main
+    from planner.model_spec import ModelSpec, TableSpec
+    from planner.plan import OptimizerPlan
+
+    m = ModelSpec("u", "dlrm", 2, (TableSpec("C1", 50, 4), TableSpec("C2", 30, 4)), bottom_mlp=(8, 4), top_mlp=(8, 1))
+    plan = naive_plan(m, 1, 32)
+    plan.optimizer = OptimizerPlan("sgd", 1e30, "sgd", 1e30)
+    plan.save(tmp_path / "plan.json")
+    rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "6", "--check-every", "2"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "the loss became" in err and "at step" in err, err

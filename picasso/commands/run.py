@@ -25,6 +25,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="compare the trained weights with a single-process reference (keep --steps small)")
     p.add_argument("--preload", action="store_true", help="read the whole data file before training starts")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds (a dead rank stops the run)")
+    p.add_argument("--op-timing", action="store_true",
+                   help="time every op (on with --trace/--timeline); without it whole steps are timed")
+    p.add_argument("--check-every", type=int, help="read the losses back every N steps (default 10): a non-finite "
+                   "loss stops the run there")
     p.set_defaults(func=run)
 
 
@@ -34,10 +38,12 @@ def run(args: argparse.Namespace) -> int:
     from executor.launch import launch
 
     extra = ["--timeout", str(args.timeout)]
-    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume"):
+    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "check_every"):
         v = getattr(args, flag)
         if v is not None:
-            extra += [f"--{flag}", str(v)]
+            extra += [f"--{flag.replace('_', '-')}", str(v)]
+    if args.op_timing:
+        extra.append("--op-timing")
     if args.verify:
         extra.append("--verify")
     if args.preload:
