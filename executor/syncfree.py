@@ -137,6 +137,8 @@ def bag_grad_rows(grad_out: torch.Tensor, inverse: torch.Tensor, offsets: torch.
                   num_rows: int) -> torch.Tensor:
     if _native(grad_out):
         rows, g = kernels.bag_backward(grad_out, inverse, offsets, mode)
+        if len(rows) == num_rows:  # sorted unique rows of [0, num_rows), all of them: arange
+            return g
         out = torch.zeros(num_rows, grad_out.shape[1], dtype=grad_out.dtype)
         out[rows] = g
         return out
