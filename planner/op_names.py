@@ -46,3 +46,10 @@ def split_name(name: str) -> tuple[str, str, str, int | None]:
 def base_name(name: str) -> str:
     """The name without its micro-batch suffix."""
     return name.partition("@mb")[0]
+
+
+def op_class(name: str) -> str:
+    """An op's class for per-class calibration: micro-batch dropped, packs alike
+    (`fwd/pack3/a2a_ids@mb1` -> `fwd/pack/a2a_ids`; dense and input ops keep their scope)."""
+    phase, scope, op, _ = split_name(base_name(name))
+    return f"{phase}/{scope if scope in ('dense', 'input') else 'pack'}/{op}"

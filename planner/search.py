@@ -37,6 +37,7 @@ from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, lower
 from planner.model_spec import ModelSpec, TableSpec
+from planner.op_names import op_class
 from planner.plan import PackPlan, Plan, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES
 
@@ -58,6 +59,7 @@ class Evaluation:
     lowered: Lowered | None = None
     result: Any = None  # simulator SimResult
     problem: str | None = None
+    graph: Any = None  # the simulated OpGraph (lowering's, tagged with a calibration's op classes)
 
 
 @dataclass
@@ -79,16 +81,23 @@ class SearchResult:
 def evaluate(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = "fast",
              symmetric: bool | None = True, label: str = "", check_memory: bool = True,
              fuse_table_wise: bool = False) -> Evaluation:
-    """Lower and simulate `plan`; a plan that does not fit gets iteration_us None and the reason."""
+    """Lower and simulate `plan`; a plan that does not fit gets iteration_us None and the reason.
+
+    The one prediction path (plan, simulate, validate, demo): a spec calibrated on this
+    machine (`picasso calibrate`, refined by `picasso validate`) first becomes the spec of the
+    plan's world size, and its per-op-class coefficients are applied to the lowered ops."""
+    from simulator.calibration import calibrated_worlds, has_op_classes, spec_for_world, tag_op_classes
     from simulator.engine import simulate
 
+    spec = spec_for_world(hw, plan.world_size) if calibrated_worlds(hw) else hw
     try:
-        lowered = lower(plan, hw, access=access, symmetric=symmetric, check_memory=check_memory,
+        lowered = lower(plan, spec, access=access, symmetric=symmetric, check_memory=check_memory,
                         fuse_table_wise=fuse_table_wise)
     except PlanError as exc:
         return Evaluation(label, plan, None, engine, problem=str(exc))
-    result = simulate(lowered.graph, hw, engine=engine)
-    return Evaluation(label, plan, float(result.iteration_us), engine, lowered, result)
+    graph = tag_op_classes(lowered.graph, spec, op_class) if has_op_classes(spec) else lowered.graph
+    result = simulate(graph, spec, engine=engine)
+    return Evaluation(label, plan, float(result.iteration_us), engine, lowered, result, graph=graph)
 
 
 def full_symmetry(plan: Plan) -> bool | None:

@@ -423,6 +423,12 @@ OP_GAP = "opgap"  # efficiency["opgap"]: host time between two ops that no op's 
 # of each world size (the `w{n}.launch_us` microbenchmarks measure it), as rates do.
 
 
+def has_op_classes(hw: Any) -> bool:
+    """Whether a spec carries per-op-class coefficients (or host gaps) that `tag_op_classes` applies."""
+    return any(k.startswith((OP_EFF_PREFIX, OP_FIXED_PREFIX)) or k in (OP_GAP, STEP_GAP, COLL_WAIT)
+               for k in hw.efficiency)
+
+
 def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
     """A copy of `graph` whose ops point at their class's fitted coefficients in `hw`
     (class = `classify(op name)`): `eff_key` "op:<class>", and instead of the launch cost

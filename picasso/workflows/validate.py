@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from picasso.workflows.sweep import Case, build_sweep
+from planner.op_names import op_class
 
 # After the per-op fits (compute, collectives, host gaps: all measured per op), the
 # iteration-level refit only corrects what ops alone do not show: its collective factors
@@ -284,25 +285,17 @@ def predict(plan: Any, hw: Any, profile: Any = None, access: Any = None, engine:
     return Predicted(float(res.iteration_us), mean_op_durations(tl), tl, low.graph)
 
 
-def op_class(name: str) -> str:
-    """An op's class for per-class calibration: micro-batch dropped, packs alike."""
-    from planner.op_names import base_name, split_name
-
-    phase, scope, op, _ = split_name(base_name(name))
-    return f"{phase}/{scope if scope in ('dense', 'input') else 'pack'}/{op}"
-
-
 def predict_tagged(plan: Any, hw: Any, profile: Any = None, access: Any = None, engine: str = "fast") -> Predicted:
-    """Predict with a spec that carries per-op-class coefficients (simulator.calibration)."""
-    from planner.lowering import lower
-    from simulator.calibration import spec_for_world, tag_op_classes
-    from simulator.engine import simulate
+    """The calibrated prediction, through the one path `picasso plan` and `simulate` take."""
+    from planner.access import table_access
+    from planner.search import evaluate
 
-    spec = spec_for_world(hw, plan.world_size)
-    graph = lower(plan, spec, profile=profile, access=access, check_memory=False).graph
-    graph = tag_op_classes(graph, spec, op_class)
-    res = simulate(graph, spec, engine=engine)
-    return Predicted(float(res.iteration_us), mean_op_durations(res.timeline), res.timeline, graph)
+    ev = evaluate(plan, hw, access if access is not None else table_access(plan.model, profile), engine,
+                  symmetric=None, check_memory=False)
+    if ev.iteration_us is None:
+        raise ValidateError(f"plan {plan.notes.get('label', '')}: {ev.problem}")
+    tl = ev.result.timeline
+    return Predicted(float(ev.iteration_us), mean_op_durations(tl), tl, ev.graph)
 
 
 def unfitted_classes(graph: Any, world: int, fitted: dict[str, Any]) -> list[str]:
