@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from foundation.files import atomic_write_bytes, check_output_path
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
@@ -192,7 +192,7 @@ class Plan:
 
     def save(self, path: str | os.PathLike, hot_ids: dict[str, np.ndarray] | None = None) -> None:
         """Write the plan (and its hot-ID file) atomically: temp file, then rename."""
-        path = Path(path)
+        path = check_output_path(path)
         if hot_ids is not None:
             self.hot_ids_file = path.with_suffix(".hot.npz").name
             atomic_write_bytes(path.with_suffix(".hot.npz"), _npz_bytes(hot_ids))
@@ -242,27 +242,3 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v, dtype=np.int64) for k, v in arrays.items()})
     return buf.getvalue()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; plans are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
