@@ -1,15 +1,21 @@
 """Checkpoints: per-rank embedding shards + hot caches, dense weights and optimizer state.
 
-Layout of a checkpoint folder:
-- `rank{r}.pt`: that rank's pieces of every pack (cold shard with its rows/columns, hot
-  cache, row-wise Adagrad state), written by rank r;
-- `dense.pt`: dense weights, dense optimizer state, steps done (written by rank 0);
-- `manifest.json`: written last by rank 0 after a barrier: format version, model
-  fingerprint, world size, step, and the size and SHA-256 of every file.
-Every file is written to a temp name and renamed. Loading checks the manifest and every
-file against it (a torn checkpoint is refused), checks the model fingerprint (a foreign
-checkpoint is refused), then rebuilds whole tables from all pieces and takes the shards
-the current plan needs, so a checkpoint loads under any plan and world size.
+Layout of a checkpoint folder DIR:
+- `DIR/step-<steps>-<tag>/`: one saved version, written whole before it becomes current:
+  `rank{r}.pt` (rank r's pieces of every pack: cold shard with its rows/columns, hot
+  cache, row-wise Adagrad state), `dense.pt` (dense weights, optimizer state, steps done)
+  and `manifest.json` (format, model fingerprint, world size, step, size and SHA-256 of
+  every file);
+- `DIR/manifest.json`: the same manifest plus `dir`, the current version. Replacing it
+  (one atomic rename, after every file of the new version is fsynced) is the switch, so
+  a save killed at any point leaves the previous checkpoint whole and current.
+The last `keep` versions stay; `--resume DIR/step-...` resumes an older one.
+
+Loading requires exactly the files the world size implies, checks every one against the
+manifest, refuses a foreign model, and reads tensors only (`weights_only=True`): the
+manifest sits beside the files and proves nothing about who wrote them, so a file must
+not be able to run code. It then rebuilds whole tables from all pieces and takes the
+shards the current plan needs, so a checkpoint loads under any plan and world size.
 """
 
 from __future__ import annotations
@@ -18,14 +24,25 @@ import hashlib
 import io
 import json
 import os
+import pickle
+import re
+import secrets
+import shutil
 from pathlib import Path
 
 import torch
 
 from executor.trainer import Trainer, tables_from_pieces
-from planner.plan import Plan, atomic_write_bytes
+from foundation import fields
+from foundation.files import atomic_write_bytes, fsync_dir, regular_file
+from planner.plan import Plan
 
-FORMAT = "picasso-checkpoint-1"
+FORMAT = "picasso-checkpoint-2"
+FORMAT_V1 = "picasso-checkpoint-1"  # files beside the manifest, no versions; still loads
+VERSION_RE = re.compile(r"step-\d{8,}-[0-9a-f]{6}")
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_WORLD = 1 << 16
+DEFAULT_KEEP = 2
 
 
 class CheckpointError(ValueError):
@@ -34,6 +51,11 @@ class CheckpointError(ValueError):
 
 def model_fingerprint(plan: Plan) -> str:
     return hashlib.sha256(json.dumps(plan.model.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def expected_files(world_size: int) -> list[str]:
+    """Every file a checkpoint of `world_size` ranks must hold."""
+    return [f"rank{r}.pt" for r in range(world_size)] + ["dense.pt"]
 
 
 def _torch_bytes(obj) -> bytes:
@@ -50,48 +72,133 @@ def _sha(path: Path) -> str:
     return h.hexdigest()
 
 
-def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None = None) -> None:
-    """Collective: every rank writes its file, rank 0 the dense file and then the manifest."""
+def _stage(rank: int, name: str) -> None:
+    """Test hook: PICASSO_CKPT_FAULT=RANK:STAGE kills that rank at that stage of a save."""
+    spec = os.environ.get("PICASSO_CKPT_FAULT")
+    if spec and spec == f"{rank}:{name}":
+        os._exit(3)
+
+
+def _agree(comm, value: str) -> str:
+    """Rank 0's `value` on every rank."""
+    if comm.world == 1:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None = None,
+         keep: int = DEFAULT_KEEP) -> Path:
+    """Collective: write a new version beside the current one, then switch to it; returns its folder."""
+    if keep < 1:
+        raise ValueError(f"--keep must be at least 1, got {keep}")
     folder = Path(folder)
     comm = trainer.comm
-    folder.mkdir(parents=True, exist_ok=True)
-    if comm.rank == 0:
-        old = folder / "manifest.json"
-        if old.exists():  # the folder is torn while it is being rewritten
-            old.unlink()
-    comm.barrier()
+    rank = comm.rank
+    name = ""
+    if rank == 0:
+        if folder.exists() and not folder.is_dir():
+            raise CheckpointError(f"{folder}: exists and is not a folder")
+        name = f"step-{trainer.steps_done:08d}-{secrets.token_hex(3)}"
+        (folder / name).mkdir(parents=True)
+    name = _agree(comm, name)
+    version = folder / name
+    _stage(rank, "start")
     pieces = [p.shard_state() for p in trainer.packs]
-    atomic_write_bytes(folder / f"rank{comm.rank}.pt", _torch_bytes({"rank": comm.rank, "packs": pieces}))
-    if comm.rank == 0:
-        dense = {
-            "dense": trainer.dense.state_dict(),
-            "optimizer": trainer.opt.state_dict(),
-            "steps": trainer.steps_done,
-        }
-        atomic_write_bytes(folder / "dense.pt", _torch_bytes(dense))
-    comm.barrier()
-    if comm.rank == 0:
-        files = [f"rank{r}.pt" for r in range(comm.world)] + ["dense.pt"]
+    atomic_write_bytes(version / f"rank{rank}.pt", _torch_bytes({"rank": rank, "packs": pieces}))
+    _stage(rank, "shard")
+    if rank == 0:
+        dense = {"dense": trainer.dense.state_dict(), "optimizer": trainer.opt.state_dict(), "steps": trainer.steps_done}
+        atomic_write_bytes(version / "dense.pt", _torch_bytes(dense))
+    _stage(rank, "dense")
+    comm.barrier()  # every file of the version is written and fsynced
+    if rank == 0:
         manifest = {
             "format": FORMAT,
-            "model": plan_model_name(trainer.plan),
+            "model": trainer.plan.model.name,
             "model_fingerprint": model_fingerprint(trainer.plan),
             "world_size": comm.world,
             "packs": [[p.name, list(p.tables), p.sharding] for p in trainer.plan.packs],
             "steps": trainer.steps_done,
-            "data_position": trainer.steps_done if data_position is None else data_position,
-            "files": {f: {"bytes": (folder / f).stat().st_size, "sha256": _sha(folder / f)} for f in files},
+            "data_position": trainer.steps_done if data_position is None else int(data_position),
+            "files": {f: {"bytes": (version / f).stat().st_size, "sha256": _sha(version / f)}
+                      for f in expected_files(comm.world)},
         }
-        atomic_write_bytes(folder / "manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
+        atomic_write_bytes(version / "manifest.json", _json_bytes(manifest))
+        _stage(rank, "version")
+        atomic_write_bytes(folder / "manifest.json", _json_bytes({**manifest, "dir": name}))  # the switch
+        _stage(rank, "switch")
+        prune(folder, keep)
     comm.barrier()
+    return version
 
 
-def plan_model_name(plan: Plan) -> str:
-    return plan.model.name
+def _json_bytes(doc: dict) -> bytes:
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def versions(folder: str | os.PathLike) -> list[Path]:
+    """The version folders in `folder`, oldest first."""
+    folder = Path(folder)
+    found = [p for p in folder.iterdir() if p.is_dir() and VERSION_RE.fullmatch(p.name)] if folder.is_dir() else []
+    return sorted(found, key=lambda p: (int(p.name.split("-")[1]), p.stat().st_mtime_ns))
+
+
+def prune(folder: Path, keep: int) -> None:
+    """Keep the current version and the newest complete ones up to `keep`; drop the rest.
+
+    Folders without a manifest are leftovers of interrupted saves.
+    """
+    current = json.loads((folder / "manifest.json").read_text()).get("dir")
+    complete = [v for v in versions(folder) if (v / "manifest.json").is_file() and v.name != current]
+    kept = {current, *(v.name for v in complete[max(0, len(complete) - (keep - 1)):] if keep > 1)}
+    for v in versions(folder):
+        if v.name not in kept:
+            shutil.rmtree(v, ignore_errors=True)
+    fsync_dir(folder)
+
+
+def validate_manifest(m: object, mpath: Path) -> dict:
+    """The manifest's fields checked for type and range; CheckpointError names the field."""
+    try:
+        fields.mapping(m, "(top level)")
+        fmt = m.get("format")
+        if fmt not in (FORMAT, FORMAT_V1):
+            raise CheckpointError(f"{mpath}: not a picasso checkpoint (format {fmt!r})")
+        world = fields.integer(m.get("world_size"), "world_size", 1, MAX_WORLD)
+        fields.integer(m.get("steps"), "steps", 0)
+        fields.integer(m.get("data_position"), "data_position", 0)
+        fields.text(m.get("model_fingerprint"), "model_fingerprint")
+        if "dir" in m and not (isinstance(m["dir"], str) and VERSION_RE.fullmatch(m["dir"])):
+            raise fields.FieldError(f"field dir: expected a version folder name step-<steps>-<tag>, got {m['dir']!r}")
+        files = fields.mapping(m.get("files"), "files")
+        want = expected_files(world)
+        missing = [f for f in want if f not in files]
+        if missing:
+            raise fields.FieldError(f"field files: {missing[0]} is missing: a checkpoint of world_size {world} "
+                                    f"holds {', '.join(want)}")
+        extra = sorted(set(files) - set(want))
+        if extra:
+            raise fields.FieldError(f"field files: unexpected entry {extra[0]!r} for world_size {world}")
+        for f in want:
+            info = fields.mapping(files[f], f"files.{f}")
+            fields.integer(info.get("bytes"), f"files.{f}.bytes", 0)
+            sha = info.get("sha256")
+            if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+                raise fields.FieldError(f"field files.{f}.sha256: expected 64 hex digits")
+    except fields.FieldError as exc:
+        raise CheckpointError(f"{mpath}: {exc}") from None
+    return m
 
 
 def read_manifest(folder: str | os.PathLike, plan: Plan | None = None) -> dict:
-    """The manifest after checking every file it lists; raises CheckpointError."""
+    """The manifest after checking every file the world size implies; raises CheckpointError.
+
+    The returned dict holds `_files_dir`, the folder the files are read from.
+    """
     folder = Path(folder)
     mpath = folder / "manifest.json"
     if not folder.is_dir():
@@ -99,15 +206,22 @@ def read_manifest(folder: str | os.PathLike, plan: Plan | None = None) -> dict:
     if not mpath.exists():
         raise CheckpointError(f"{folder}: no manifest.json: the checkpoint is incomplete (torn) or not a checkpoint")
     try:
-        m = json.loads(mpath.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{mpath}: damaged manifest ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise CheckpointError(f"{mpath}: not a picasso checkpoint (format {m.get('format') if isinstance(m, dict) else None!r})")
-    for name, info in m.get("files", {}).items():
-        f = folder / name
+        regular_file(mpath, "checkpoint manifest")
+        if mpath.stat().st_size > MAX_MANIFEST_BYTES:
+            raise CheckpointError(f"{mpath}: too large for a checkpoint manifest")
+        m = json.loads(mpath.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{mpath}: damaged manifest ({exc})") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(str(exc)) from None
+    validate_manifest(m, mpath)
+    base = folder / m["dir"] if "dir" in m else folder
+    for name, info in m["files"].items():
+        f = base / name
         if not f.exists():
             raise CheckpointError(f"{f}: missing: the checkpoint is torn")
+        if not f.is_file():
+            raise CheckpointError(f"{f}: not a regular file")
         if f.stat().st_size != info["bytes"] or _sha(f) != info["sha256"]:
             raise CheckpointError(f"{f}: size or checksum differs from the manifest: the checkpoint is torn or damaged")
     if plan is not None and m.get("model_fingerprint") != model_fingerprint(plan):
@@ -115,26 +229,45 @@ def read_manifest(folder: str | os.PathLike, plan: Plan | None = None) -> dict:
             f"{folder}: checkpoint of model {m.get('model')!r} does not match the plan's model "
             f"{plan.model.name!r} (different tables or dense architecture)"
         )
-    return m
+    return {**m, "_files_dir": str(base)}
+
+
+def _load_tensors(path: Path) -> dict:
+    """A torch file holding tensors and plain containers only: unpickling runs no code."""
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a tensor-only picasso checkpoint file, refused ({first[:200]})") from None
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{path}: expected a dict of tensors, got {type(d).__name__}")
+    return d
 
 
 def load(trainer: Trainer, folder: str | os.PathLike) -> dict:
     """Load into `trainer` under its own plan (any plan or world size of the same model)."""
     folder = Path(folder)
     m = read_manifest(folder, trainer.plan)
-    pieces_by_rank = []
-    for r in range(int(m["world_size"])):
-        d = torch.load(folder / f"rank{r}.pt", map_location="cpu", weights_only=False)
-        pieces_by_rank.append(d["packs"])
-    per_pack = [list(x) for x in zip(*pieces_by_rank)]
-    weights, states = tables_from_pieces(trainer.plan, per_pack)
-    for p in trainer.packs:
-        L = p.layout
-        w = torch.cat([weights[t] for t in L.tables])
-        s = torch.cat([states[t] for t in L.tables]) if all(t in states for t in L.tables) else None
-        p.load_full(w, s)
-    dense = torch.load(folder / "dense.pt", map_location="cpu", weights_only=False)
-    trainer.dense.load_state_dict(dense["dense"])
-    trainer.opt.load_state_dict(dense["optimizer"])
-    trainer.steps_done = int(dense["steps"])
+    base = Path(m["_files_dir"])
+    try:
+        pieces_by_rank = [_load_tensors(base / f"rank{r}.pt")["packs"] for r in range(int(m["world_size"]))]
+        per_pack = [list(x) for x in zip(*pieces_by_rank)]
+        weights, states = tables_from_pieces(trainer.plan, per_pack)
+        for p in trainer.packs:
+            L = p.layout
+            w = torch.cat([weights[t] for t in L.tables])
+            s = torch.cat([states[t] for t in L.tables]) if all(t in states for t in L.tables) else None
+            p.load_full(w, s)
+        dense = _load_tensors(base / "dense.pt")
+        trainer.dense.load_state_dict(dense["dense"])
+        trainer.opt.load_state_dict(dense["optimizer"])
+        steps = dense["steps"]
+    except CheckpointError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{base}: checkpoint content does not fit the model ({type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
+    if not isinstance(steps, int) or steps != m["steps"]:
+        raise CheckpointError(f"{base / 'dense.pt'}: steps {steps!r} differ from the manifest's {m['steps']}")
+    trainer.steps_done = steps
     return m

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from executor.process_tree import run_tree
 from executor.spawn import free_port
+from foundation.files import regular_file
 
 
 class LaunchError(RuntimeError):
@@ -51,6 +54,25 @@ def first_error(log: str) -> str:
     return tail[-1] if tail else "the workers failed without output"
 
 
+def check_topology(nproc: int | None, nnodes: int, node_rank: int, steps: int) -> None:
+    """Refuse counts that would make torchrun wait forever or fail deep inside."""
+    if nnodes < 1:
+        raise ValueError(f"--nnodes must be at least 1, got {nnodes}")
+    if not 0 <= node_rank < nnodes:
+        raise ValueError(f"--node-rank must be in [0, {nnodes - 1}] for --nnodes {nnodes}, got {node_rank}")
+    if nproc is not None and nproc < 1:
+        raise ValueError(f"--nproc must be at least 1, got {nproc}")
+    if steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {steps}")
+
+
+def socket_env(master_addr: str, nnodes: int) -> dict[str, str]:
+    """Keep one-node runs on the loopback interface (gloo and NCCL bind where told)."""
+    if nnodes == 1 and master_addr in ("127.0.0.1", "localhost", "::1"):
+        return {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    return {}
+
+
 def launch(
     plan_path: str,
     data: str,
@@ -65,37 +87,53 @@ def launch(
     timeout_s: float | None = None,
     env: dict[str, str] | None = None,
 ) -> dict:
-    """Run the plan on `nproc` local workers; returns rank 0's result dict."""
+    """Run the plan on `nproc` local workers; returns rank 0's result dict.
+
+    The workers' output goes to a log in a private temp folder (mode 0700), kept and
+    named in the error when they fail, removed otherwise. An interrupt or timeout stops
+    every process the run started (executor.process_tree).
+    """
     from planner.plan import Plan
 
+    check_topology(nproc, nnodes, node_rank, steps)
     plan = Plan.load(plan_path)
     plan.load_hot_ids(plan_path)  # a missing or wrong hot-ID file fails here, before any worker starts
-    if data != "synthetic" and not Path(data).exists():
-        raise FileNotFoundError(f"{data}: no such data file")
-    nproc = nproc or plan.world_size // nnodes
+    if data != "synthetic":
+        regular_file(data, "data file")
+    nproc = nproc or max(1, plan.world_size // nnodes)
     if nproc * nnodes != plan.world_size:
         raise ValueError(
             f"{plan_path}: the plan is for {plan.world_size} ranks, --nproc {nproc} x {nnodes} node(s) gives {nproc * nnodes}"
         )
-    with tempfile.TemporaryDirectory(prefix="picasso-run-") as tmp:
-        result_path = Path(tmp) / "result.json"
+    tmp = Path(tempfile.mkdtemp(prefix="picasso-run-"))
+    keep_log = False
+    try:
+        result_path = tmp / "result.json"
+        log = tmp / "workers.log"
         args = ["--plan", str(plan_path), "--data", str(data), "--format", fmt, "--steps", str(steps),
                 "--result", str(result_path), *(extra or [])]
         cmd = torchrun_command(args, nproc, nnodes, node_rank, master_addr, master_port)
         # OpenMP threads that spin while waiting make a shared core many times slower
-        defaults = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), "OMP_WAIT_POLICY": "PASSIVE"}
+        defaults = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), "OMP_WAIT_POLICY": "PASSIVE",
+                    **socket_env(master_addr, nnodes)}
         full_env = {**defaults, **os.environ, **(env or {})}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout_s)
+            rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log)
         except subprocess.TimeoutExpired:
             raise LaunchError(f"the workers did not finish within {timeout_s:.0f} s") from None
-        if proc.returncode != 0:
-            # Keep the workers' whole output: the one-line error names where to read it.
-            log = Path(tempfile.gettempdir()) / f"picasso-run-{os.getpid()}.log"
-            log.write_text(proc.stdout + "\n" + proc.stderr)
-            raise LaunchError(f"{first_error(proc.stdout + chr(10) + proc.stderr)} (full worker log: {log})")
+        if rc != 0:
+            keep_log = True  # the one-line error names where to read the whole output
+            raise LaunchError(f"{first_error(output)} (full worker log: {log})")
         if node_rank != 0:
             return {"node_rank": node_rank}
         if not result_path.exists():
-            raise LaunchError("the workers exited without a result: " + first_error(proc.stdout + proc.stderr))
+            keep_log = True
+            raise LaunchError(f"the workers exited without a result: {first_error(output)} (full worker log: {log})")
         return json.loads(result_path.read_text())
+    finally:
+        if keep_log:
+            for f in tmp.iterdir():
+                if f != log:
+                    f.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)

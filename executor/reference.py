@@ -68,6 +68,17 @@ class Reference:
         self.opt.step()
         return float(loss.detach())
 
+    def load_state(self, start: dict) -> None:
+        """Start from a trainer's state (`verify.start_state`): a resumed run is compared from where it resumed."""
+        with torch.no_grad():
+            for name, bag in self.bags.items():
+                bag.weight.copy_(start["weights"][name])
+        for name in self.states:
+            if name in start["states"]:
+                self.states[name] = start["states"][name].clone()
+        self.dense.load_state_dict(start["dense"])
+        self.opt.load_state_dict(start["optimizer"])
+
     def tables(self) -> dict[str, torch.Tensor]:
         return {n: b.weight.detach().clone() for n, b in self.bags.items()}
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime
 import io
 import os
+import queue
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -58,16 +60,25 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
         p.start()
     results: dict[int, Any] = {}
     errors = []
-    for _ in range(world):
+    reported: set[int] = set()
+    deadline = time.monotonic() + timeout_s * 3
+    while len(reported) < world and time.monotonic() < deadline:
         try:
-            rank, status, out = q.get(timeout=timeout_s * 3)
-        except Exception as exc:  # noqa: BLE001 - queue.Empty: a rank died without reporting
-            errors.append(f"a rank exited without reporting ({type(exc).__name__}: {exc})")
-            break
+            rank, status, out = q.get(timeout=0.5)
+        except queue.Empty:
+            # a rank killed by a signal or os._exit never reports: stop waiting for it
+            dead = [r for r, p in enumerate(procs) if r not in reported and p.exitcode not in (None, 0)]
+            if dead:
+                errors.append(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode})")
+                break
+            continue
+        reported.add(rank)
         if status == "ok":
-            results[rank] = torch.load(io.BytesIO(out), weights_only=False)
+            results[rank] = torch.load(io.BytesIO(out), weights_only=False)  # our own child's bytes
         else:
             errors.append(f"rank {rank}: {out}")
+    if len(reported) < world and not errors:
+        errors.append(f"the ranks did not finish within {timeout_s * 3:.0f} s")
     for p in procs:
         p.join(timeout=10)
         if p.is_alive():

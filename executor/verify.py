@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -18,17 +20,45 @@ def local_rows(batch: Batch, plan: Plan, rank: int) -> Batch:
     return batch.slice(rank * b, (rank + 1) * b)
 
 
-def compare(trainer: Trainer, batches: list[Batch]) -> dict[str, float] | None:
+TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 3e-2}  # by the dense precision the trainer used
+
+
+class VerifyError(RuntimeError):
+    """The trained weights differ from the reference by more than the tolerance."""
+
+
+def default_tolerance(dense_dtype: str) -> float:
+    return TOLERANCE.get(dense_dtype, TOLERANCE["fp32"])
+
+
+def start_state(trainer: Trainer) -> dict | None:
+    """The trainer's whole state now (collective), for the reference to start from on rank 0.
+
+    Taken after a resume, so that --verify compares the steps this run made, not the
+    checkpoint's history against a reference that never saw it.
+    """
+    weights, states = trainer.full_tables()
+    if trainer.comm.rank != 0:
+        return None
+    return {"weights": weights, "states": states,
+            "dense": {k: v.detach().cpu().clone() for k, v in trainer.dense.state_dict().items()},
+            "optimizer": copy.deepcopy(trainer.opt.state_dict())}
+
+
+def compare(trainer: Trainer, batches: list[Batch], start: dict | None = None) -> dict[str, float] | None:
     """After `trainer` trained on `batches` (global), compare with the reference (collective).
 
-    Returns, on rank 0, the largest relative differences of embeddings and dense weights
-    (max|a-b| / max|b| per tensor) and how far the reference moved from its start.
+    The reference starts from `start` (see start_state) when given, else from the plan's
+    initial weights. Returns, on rank 0, the largest relative differences of embeddings
+    and dense weights (max|a-b| / max|b| per tensor) and how far the reference moved.
     """
     weights, _ = trainer.full_tables()
     if trainer.comm.rank != 0:
         return None
     plan = trainer.plan
     ref = Reference(plan)
+    if start is not None:
+        ref.load_state(start)
     start = ref.tables()
     for b in batches:
         ref.step(b)

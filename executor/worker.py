@@ -20,19 +20,22 @@ import torch.distributed as dist
 
 from executor import kernels
 from executor.batches import (
+    DataError,
     DeviceFeeder,
     Prefetcher,
     feature_map,
     global_batches,
     reader_chunks,
+    rebatch,
     synthetic_raw,
     to_batch,
 )
 from executor.comm import Comm
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
-from executor.verify import compare
-from planner.plan import Plan, atomic_write_bytes
+from executor.verify import compare, default_tolerance, start_state
+from foundation.files import atomic_write_bytes
+from planner.plan import Plan
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,8 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="write the measured Chrome trace here (rank 0)")
     p.add_argument("--timeline", help="write the measured Timeline JSON here (rank 0)")
     p.add_argument("--checkpoint", help="save a checkpoint here at the end")
+    p.add_argument("--keep", type=int, default=2, help="checkpoint versions to keep in --checkpoint")
     p.add_argument("--resume", help="load this checkpoint before training (any plan/world size of the model)")
     p.add_argument("--verify", action="store_true", help="compare with the single-process reference (rank 0)")
+    p.add_argument("--verify-tolerance", type=float, help="largest relative difference --verify accepts "
+                   "(default: 1e-4 for fp32 dense layers, looser for tf32/bf16)")
     p.add_argument("--result", help="rank 0 writes the result JSON here")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds")
     p.add_argument("--op-timing", action="store_true",
@@ -85,6 +91,22 @@ def predicted_samples_per_s(plan: Plan) -> float | None:
     return None
 
 
+def resumed_batches(open_chunks, global_batch: int, skip: int):
+    """global_batches(skip=skip) that reads the data at most once more to get there.
+
+    The data repeats in epochs: a skip past the end of the first pass is reduced modulo
+    the epoch's batch count, so a huge data_position in a manifest cannot loop forever.
+    """
+    seen = 0
+    for b in rebatch(open_chunks(), global_batch):
+        if seen >= skip:
+            yield b
+        seen += 1
+    if seen == 0:
+        raise DataError(f"the data has fewer rows than one global batch ({global_batch})")
+    yield from global_batches(open_chunks, global_batch, skip=skip % seen if skip >= seen else 0)
+
+
 def _fault_hook(rank: int, step: int) -> None:
     """Test hook: PICASSO_FAULT=RANK:STEP kills that rank at that step (dead-rank tests)."""
     spec = os.environ.get("PICASSO_FAULT")
@@ -113,6 +135,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         from executor.checkpoint import load
 
         start_step = int(load(trainer, args.resume)["data_position"])
+    verify_start = start_state(trainer) if (args.verify and args.resume) else None
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
     if args.data == "synthetic":
         raw = synthetic_raw(model, args.synthetic_rows or g * 8, seed=plan.seed + 1)
@@ -132,7 +155,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     fmap: dict[str, str] = {}
 
     def prepared():
-        for gb in global_batches(open_chunks, g, skip=start_step):
+        for gb in resumed_batches(open_chunks, g, start_step):
             if not fmap:
                 fmap.update(feature_map(model, gb.sparse))
             local = to_batch(gb.slice(rank * b, (rank + 1) * b), model, fmap)
@@ -191,11 +214,11 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         dist.all_gather_object(gathered, (events, times))
     else:
         gathered = [(events, times)]
-    verify = compare(trainer, kept) if args.verify else None
+    verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if args.checkpoint:
         from executor.checkpoint import save
 
-        save(trainer, args.checkpoint, data_position=start_step + args.steps)
+        save(trainer, args.checkpoint, data_position=start_step + args.steps, keep=args.keep)
     if rank != 0:
         return None
     timed = len(times)
@@ -237,6 +260,10 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         tl.save(args.timeline)
         result["timeline"] = str(args.timeline)
     if verify is not None:
+        tol = args.verify_tolerance if args.verify_tolerance is not None else default_tolerance(trainer.precision.used)
+        verify["tolerance"] = tol
+        verify["passed"] = bool(verify["max_rel_diff"] <= tol)  # NaN fails
+        verify["from_step"] = start_step
         result["verify"] = verify
         result["max_rel_diff"] = verify["max_rel_diff"]
     if args.checkpoint:

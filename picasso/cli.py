@@ -7,9 +7,12 @@ top-level imports light; heavy layers are imported inside its `run(args) -> int`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 
 COMMANDS = ("synth", "analyze", "plan", "simulate", "run", "calibrate", "validate", "demo", "doctor",
@@ -32,6 +35,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the main thread is, so child processes and temp
+    folders are cleaned up on the way out exactly as for Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, frame) -> None:
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals_raise():
+    """SIGTERM/SIGHUP raise Interrupted while a command runs (default: die without cleanup)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -39,10 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("picasso: interrupted", file=sys.stderr)
-        return 130
+        with _stop_signals_raise():
+            return int(args.func(args) or 0)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"picasso {args.command}: interrupted by {signal.Signals(signum).name}; "
+              "stopped its processes", file=sys.stderr)
+        return 128 + int(signum)
     except (ValueError, OSError, KeyError, RuntimeError) as exc:
         # User-facing errors: one line, no traceback (PICASSO_DEBUG=1 shows it).
         if os.environ.get("PICASSO_DEBUG"):

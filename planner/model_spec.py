@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from foundation import fields
+from foundation.fields import FieldError
 from planner.errors import PlanError
 
 ARCHS = ("dlrm", "deepfm", "dcn", "wide_deep", "din")
@@ -111,22 +113,71 @@ class ModelSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
+    def from_dict(cls, d: dict[str, Any], where: str = "model") -> ModelSpec:
+        """A spec from plain data, every field checked (PlanError names the field under `where`)."""
         try:
-            tables = tuple(TableSpec(**t) for t in d["tables"])
-            spec = cls(
-                name=d["name"],
-                arch=d["arch"],
-                num_dense=int(d["num_dense"]),
-                tables=tables,
-                bottom_mlp=tuple(d.get("bottom_mlp", ())),
-                top_mlp=tuple(d.get("top_mlp", ())),
-                interaction=d.get("interaction", "dot"),
-                extra=dict(d.get("extra", {})),
-            )
-        except KeyError as exc:
-            raise PlanError(f"model spec: missing field {exc.args[0]!r}") from None
-        except TypeError as exc:
-            raise PlanError(f"model spec: {exc}") from None
-        spec.validate()
+            spec = _spec_from_dict(d, where)
+        except FieldError as exc:
+            raise PlanError(f"{exc}") from None
+        try:
+            spec.validate()
+        except PlanError as exc:
+            raise PlanError(f"field {where}: {exc}" if where else str(exc)) from None
         return spec
+
+
+MAX_ROWS = 1 << 48  # rows of one table
+MAX_DIM = 1 << 16
+MAX_WIDTH = 1 << 20  # dense inputs, MLP layer widths
+
+
+def _spec_from_dict(d: object, where: str) -> ModelSpec:
+    """Types and ranges of every field of a model spec (the one place they are checked)."""
+    fields.mapping(d, where or "(top level)")
+    p = f"{where}." if where else ""
+    known = {f for f in ModelSpec.__dataclass_fields__}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise FieldError(f"field {p}{unknown[0]}: unknown; known: {sorted(known)}")
+    for req in ("name", "arch", "num_dense", "tables"):
+        if req not in d:
+            raise FieldError(f"field {p}{req}: missing")
+    tables = fields.sequence(d["tables"], f"{p}tables")
+    if not tables:
+        raise FieldError(f"field {p}tables: expected at least one table")
+    return ModelSpec(
+        name=fields.text(d["name"], f"{p}name"),
+        arch=fields.text(d["arch"], f"{p}arch", ARCHS),
+        num_dense=fields.integer(d["num_dense"], f"{p}num_dense", 0, MAX_WIDTH),
+        tables=tuple(_table_from_dict(t, f"{p}tables[{i}]") for i, t in enumerate(tables)),
+        bottom_mlp=_widths(d.get("bottom_mlp", ()), f"{p}bottom_mlp"),
+        top_mlp=_widths(d.get("top_mlp", ()), f"{p}top_mlp"),
+        interaction=fields.text(d.get("interaction", "dot"), f"{p}interaction"),
+        extra=dict(fields.mapping(d.get("extra", {}), f"{p}extra")),
+    )
+
+
+def _widths(v: object, where: str) -> tuple[int, ...]:
+    return tuple(fields.integer(x, f"{where}[{i}]", 1, MAX_WIDTH) for i, x in enumerate(fields.sequence(v, where)))
+
+
+def _table_from_dict(t: object, where: str) -> TableSpec:
+    fields.mapping(t, where)
+    known = set(TableSpec.__dataclass_fields__)
+    unknown = sorted(set(t) - known)
+    if unknown:
+        raise FieldError(f"field {where}.{unknown[0]}: unknown; known: {sorted(known)}")
+    for req in ("name", "num_rows", "dim"):
+        if req not in t:
+            raise FieldError(f"field {where}.{req}: missing")
+    return TableSpec(
+        name=fields.text(t["name"], f"{where}.name"),
+        num_rows=fields.integer(t["num_rows"], f"{where}.num_rows", 1, MAX_ROWS),
+        dim=fields.integer(t["dim"], f"{where}.dim", 1, MAX_DIM),
+        dtype=fields.text(t.get("dtype", "fp32"), f"{where}.dtype", tuple(DTYPES)),
+        pooling=fields.text(t.get("pooling", "sum"), f"{where}.pooling", POOLINGS),
+        optimizer=fields.text(t.get("optimizer", "sgd"), f"{where}.optimizer", OPTIMIZERS),
+        initializer=fields.text(t.get("initializer", "uniform"), f"{where}.initializer", INITIALIZERS),
+        pooling_factor=fields.real(t.get("pooling_factor", 1.0), f"{where}.pooling_factor", 0.0, 1e6, lo_open=True),
+        max_len=fields.integer(t.get("max_len", 1), f"{where}.max_len", 1, MAX_WIDTH),
+    )

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from foundation import fields
+from foundation.fields import FieldError
+from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
@@ -176,34 +178,17 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
-        if not isinstance(d, dict):
-            raise PlanError("plan: expected a JSON object")
+        """A plan from plain data, every field checked (PlanError names the field)."""
         try:
-            plan = cls(
-                version=int(d.get("version", -1)),
-                model=ModelSpec.from_dict(d["model"]),
-                world_size=int(d["world_size"]),
-                batch_size_per_rank=int(d["batch_size_per_rank"]),
-                packs=[PackPlan(**p) for p in d["packs"]],
-                hot_rows={k: int(v) for k, v in d.get("hot_rows", {}).items()},
-                hot_ids_file=d.get("hot_ids_file"),
-                micro_batches=int(d.get("micro_batches", 1)),
-                kernel_interleaving=bool(d.get("kernel_interleaving", False)),
-                optimizer=OptimizerPlan(**d.get("optimizer", {})),
-                hardware=d.get("hardware"),
-                seed=int(d.get("seed", 0)),
-                notes=dict(d.get("notes", {})),
-            )
-        except KeyError as exc:
-            raise PlanError(f"plan: missing field {exc.args[0]!r}") from None
-        except TypeError as exc:
-            raise PlanError(f"plan: {exc}") from None
+            plan = _plan_from_dict(d)
+        except FieldError as exc:
+            raise PlanError(str(exc)) from None
         plan.validate()
         return plan
 
     def save(self, path: str | os.PathLike, hot_ids: dict[str, np.ndarray] | None = None) -> None:
         """Write the plan (and its hot-ID file) atomically: temp file, then rename."""
-        path = Path(path)
+        path = check_output_path(path)
         if hot_ids is not None:
             self.hot_ids_file = path.with_suffix(".hot.npz").name
             atomic_write_bytes(path.with_suffix(".hot.npz"), _npz_bytes(hot_ids))
@@ -214,12 +199,20 @@ class Plan:
     def load(cls, path: str | os.PathLike) -> Plan:
         path = Path(path)
         try:
-            d = json.loads(path.read_text())
+            regular_file(path, "plan file")
+            d = json.loads(path.read_bytes().decode("utf-8"))
         except FileNotFoundError:
             raise PlanError(f"{path}: no such plan file") from None
+        except UnicodeDecodeError:
+            raise PlanError(f"{path}: not a plan (binary, not UTF-8 JSON)") from None
         except json.JSONDecodeError as exc:
             raise PlanError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-        plan = cls.from_dict(d)
+        except (OSError, ValueError) as exc:
+            raise PlanError(str(exc)) from None
+        try:
+            plan = cls.from_dict(d)
+        except PlanError as exc:
+            raise PlanError(f"{path}: {exc}") from None
         plan.notes.setdefault("_path", str(path))
         return plan
 
@@ -229,11 +222,7 @@ class Plan:
             return {}
         base = Path(plan_path or self.notes.get("_path", ".")).parent
         f = base / self.hot_ids_file
-        try:
-            with np.load(f) as z:
-                ids = {k: np.asarray(z[k], dtype=np.int64) for k in z.files}
-        except FileNotFoundError:
-            raise PlanError(f"{f}: hot-ID file named by the plan does not exist") from None
+        ids = read_hot_ids(f)
         out = {}
         for t, n in self.hot_rows.items():
             if n == 0:
@@ -247,33 +236,101 @@ class Plan:
         return out
 
 
+def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
+    """A hot-ID file: an .npz of one 1-D integer array per table (no pickles, no other files)."""
+    not_ours = f"{f}: not a picasso hot-ID file (expected an .npz of one integer array per table)"
+    try:
+        regular_file(f, "hot-ID file")
+    except FileNotFoundError:
+        raise PlanError(f"{f}: hot-ID file named by the plan does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise PlanError(str(exc)) from None
+    try:
+        z = np.load(f, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise PlanError(not_ours)
+        with z:
+            ids = {}
+            for k in z.files:
+                a = z[k]
+                if a.ndim != 1 or a.dtype.kind not in "iu":
+                    raise PlanError(f"{f}: table {k}: expected a 1-D integer array, got {a.dtype} of shape {a.shape}")
+                ids[k] = a.astype(np.int64)
+    except PlanError:
+        raise
+    except Exception:  # noqa: BLE001 - zipfile, numpy and OS errors of a damaged file: one line
+        raise PlanError(f"{not_ours}: damaged, truncated or another format") from None
+    return ids
+
+MAX_WORLD = 1 << 20
+MAX_BATCH = 1 << 26
+KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
+                "micro_batches", "kernel_interleaving", "optimizer", "hardware", "seed", "notes")
+
+
+def _plan_from_dict(d: object) -> Plan:
+    """Types and ranges of every field of a plan (the one place they are checked)."""
+    fields.mapping(d, "(top level)")
+    unknown = sorted(set(d) - set(KNOWN_FIELDS))
+    if unknown:
+        raise FieldError(f"field {unknown[0]}: unknown; known: {list(KNOWN_FIELDS)}")
+    for req in ("model", "world_size", "batch_size_per_rank", "packs"):
+        if req not in d:
+            raise FieldError(f"field {req}: missing")
+    world = fields.integer(d["world_size"], "world_size", 1, MAX_WORLD)
+    opt = fields.mapping(d.get("optimizer", {}), "optimizer")
+    unknown = sorted(set(opt) - set(OptimizerPlan.__dataclass_fields__))
+    if unknown:
+        raise FieldError(f"field optimizer.{unknown[0]}: unknown; known: {list(OptimizerPlan.__dataclass_fields__)}")
+    dflt = OptimizerPlan()
+    hot = fields.mapping(d.get("hot_rows", {}), "hot_rows")
+    hot_file = d.get("hot_ids_file")
+    hardware = d.get("hardware")
+    return Plan(
+        version=fields.integer(d.get("version", -1), "version"),
+        model=ModelSpec.from_dict(d["model"], where="model"),
+        world_size=world,
+        batch_size_per_rank=fields.integer(d["batch_size_per_rank"], "batch_size_per_rank", 1, MAX_BATCH),
+        packs=[_pack_from_dict(p, f"packs[{i}]", world) for i, p in enumerate(fields.sequence(d["packs"], "packs"))],
+        hot_rows={fields.text(k, "hot_rows"): fields.integer(v, f"hot_rows.{k}", 0) for k, v in hot.items()},
+        hot_ids_file=None if hot_file is None else fields.text(hot_file, "hot_ids_file"),
+        micro_batches=fields.integer(d.get("micro_batches", 1), "micro_batches", 1, MAX_BATCH),
+        kernel_interleaving=fields.boolean(d.get("kernel_interleaving", False), "kernel_interleaving"),
+        optimizer=OptimizerPlan(
+            sparse=fields.text(opt.get("sparse", dflt.sparse), "optimizer.sparse", SPARSE_OPTIMIZERS),
+            sparse_lr=fields.real(opt.get("sparse_lr", dflt.sparse_lr), "optimizer.sparse_lr", 0.0, 1e6, lo_open=True),
+            dense=fields.text(opt.get("dense", dflt.dense), "optimizer.dense", DENSE_OPTIMIZERS),
+            dense_lr=fields.real(opt.get("dense_lr", dflt.dense_lr), "optimizer.dense_lr", 0.0, 1e6, lo_open=True),
+            eps=fields.real(opt.get("eps", dflt.eps), "optimizer.eps", 0.0, 1.0, lo_open=True),
+        ),
+        hardware=None if hardware is None else fields.text(hardware, "hardware"),
+        seed=fields.integer(d.get("seed", 0), "seed", 0, (1 << 63) - 1),
+        notes=dict(fields.mapping(d.get("notes", {}), "notes")),
+    )
+
+
+def _pack_from_dict(p: object, where: str, world: int) -> PackPlan:
+    fields.mapping(p, where)
+    unknown = sorted(set(p) - set(PackPlan.__dataclass_fields__))
+    if unknown:
+        raise FieldError(f"field {where}.{unknown[0]}: unknown; known: {list(PackPlan.__dataclass_fields__)}")
+    for req in ("name", "tables"):
+        if req not in p:
+            raise FieldError(f"field {where}.{req}: missing")
+    ranks = p.get("ranks")
+    return PackPlan(
+        name=fields.text(p["name"], f"{where}.name"),
+        tables=[fields.text(t, f"{where}.tables[{i}]") for i, t in enumerate(fields.sequence(p["tables"], f"{where}.tables"))],
+        sharding=fields.text(p.get("sharding", "row_wise"), f"{where}.sharding", SHARDINGS),
+        ranks=None if ranks is None else [fields.integer(r, f"{where}.ranks[{i}]", 0, world - 1)
+                                          for i, r in enumerate(fields.sequence(ranks, f"{where}.ranks"))],
+        placement=fields.text(p.get("placement", "hbm"), f"{where}.placement", PLACEMENTS),
+    )
+
+
 def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     import io
 
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v, dtype=np.int64) for k, v in arrays.items()})
     return buf.getvalue()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; plans are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -280,6 +280,6 @@ def load_model_file(path: str | Path) -> ModelSpec:
         merged.append(t)
     d["tables"] = merged
     try:
-        return ModelSpec.from_dict(d)
+        return ModelSpec.from_dict(d, where="")
     except PlanError as exc:
         raise PlanError(f"{path}: {exc}") from None

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from foundation.files import atomic_write_text
 
 
 @dataclass
@@ -83,14 +84,4 @@ class Timeline:
 
 
 def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, text)  # one atomic writer for every layer (foundation.files)

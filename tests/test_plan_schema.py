@@ -29,8 +29,8 @@ def test_round_trip_with_hot_ids(tmp_path):
         (lambda d: d["packs"][0]["tables"].append("C99"), "unknown table 'C99'"),
         (lambda d: d["packs"].append({"name": "p1", "tables": ["C1"]}), "C1 is in two packs"),
         (lambda d: d["hot_rows"].update(C9=4), "outside [0, 3]"),
-        (lambda d: d["packs"][0].update(sharding="diagonal"), "sharding 'diagonal'"),
-        (lambda d: d.pop("world_size"), "missing field 'world_size'"),
+        (lambda d: d["packs"][0].update(sharding="diagonal"), "field packs[0].sharding: 'diagonal'"),
+        (lambda d: d.pop("world_size"), "field world_size: missing"),
     ],
 )
 def test_invalid_plans_are_refused(tmp_path, mutate, message):

@@ -51,7 +51,7 @@ def test_yaml_spec_with_defaults(tmp_path):
         ("name: x\narch: dlrm\nnum_dense: 1\ntables: []\n", "non-empty list"),
         ("name: x\narch: dlrm\nnum_dense: 1\ntables:\n  - {name: a, dim: 4}\n", "missing field 'num_rows'"),
         ("name: x\narch: dlrm\nnum_dense: 1\ntables:\n  - {name: a, num_rows: 3, dim: 4, colour: red}\n", "colour"),
-        ("name: x\narch: lstm\nnum_dense: 1\ntables:\n  - {name: a, num_rows: 3, dim: 4}\n", "arch 'lstm'"),
+        ("name: x\narch: lstm\nnum_dense: 1\ntables:\n  - {name: a, num_rows: 3, dim: 4}\n", "field arch: 'lstm'"),
         ("[unclosed\n", "cannot parse"),
     ],
 )

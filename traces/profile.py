@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from foundation.files import atomic_write, check_output_path
 from traces.counting import IdCounter, unique_counts
 from traces.coverage import top_ids
 from traces.errors import TraceError
@@ -209,8 +209,8 @@ class AccessProfile:
 
     def save(self, path: str | os.PathLike) -> None:
         """JSON summary at `path`, arrays in `path` with suffix .npz; both written atomically."""
-        path = Path(path)
-        npz = path.with_suffix(".npz")
+        path = check_output_path(path)
+        npz = check_output_path(path.with_suffix(".npz"))  # refuse both before writing either
         names = list(self.features)
         doc = {
             "version": PROFILE_VERSION,
@@ -307,15 +307,7 @@ def check_output(path: str | os.PathLike) -> None:
 
 
 def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, write)  # one atomic writer for every layer (foundation.files)
 
 
 # ---------------------------------------------------------------------------------------

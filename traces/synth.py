@@ -19,7 +19,6 @@ Same seed, same file: one numpy PCG64 stream per block of 65,536 rows, seeded by
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from foundation.files import atomic_write, check_output_path
 from traces.errors import TraceError
 
 # Public Criteo Kaggle (Display Advertising Challenge) cardinalities of C1..C26.
@@ -239,35 +239,32 @@ def generate_criteo(
     if not os.path.isdir(d):
         raise TraceError(f"{path}: directory {d} does not exist")
     gz = path.endswith(".gz")
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".synth-", suffix=".tmp")
     written = 0
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            sink = pa.CompressedOutputStream(raw, "gzip") if gz else raw
-            # Blocks are generated in parallel threads (numpy and pyarrow release the GIL)
-            # and written in order; each block has its own RNG stream, so output is identical.
-            workers = max(1, min(4, os.cpu_count() or 1))
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picasso-synth") as pool:
-                queue: deque = deque()
-                for b, start in enumerate(range(0, rows, BLOCK_ROWS)):
-                    queue.append((pool.submit(_block, p, samplers, seed, b, min(BLOCK_ROWS, rows - start)),
-                                  min(BLOCK_ROWS, rows - start)))  # fmt: skip
-                    while len(queue) > 2 * workers or (queue and queue[0][0].done()):
-                        written += _drain(queue, sink)
-                        if progress is not None:
-                            progress(written, rows)
-                while queue:
+
+    def write(raw) -> None:
+        nonlocal written
+        sink = pa.CompressedOutputStream(raw, "gzip") if gz else raw
+        # Blocks are generated in parallel threads (numpy and pyarrow release the GIL)
+        # and written in order; each block has its own RNG stream, so output is identical.
+        workers = max(1, min(4, os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="picasso-synth") as pool:
+            queue: deque = deque()
+            for b, start in enumerate(range(0, rows, BLOCK_ROWS)):
+                queue.append((pool.submit(_block, p, samplers, seed, b, min(BLOCK_ROWS, rows - start)),
+                              min(BLOCK_ROWS, rows - start)))  # fmt: skip
+                while len(queue) > 2 * workers or (queue and queue[0][0].done()):
                     written += _drain(queue, sink)
                     if progress is not None:
                         progress(written, rows)
-            if gz:
-                sink.close()
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+            while queue:
+                written += _drain(queue, sink)
+                if progress is not None:
+                    progress(written, rows)
+        if gz:
+            sink.close()
+
+    check_output_path(path)  # before generating anything
+    atomic_write(path, write)
     return {"path": path, "rows": rows, "seed": seed, "preset": preset, "features": len(p.cardinalities)}
 
 

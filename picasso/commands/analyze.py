@@ -140,11 +140,12 @@ def _cover(f, x: float) -> str:
 def write_html(path: str, prof, measured=None) -> None:
     """Self-contained plotly report: coverage curves, batch presence, top-k coverage table."""
     import os
-    import tempfile
 
     import numpy as np
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from foundation.files import atomic_write_text
 
     feats = list(prof.features.values())
     fig = make_subplots(
@@ -190,13 +191,4 @@ def write_html(path: str, prof, measured=None) -> None:
     if measured is not None:
         title += f" (extrapolated from {measured.rows:,})"
     fig.update_layout(title=title, height=1500, barmode="overlay", template="plotly_white")
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".report.", suffix=".html")
-    os.close(fd)
-    try:
-        fig.write_html(tmp, include_plotlyjs=True, full_html=True)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, fig.to_html(include_plotlyjs=True, full_html=True))

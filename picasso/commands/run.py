@@ -20,9 +20,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--trace", help="write the measured Chrome trace (Perfetto) here")
     p.add_argument("--timeline", help="write the measured Timeline JSON here")
     p.add_argument("--checkpoint", help="save a checkpoint to this folder at the end")
+    p.add_argument("--keep", type=int, default=2, help="checkpoint versions kept in the --checkpoint folder (default 2)")
     p.add_argument("--resume", help="load this checkpoint first (any plan or world size of the same model)")
     p.add_argument("--verify", action="store_true",
-                   help="compare the trained weights with a single-process reference (keep --steps small)")
+                   help="compare the trained weights with a single-process reference started from the same "
+                        "state (keep --steps small); exit 1 above the tolerance")
+    p.add_argument("--verify-tolerance", type=float,
+                   help="largest relative difference --verify accepts (default 1e-4 for fp32 dense layers)")
     p.add_argument("--preload", action="store_true", help="read the whole data file before training starts")
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds (a dead rank stops the run)")
     p.add_argument("--op-timing", action="store_true",
@@ -34,30 +38,44 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     import json
+    import math
 
     from executor.launch import launch
+    from foundation.files import check_output_path
 
-    extra = ["--timeout", str(args.timeout)]
-    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "check_every"):
+    if args.keep < 1:
+        raise ValueError(f"--keep must be at least 1, got {args.keep}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.verify_tolerance is not None and not (math.isfinite(args.verify_tolerance) and args.verify_tolerance >= 0):
+        raise ValueError(f"--verify-tolerance must be a finite number >= 0, got {args.verify_tolerance}")
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    for out in (args.trace, args.timeline):
+        if out is not None:
+            check_output_path(out)
+    extra = ["--timeout", str(args.timeout), "--keep", str(args.keep)]
+    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every"):
         v = getattr(args, flag)
         if v is not None:
             extra += [f"--{flag.replace('_', '-')}", str(v)]
     if args.op_timing:
         extra.append("--op-timing")
+    if args.check_every is not None and args.check_every < 1:
+        raise ValueError(f"--check-every must be at least 1, got {args.check_every}")
     if args.verify:
         extra.append("--verify")
     if args.preload:
         extra.append("--preload")
-    if args.steps < 1:
-        raise ValueError("--steps must be at least 1")
     res = launch(
         args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port,
     )
+    failed = verify_failure(res)
     if args.json:
         print(json.dumps(res, indent=2))
-        return 0
+        return _fail(failed)
     if "samples_per_s" not in res:
         print(f"node {args.node_rank}: workers finished")
         return 0
@@ -78,4 +96,22 @@ def run(args: argparse.Namespace) -> int:
     for key in ("trace", "timeline", "checkpoint"):
         if key in res:
             print(f"{key:12} {res[key]}")
-    return 0
+    return _fail(failed)
+
+
+def verify_failure(res: dict) -> str | None:
+    """The one line to print when --verify found the run off the reference, else None."""
+    v = res.get("verify")
+    if not v or v.get("passed", True):
+        return None
+    return (f"picasso run: error: --verify: the trained weights differ from the reference by {v['max_rel_diff']:.3g} "
+            f"(relative), above the tolerance {v['tolerance']:.3g}")
+
+
+def _fail(line: str | None) -> int:
+    if line is None:
+        return 0
+    import sys
+
+    print(line, file=sys.stderr)
+    return 1

@@ -208,6 +208,18 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], result_dir: 
         dist.destroy_process_group()
 
 
+def _stop_ranks(procs, grace_s: float = 5.0) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=grace_s)
+
+
 def run_microbenchmarks(
     nproc: int = 2,
     threads: int | None = None,
@@ -238,11 +250,13 @@ def run_microbenchmarks(
             _worker, args=(nproc, free_port(), opts, d), nprocs=nproc, join=False, start_method="spawn",
         )
         deadline = time.monotonic() + timeout_s
-        while not ctx.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.terminate()
-                raise RuntimeError(f"calibration microbenchmarks did not finish in {timeout_s:.0f} s")
+        try:
+            while not ctx.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"calibration microbenchmarks did not finish in {timeout_s:.0f} s")
+        except BaseException:  # a timeout, a failed rank, Ctrl-C or SIGTERM: no rank outlives us
+            _stop_ranks(ctx.processes)
+            raise
         per_rank = []
         for r in range(nproc):
             with open(os.path.join(d, f"rank{r}.json")) as f:

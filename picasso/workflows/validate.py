@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from executor.process_tree import run_tree
 from picasso.workflows.sweep import Case, build_sweep
 from planner.op_names import op_class
 
@@ -80,17 +81,17 @@ def run_measured(
            "--timeline", str(trace), "--json", *(["--preload"] if preload else []), *(extra or [])]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=run_env())
+        rc, stdout, stderr = run_tree(cmd, env=run_env(), timeout_s=timeout_s)  # stops its tree on Ctrl-C/SIGTERM
     except subprocess.TimeoutExpired:
         raise ValidateError(f"picasso run {plan_path.name}: no result in {timeout_s:.0f} s") from None
     wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if rc != 0:
+        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
         log_path = out_dir / f"{plan_path.stem}.failed.log"
-        log_path.write_text(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-        raise ValidateError(f"picasso run {plan_path.name} failed (exit {proc.returncode}): {tail} (log: {log_path})")
+        log_path.write_text(stdout + "\n--- stderr ---\n" + stderr)
+        raise ValidateError(f"picasso run {plan_path.name} failed (exit {rc}): {tail} (log: {log_path})")
     try:
-        out = json.loads(proc.stdout[proc.stdout.index("{"):])
+        out = json.loads(stdout[stdout.index("{"):])
     except (ValueError, json.JSONDecodeError):
         raise ValidateError(f"picasso run {plan_path.name}: --json printed no JSON object") from None
     timeline = load_timeline(trace)

@@ -1,0 +1,138 @@
+"""Run a child command so that it and everything it starts stops with us.
+
+The child gets its own session (process group), so a Ctrl-C at the terminal reaches
+only picasso, which then stops the whole tree itself: SIGTERM to the group and to every
+descendant (torchrun's workers may sit in other groups), a grace period, then SIGKILL.
+The same happens on a timeout or any exception while waiting (SIGTERM and SIGHUP reach
+us as exceptions, see picasso.cli). Output goes to files, not pipes: a chatty child can
+never block on a full pipe while we wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+GRACE_S = 5.0
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the name: [state, ppid, ...]; None when gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every live process below `pid`, with its start time (Linux /proc; empty elsewhere).
+
+    The start time tells a process from a later one that got its PID back.
+    """
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        st = _stat(int(entry)) if entry.isdigit() else None
+        if st is not None and len(st) > 19:
+            children.setdefault(int(st[1]), []).append((int(entry), st[19]))
+    out: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for c, start in children.get(todo.pop(), []):
+            if c not in out:
+                out[c] = start
+                todo.append(c)
+    return out
+
+
+def running(procs: dict[int, str]) -> dict[int, str]:
+    """The processes of `procs` still running (the same process: same start time; not a zombie)."""
+    out = {}
+    for pid, start in procs.items():
+        st = _stat(pid)
+        if st is not None and len(st) > 19 and st[19] == start and st[0] not in ("Z", "X"):
+            out[pid] = start
+    return out
+
+
+def _signal_all(pids, pgid: int | None, sig: int) -> None:
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
+
+
+def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, seen: dict[int, str] | None = None) -> None:
+    """SIGTERM the child and all its descendants, wait `grace_s`, SIGKILL what is left."""
+    with _signals_deferred():
+        seen = {**(seen or {}), **descendants(proc.pid)}
+        _signal_all(running(seen), proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if proc.poll() is None:
+                seen.update(descendants(proc.pid))
+            if proc.returncode is not None and not running(seen):
+                break
+            time.sleep(0.05)
+        _signal_all(running(seen), proc.pid if proc.returncode is None else None, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT/SIGTERM/SIGHUP while the tree is being stopped (a second Ctrl-C must not cut it short)."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    except (AttributeError, ValueError, OSError):
+        old = None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def run_tree(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float | None = None,
+             log_path: str | os.PathLike | None = None, grace_s: float = GRACE_S) -> tuple[int, str, str]:
+    """Run `cmd` in its own process group; returns (exit code, stdout, stderr).
+
+    With `log_path` both streams go to that file and come back as stdout. On a timeout
+    the tree is stopped and subprocess.TimeoutExpired raised; on any exception
+    (KeyboardInterrupt included) the tree is stopped and the exception re-raised.
+    """
+    with contextlib.ExitStack() as stack:
+        if log_path is not None:
+            out = stack.enter_context(open(log_path, "w+b"))
+            err = out
+        else:
+            out = stack.enter_context(tempfile.TemporaryFile())
+            err = stack.enter_context(tempfile.TemporaryFile())
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)
+        seen: dict[int, str] = {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            while proc.poll() is None:
+                seen.update(descendants(proc.pid))  # orphans are re-parented away: remember them now
+                if deadline is not None and time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(cmd, timeout_s)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=0.25)
+        except BaseException:
+            stop_tree(proc, grace_s, seen)
+            raise
+        # the child is gone; whatever it left running (in any group) goes too
+        _signal_all(running(seen), None, signal.SIGKILL)
+        texts = []
+        for f in (out, err) if err is not out else (out,):
+            f.seek(0)
+            texts.append(f.read().decode("utf-8", "replace"))
+        return proc.returncode, texts[0], texts[1] if len(texts) > 1 else ""

@@ -1,0 +1,83 @@
+"""SIGINT/SIGTERM to `picasso run`: the whole process tree stops, temp folders go, exit 130/143."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from executor.process_tree import descendants, running
+from planner.plan import PackPlan, Plan
+from planner.presets import get_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("sig")
+    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(8, 8), top_mlp=(8, 1))
+    plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10})
+    plan.save(d / "plan.json", hot_ids={"C1": np.arange(10)})
+    return d / "plan.json"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _start(plan_path: Path, tmp: Path) -> subprocess.Popen:
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "picasso", "run", str(plan_path), "--data", "synthetic", "--steps", "1000000",
+           "--timeout", "60"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(proc: subprocess.Popen, workers: int, limit_s: float = 90.0) -> dict[int, str]:
+    """The process tree once `workers` executor processes run (0: once torchrun runs)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        tree = descendants(proc.pid)
+        cmds = [_cmdline(p) for p in tree]
+        launcher = any("torch.distributed.run" in c for c in cmds)
+        ranks = sum("-m executor " in c and "torch.distributed.run" not in c for c in cmds)
+        if launcher and ranks >= workers:
+            return tree
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("the workers did not start")
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("sig,workers,code", [(signal.SIGTERM, 2, 143), (signal.SIGINT, 2, 130), (signal.SIGTERM, 0, 143)],
+                         ids=["sigterm-training", "sigint-training", "sigterm-rendezvous"])
+def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, workers, code):
+    proc = _start(plan_path, tmp_path / "tmp")
+    tree = _wait_for(proc, workers)
+    if workers:
+        time.sleep(1.0)  # let them train
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    tree.update(descendants(proc.pid))
+    assert proc.returncode == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"interrupted by {signal.Signals(sig).name}" in lines[0], err
+    time.sleep(0.2)
+    assert running(tree) == {}, [_cmdline(p) for p in running(tree)]
+    assert not list((tmp_path / "tmp").glob("picasso-run-*"))  # temp folders removed
