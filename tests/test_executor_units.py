@@ -182,7 +182,7 @@ def test_diverging_run_exits_nonzero_naming_the_step(tmp_path, capsys):
 
     m = ModelSpec("u", "dlrm", 2, (TableSpec("C1", 50, 4), TableSpec("C2", 30, 4)), bottom_mlp=(8, 4), top_mlp=(8, 1))
     plan = naive_plan(m, 1, 32)
-    plan.optimizer = OptimizerPlan("sgd", 1e30, "sgd", 1e30)
+    plan.optimizer = OptimizerPlan("sgd", 1e6, "sgd", 1e6)  # the largest rates a plan may name
     plan.save(tmp_path / "plan.json")
     rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "6", "--check-every", "2"])
     err = capsys.readouterr().err
