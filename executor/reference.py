@@ -7,6 +7,7 @@ dense). Any plan must end at the same weights up to floating-point rounding.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,9 +29,9 @@ class Reference:
         self.opt_of = {}
         for t in model.tables:
             mode = "sum" if t.pooling == "none" else t.pooling
-            bag = nn.EmbeddingBag(t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True)
-            with torch.no_grad():
-                bag.weight.copy_(init_table_rows(model, t.name, plan.seed))
+            # the initial rows become the weight itself: no second full-size copy
+            bag = nn.EmbeddingBag(t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True,
+                                  _weight=init_table_rows(model, t.name, plan.seed))
             self.bags[t.name] = bag
             self.opt_of[t.name] = sparse_optimizer(plan, t)
             if self.opt_of[t.name] == "rowwise_adagrad":
@@ -70,6 +71,40 @@ class Reference:
 
     def tables(self) -> dict[str, torch.Tensor]:
         return {n: b.weight.detach().clone() for n, b in self.bags.items()}
+
+    def weight(self, table: str) -> torch.Tensor:
+        """A table's current weight (a view, not a copy)."""
+        return self.bags[table].weight.detach()
+
+    def moved_from_start(self) -> float:
+        """Largest relative change of any table since initialisation; the initial rows are
+        regenerated block by block rather than kept (they would double the reference)."""
+        from executor.collect import BLOCK_ROWS
+
+        worst = 0.0
+        for name in self.bags:
+            w = self.weight(name)
+            scale = float(w.abs().max()) if w.numel() else 0.0
+            diff = 0.0
+            for lo in range(0, len(w), BLOCK_ROWS):
+                rows = np.arange(lo, min(lo + BLOCK_ROWS, len(w)))
+                start = init_table_rows(self.plan.model, name, self.plan.seed, rows)
+                diff = max(diff, float((start - w[lo : lo + BLOCK_ROWS]).abs().max()))
+            worst = max(worst, diff / scale if scale > 0 else diff)
+        return worst
+
+
+def reference_bytes(plan: Plan, steps: int) -> int:
+    """What --verify adds on rank 0: the reference's full tables and row states, its dense
+    model, the kept global batches, and one collected pack with one received shard."""
+    model = plan.model
+    tables = sum(t.num_rows * (t.dim * 4 + 4 * (sparse_optimizer(plan, t) == "rowwise_adagrad"))
+                 for t in model.tables)
+    dense = sum(p.numel() for p in build_dense(model, plan.seed).parameters()) * 4 * 4
+    row = 4 + 4 * model.num_dense + 8 * len(model.tables)
+    kept = steps * plan.global_batch * row * 2  # parsed rows and their batch tensors
+    pack = max((plan.pack_rows(p) * model.table(p.tables[0]).dim * 4 for p in plan.packs), default=0)
+    return int(tables + dense + kept + 2 * pack)
 
 
 def max_rel_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

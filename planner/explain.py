@@ -16,9 +16,10 @@ from planner.access import TableAccess, table_access
 from planner.baselines import BASELINES, baseline_plan
 from planner.bounds import embedding_free_us
 from planner.errors import PlanError
+from planner.memory import gib
 from planner.plan import Plan
 from planner.search import Evaluation, evaluate, full_symmetry
-from planner.volumes import ID_BYTES, gib
+from planner.volumes import ID_BYTES
 
 
 @dataclass
