@@ -28,8 +28,8 @@ DENSE_STATES = {"sgd": 0, "adagrad": 1, "adam": 2}
 GPU_RESERVE = 1 << 30  # CUDA context, allocator slack, NCCL buffers (not in max_memory_allocated)
 # A CPU worker before it holds any table: Python, torch, numpy, pyarrow and a gloo group
 # (measured 234 MiB with torch 2.13 CPU), plus the first step's autograd and allocator
-# workspace (about 50 MiB at 256-2048 rows per rank).
-CPU_RUNTIME = 300 << 20
+# workspace (30-50 MiB at 256-1024 rows per rank).
+CPU_RUNTIME = 272 << 20
 # The streaming reader: two 16 MiB text blocks in flight, their parsed columns, pyarrow's
 # pool and 4 prepared batches (measured 232 MiB reading Criteo TSV).
 INPUT_READER = 240 << 20
