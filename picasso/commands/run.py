@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
         v = res["verify"]
         print(f"verify       max relative difference to the reference {v['max_rel_diff']:.2e} "
               f"(embeddings {v['embedding_rel_diff']:.2e}, dense {v['dense_rel_diff']:.2e})")
+        cost = res.get("peak_memory", {}).get("verify_reference_bytes")
+        if cost:
+            print(f"             the reference (every full table, on rank 0) was predicted to cost {cost / 2**30:.2f} GiB")
     for key in ("trace", "timeline", "checkpoint"):
         if key in res:
             print(f"{key:12} {res[key]}")
