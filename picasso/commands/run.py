@@ -100,11 +100,13 @@ def _memory_check(args: argparse.Namespace) -> dict | None:
     if args.data != "synthetic" and not Path(args.data).exists():
         return None  # launch names the missing file
     plan = Plan.load(args.plan)
+    nproc = args.nproc or plan.world_size // args.nnodes
+    if nproc * args.nnodes != plan.world_size:
+        return None  # launch names the mismatch
     import torch
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
     pred = predicted_peaks(plan, kind, args.data, args.format, args.preload, args.steps, args.verify)
-    nproc = args.nproc or plan.world_size // args.nnodes
     if not args.no_memory_check:
         check_fits(pred, kind, range(args.node_rank * nproc, (args.node_rank + 1) * nproc), args.verify)
     return pred

@@ -8,7 +8,15 @@ import os
 from pathlib import Path
 
 from planner.errors import PlanError
-from planner.memory import gib, parsed_row_bytes, preload_input_bytes, run_memory
+from planner.memory import (
+    CPU_RUNTIME,
+    GPU_RESERVE,
+    INPUT_READER,
+    gib,
+    parsed_row_bytes,
+    preload_input_bytes,
+    run_memory,
+)
 from planner.plan import Plan
 
 SAMPLE_BYTES = 1 << 20
@@ -56,6 +64,9 @@ def predicted_peaks(plan: Plan, device_kind: str, data: str, fmt: str, preload: 
     report = run_memory(plan, device_kind, input_bytes)
     peaks = [float(x) for x in report.rank_peak]
     out = {"predicted_bytes_per_rank": peaks, "by_component": report.to_dict()["hbm_by_component"]}
+    if device_kind == "cuda":  # a GPU rank's RAM: the process, its input, host-placed tables
+        inp = INPUT_READER if input_bytes is None else input_bytes
+        out["predicted_host_bytes_per_rank"] = [float(h) + CPU_RUNTIME + inp for h in report.host_total]
     if verify:
         from executor.reference import reference_bytes
 
@@ -76,13 +87,13 @@ def check_fits(pred: dict, device_kind: str, local_ranks: range, verify: bool) -
 
         for i, r in enumerate(local_ranks):
             cap = torch.cuda.get_device_properties(i % torch.cuda.device_count()).total_memory
-            need = peaks[r]
+            need = peaks[r] + GPU_RESERVE  # the CUDA context and allocator slack are not in the peak
             if need > cap:
                 raise PlanError(f"rank {r} is predicted to need {gib(need)} of GPU memory, GPU {i} has "
                                 f"{gib(cap)}: short by {gib(need - cap)}")
-        peaks = [0.0] * len(peaks)
-        if verify and "verify_reference_bytes" in pred:
-            peaks[local_ranks[0]] = pred["verify_reference_bytes"]
+        peaks = list(pred["predicted_host_bytes_per_rank"])
+        if verify and "verify_reference_bytes" in pred:  # the reference runs in rank 0's RAM
+            peaks[local_ranks[0]] += pred["verify_reference_bytes"]
     avail = available_ram()
     total = 0.0
     for r in local_ranks:  # the local ranks share this machine's RAM
