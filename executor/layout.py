@@ -3,7 +3,8 @@
 Initial weights depend only on (plan seed, table, row): each table is generated in
 chunks of INIT_CHUNK rows from a per-(seed, table, chunk) generator, so any rank can
 build any shard, the hot cache or the whole table, and all of them agree bit for bit
-with the single-process reference.
+with the single-process reference. Rows are written into their destination one chunk
+at a time: building a shard costs the shard plus one chunk (the planner counts it so).
 """
 
 from __future__ import annotations
@@ -39,20 +40,64 @@ def _chunk(table: TableSpec, table_index: int, seed: int, chunk: int) -> np.ndar
     return (rng.standard_normal((n, table.dim), dtype=np.float32) * a).astype(np.float32)
 
 
+def _fill_strided(dst: np.ndarray, spec: TableSpec, index: int, seed: int, first: int, step: int) -> None:
+    """dst[j] = initial row `first + step * j` of a table, one generator chunk at a time
+    (no index arrays: a 10M-row shard costs its own rows plus one chunk)."""
+    n = len(dst)
+    if n == 0:
+        return
+    last = first + step * (n - 1)
+    for c in range(first // INIT_CHUNK, last // INIT_CHUNK + 1):
+        base = c * INIT_CHUNK
+        j0 = max(0, -(-(base - first) // step))
+        j1 = min(n, -(-(base + INIT_CHUNK - first) // step))
+        if j1 > j0:
+            lo = first + step * j0 - base
+            dst[j0:j1] = _chunk(spec, index, seed, c)[lo : lo + step * (j1 - j0) : step]
+
+
+def _fill_rows(dst: np.ndarray, spec: TableSpec, index: int, seed: int, rows: np.ndarray) -> None:
+    """dst[i] = initial row rows[i] (any order): rows grouped by chunk with one sort."""
+    chunks = rows // INIT_CHUNK
+    order = np.argsort(chunks, kind="stable")
+    sorted_chunks = chunks[order]
+    starts = np.flatnonzero(np.r_[True, sorted_chunks[1:] != sorted_chunks[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    for a, b in zip(starts, ends):
+        c = int(sorted_chunks[a])
+        sel = order[a:b]
+        dst[sel] = _chunk(spec, index, seed, c)[rows[sel] - c * INIT_CHUNK]
+
+
+def _progression(rows: np.ndarray) -> tuple[int, int] | None:
+    """(first, step) when `rows` is first + step * arange(n) with step >= 1 (whole tables,
+    row-wise shards), else None. Checked in slices: no full-size temporaries."""
+    n = len(rows)
+    if n == 0:
+        return 0, 1
+    first = int(rows[0])
+    step = int(rows[1] - rows[0]) if n > 1 else 1
+    if step < 1:
+        return None
+    block = 1 << 20
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        if not np.array_equal(rows[a:b], first + step * np.arange(a, b, dtype=np.int64)):
+            return None
+    return first, step
+
+
 def init_table_rows(model: ModelSpec, table: str, seed: int, rows: np.ndarray | None = None) -> torch.Tensor:
     """Initial weights of `rows` (table-local, any order) of a table, or of all rows."""
     spec = model.table(table)
     index = model.table_names.index(table)
+    n = spec.num_rows if rows is None else len(rows)
+    out = torch.empty(n, spec.dim, dtype=torch.float32)
     if rows is None:
-        rows = np.arange(spec.num_rows, dtype=np.int64)
-    rows = np.asarray(rows, dtype=np.int64)
-    out = np.empty((len(rows), spec.dim), dtype=np.float32)
-    if len(rows):
-        chunks = rows // INIT_CHUNK
-        for c in np.unique(chunks):
-            sel = np.nonzero(chunks == c)[0]
-            out[sel] = _chunk(spec, index, seed, int(c))[rows[sel] - c * INIT_CHUNK]
-    return torch.from_numpy(out)
+        _fill_strided(out.numpy(), spec, index, seed, 0, 1)
+    elif n:
+        _fill_rows(out.numpy(), spec, index, seed, np.asarray(rows, dtype=np.int64))
+    return out
 
 
 def sparse_optimizer(plan: Plan, table: TableSpec) -> str:
@@ -136,9 +181,26 @@ def pack_layout(plan: Plan, pack: PackPlan, rank: int) -> PackLayout:
 
 
 def init_packed_rows(model: ModelSpec, layout: PackLayout, seed: int, packed: np.ndarray) -> torch.Tensor:
-    """Initial full-width weights of packed rows of a pack."""
+    """Initial full-width weights of packed rows of a pack, written in place chunk by chunk."""
+    packed = np.asarray(packed, dtype=np.int64)
     out = torch.empty(len(packed), layout.dim, dtype=torch.float32)
-    for t, sel, rows in layout.split_packed(np.asarray(packed, dtype=np.int64)):
+    dst = out.numpy()
+    prog = _progression(packed)
+    for t in layout.tables:
+        lo = layout.table_offsets[t]
+        hi = lo + layout.table_rows[t]
+        spec = model.table(t)
+        index = model.table_names.index(t)
+        if prog is not None:  # positions i with lo <= first + step * i < hi
+            first, step = prog
+            i0 = max(0, -(-(lo - first) // step))
+            i1 = min(len(packed), max(0, -(-(hi - first) // step)))
+            if i1 > i0:
+                _fill_strided(dst[i0:i1], spec, index, seed, first + step * i0 - lo, step)
+            continue
+        sel = np.flatnonzero((packed >= lo) & (packed < hi))
         if len(sel):
-            out[torch.from_numpy(sel)] = init_table_rows(model, t, seed, rows)
+            part = np.empty((len(sel), layout.dim), dtype=np.float32)
+            _fill_rows(part, spec, index, seed, packed[sel] - lo)
+            dst[sel] = part
     return out

@@ -7,6 +7,7 @@ dense). Any plan must end at the same weights up to floating-point rounding.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,6 +19,10 @@ from executor.layout import init_table_rows, sparse_optimizer
 from executor.trainer import make_dense_optimizer, pad_sequences
 from planner.plan import Plan
 
+# the reference's autograd and sparse-update workspace and its block-wise comparison
+# (measured: about 200 MiB over its tables on the full-size Criteo model)
+REFERENCE_WORKSPACE = 256 << 20
+
 
 class Reference:
     def __init__(self, plan: Plan) -> None:
@@ -28,9 +33,9 @@ class Reference:
         self.opt_of = {}
         for t in model.tables:
             mode = "sum" if t.pooling == "none" else t.pooling
-            bag = nn.EmbeddingBag(t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True)
-            with torch.no_grad():
-                bag.weight.copy_(init_table_rows(model, t.name, plan.seed))
+            # the initial rows become the weight itself: no second full-size copy
+            bag = nn.EmbeddingBag(t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True,
+                                  _weight=init_table_rows(model, t.name, plan.seed))
             self.bags[t.name] = bag
             self.opt_of[t.name] = sparse_optimizer(plan, t)
             if self.opt_of[t.name] == "rowwise_adagrad":
@@ -81,6 +86,50 @@ class Reference:
 
     def tables(self) -> dict[str, torch.Tensor]:
         return {n: b.weight.detach().clone() for n, b in self.bags.items()}
+
+    def weight(self, table: str) -> torch.Tensor:
+        """A table's current weight (a view, not a copy)."""
+        return self.bags[table].weight.detach()
+
+    def moved_from_start(self) -> float:
+        """Largest relative change of any table since initialisation; the initial rows are
+        regenerated block by block rather than kept (they would double the reference)."""
+        from executor.collect import BLOCK_ROWS
+
+        worst = 0.0
+        for name in self.bags:
+            w = self.weight(name)
+            diff = scale = 0.0
+            for lo in range(0, len(w), BLOCK_ROWS):
+                block = w[lo : lo + BLOCK_ROWS]
+                start = init_table_rows(self.plan.model, name, self.plan.seed, np.arange(lo, lo + len(block)))
+                diff = max(diff, float((start - block).abs().max()))
+                scale = max(scale, float(block.abs().max()))
+            worst = max(worst, diff / scale if scale > 0 else diff)
+        return worst
+
+
+def reference_bytes(plan: Plan, steps: int) -> int:
+    """What --verify adds on rank 0: the reference's full tables and row states, its dense
+    model, the kept global batches, and the largest pack collected from the ranks."""
+    model = plan.model
+    tables = sum(t.num_rows * (t.dim * 4 + 4 * (sparse_optimizer(plan, t) == "rowwise_adagrad"))
+                 for t in model.tables)
+    dense = sum(p.numel() for p in build_dense(model, plan.seed).parameters()) * 4 * 4
+    row = 4 + 4 * model.num_dense + 8 * len(model.tables)
+    kept = steps * plan.global_batch * row * 2  # parsed rows and their batch tensors
+    pack = 0  # a sharded pack is assembled whole next to one received shard; a replica is read in place
+    for p in plan.packs:
+        full = plan.pack_rows(p) * model.table(p.tables[0]).dim * 4
+        if p.sharding != "replicated":
+            pack = max(pack, full + full // max(1, len(plan.pack_ranks(p))))
+        elif plan_has_hot(plan, p):
+            pack = max(pack, full)  # the replica is copied before its hot rows are written over it
+    return int(tables + dense + kept + pack + REFERENCE_WORKSPACE)
+
+
+def plan_has_hot(plan: Plan, pack) -> bool:
+    return any(plan.hot_rows.get(t, 0) for t in pack.tables)
 
 
 def max_rel_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from executor.batches import Batch
+from executor.collect import block_rel_diff, full_packs
 from executor.comm import Comm
 from executor.reference import Reference, dense_state, max_rel_diff
 from executor.trainer import Trainer
@@ -49,26 +50,37 @@ def compare(trainer: Trainer, batches: list[Batch], start: dict | None = None) -
     """After `trainer` trained on `batches` (global), compare with the reference (collective).
 
     The reference starts from `start` (see start_state) when given, else from the plan's
-    initial weights. Returns, on rank 0, the largest relative differences of embeddings
-    and dense weights (max|a-b| / max|b| per tensor) and how far the reference moved.
+    initial weights. Returns, on rank 0, the largest relative differences of embeddings and
+    dense weights (max|a-b| / max|b| per tensor) and how far the reference moved from its
+    start. Rank 0 builds the reference first, then takes the trained packs one at a time
+    (executor.collect): its cost is executor.reference.reference_bytes.
     """
-    weights, _ = trainer.full_tables()
-    if trainer.comm.rank != 0:
+    plan, rank, world = trainer.plan, trainer.comm.rank, trainer.comm.world
+    ref = None
+    if rank == 0:
+        ref = Reference(plan)
+        if start is not None:
+            ref.load_state(start)
+        for b in batches:
+            ref.step(b)
+    emb = 0.0
+    for p in trainer.packs:
+        for full in full_packs(p, rank, world):
+            off = 0
+            for t in p.layout.tables:
+                n = plan.model.table(t).num_rows
+                emb = max(emb, block_rel_diff(full[off : off + n], ref.weight(t)))
+                off += n
+            del full
+    if rank != 0:
         return None
-    plan = trainer.plan
-    ref = Reference(plan)
-    if start is not None:
-        ref.load_state(start)
-    start = ref.tables()
-    for b in batches:
-        ref.step(b)
-    emb = max_rel_diff(weights, ref.tables())
     dense = max_rel_diff(dense_state(trainer.dense), dense_state(ref.dense))
     return {
         "max_rel_diff": max(emb, dense),
         "embedding_rel_diff": emb,
         "dense_rel_diff": dense,
-        "reference_moved": max_rel_diff(start, ref.tables()),
+        "reference_moved": (max_rel_diff(start["weights"], ref.tables()) if start is not None
+                            else ref.moved_from_start()),
     }
 
 

@@ -31,6 +31,7 @@ from executor.batches import (
     to_batch,
 )
 from executor.comm import Comm
+from executor.memory import peak_bytes
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
@@ -209,11 +210,12 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         dist.all_reduce(lsum)
         tot = torch.tensor([tmax.item(), lsum.item()], dtype=torch.float64)
     events = [e for e in timer.timeline.events]
+    peak = peak_bytes(device)  # training's peak, before --verify's reference adds its own
     gathered = [None] * world
     if world > 1:
-        dist.all_gather_object(gathered, (events, times))
+        dist.all_gather_object(gathered, (events, times, peak))
     else:
-        gathered = [(events, times)]
+        gathered = [(events, times, peak)]
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if args.checkpoint:
         from executor.checkpoint import save
@@ -249,8 +251,14 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
     tl = Timeline(meta={"source": "measured", "plan": str(args.plan), "world_size": world,
                         "hardware": plan.hardware, "device": str(device)})
-    for evs, _ in gathered:
+    for evs, _, _ in gathered:
         tl.events.extend(evs)
+    peaks = [pk for _, _, pk in gathered]
+    result["peak_memory"] = {  # picasso run adds the planner's prediction beside it
+        "measure": "cuda max_memory_allocated" if device.type == "cuda" else "process RSS high-water mark",
+        "measured_bytes_per_rank": [pk["device"] for pk in peaks],
+        "host_rss_bytes_per_rank": [pk["host_rss"] for pk in peaks],
+    }
     if op_timing:
         result["op_durations_us"] = tl.op_durations()
     if args.trace:

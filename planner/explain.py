@@ -18,9 +18,10 @@ from planner.access import TableAccess, table_access
 from planner.baselines import BASELINES, baseline_plan
 from planner.bounds import embedding_free_us
 from planner.errors import PlanError
+from planner.memory import gib
 from planner.plan import Plan
 from planner.search import Evaluation, byte_costs, evaluate, full_symmetry, hot_threshold_rows
-from planner.volumes import ID_BYTES, gib
+from planner.volumes import ID_BYTES
 
 # How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
 # gradients from every rank; hot rows of a sharded pack ride in the dense all-reduce).

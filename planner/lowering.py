@@ -53,8 +53,9 @@ from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
+from planner.memory import MemoryReport, memory_report
 from planner.plan import Plan
-from planner.volumes import ID_BYTES, MemoryReport, PackVolumes, fuse_table_wise, memory_report, pack_volumes
+from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 POOL_STAGE = 6

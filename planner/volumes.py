@@ -28,7 +28,6 @@ from functools import cached_property
 import numpy as np
 
 from planner.access import TableAccess
-from planner.dense import DenseCost, dense_cost
 from planner.model_spec import DTYPES
 from planner.plan import PackPlan, Plan
 
@@ -263,93 +262,3 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         node_unique=max(p.node_unique for p in packs), gpus_per_node=first.gpus_per_node, owned_width=owned,
         update_rows=None if first.update_rows is None else sum(p.update_rows for p in packs),
     )
-
-
-# ---- memory ---------------------------------------------------------------------------
-
-DENSE_STATES = {"sgd": 0, "adagrad": 1, "adam": 2}
-GPU_RESERVE = 1 << 30  # CUDA context, allocator slack, NCCL buffers
-
-
-@dataclass
-class MemoryReport:
-    """Peak bytes per rank by component, and the capacity it must fit in."""
-
-    hbm: dict[str, np.ndarray]  # component -> bytes per rank
-    host: dict[str, np.ndarray]
-    hbm_capacity: float
-    host_capacity: float  # per rank (node DRAM / devices per node)
-
-    @property
-    def hbm_total(self) -> np.ndarray:
-        return sum(self.hbm.values())
-
-    @property
-    def host_total(self) -> np.ndarray:
-        return sum(self.host.values())
-
-    def fits(self) -> bool:
-        return bool(self.hbm_total.max() <= self.hbm_capacity and self.host_total.max() <= self.host_capacity)
-
-    def problem(self) -> str | None:
-        """One line naming the rank and the excess, or None when the plan fits."""
-        for what, total, cap in (("device memory", self.hbm_total, self.hbm_capacity),
-                                 ("host memory", self.host_total, self.host_capacity)):
-            r = int(np.argmax(total))
-            if total[r] > cap:
-                return (f"plan does not fit in {what}: rank {r} needs {gib(total[r])} but has "
-                        f"{gib(cap)} (over by {gib(total[r] - cap)})")
-        return None
-
-    def to_dict(self) -> dict:
-        return {
-            "hbm_capacity": self.hbm_capacity, "host_capacity": self.host_capacity,
-            "hbm_peak": float(self.hbm_total.max()), "host_peak": float(self.host_total.max()),
-            "hbm_by_component": {k: float(np.max(v)) for k, v in self.hbm.items()},
-            "host_by_component": {k: float(np.max(v)) for k, v in self.host.items()},
-            "hbm_per_rank": [float(x) for x in self.hbm_total],
-        }
-
-
-def gib(x: float) -> str:
-    return f"{x / 2**30:.2f} GiB"
-
-
-def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | None = None) -> MemoryReport:
-    """Peak memory per rank: tables, hot cache, optimizer state, activations, buffers."""
-    world = plan.world_size
-    dense = dense or dense_cost(plan.model)
-    k = plan.micro_batches
-    zeros = np.zeros(world)
-    tables, hot, host = zeros.copy(), zeros.copy(), zeros.copy()
-    buffers = zeros.copy()
-    for pv in packs:
-        per_row = pv.slice_bytes + pv.state_bytes
-        if pv.sharding == "replicated":
-            tables += pv.rows * (pv.row_bytes + pv.state_bytes)
-            # the all-gathered sparse gradients of every rank
-            buffers += pv.allgather_bytes(k) * world
-        elif pv.placement == "host":
-            host += pv.shard_rows * per_row
-        else:
-            tables += pv.shard_rows * per_row
-        hot += pv.hot_rows * (pv.row_bytes * 2 + pv.state_bytes)  # cache, gradient, state
-        # exchange buffers of one micro-batch: ids out/in, rows out/in, gradients
-        buffers += (pv.cold_unique * (ID_BYTES + 2 * pv.row_bytes) + pv.lookups * ID_BYTES * 3
-                    + pv.recv_ids * (ID_BYTES + 2 * pv.slice_bytes))
-    if plan.kernel_interleaving or k > 1:
-        buffers *= 2  # two micro-batches / packs in flight
-    samples = plan.batch_size_per_rank
-    width = sum(pv.pooled_width for pv in packs)
-    # pooled embeddings of every micro-batch wait for their dense step; dense activations
-    # live for one micro-batch at a time
-    acts = samples * width * 4 * 2 + (samples / k) * dense.act_bytes * 2
-    dense_bytes = dense.params * 4 * (2 + DENSE_STATES.get(plan.optimizer.dense, 0))
-    hbm = {
-        "tables": tables, "hot_cache": hot, "dense_model": zeros + dense_bytes,
-        "activations": zeros + acts, "buffers": buffers,
-        "reserve": zeros + (GPU_RESERVE if hw.kind == "gpu" else 0),
-    }
-    host_cap = hw.host.dram_bytes / hw.gpus_per_node
-    return MemoryReport(hbm=hbm, host={"cold_tables": host}, hbm_capacity=float(hw.gpu.hbm_bytes),
-                        host_capacity=float(host_cap))

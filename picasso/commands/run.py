@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="time every op (on with --trace/--timeline); without it whole steps are timed")
     p.add_argument("--check-every", type=int, help="read the losses back every N steps (default 10): a non-finite "
                    "loss stops the run there")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="start the ranks even when the predicted peak memory exceeds this machine's")
     p.set_defaults(func=run)
 
 
@@ -67,11 +69,18 @@ def run(args: argparse.Namespace) -> int:
         extra.append("--verify")
     if args.preload:
         extra.append("--preload")
+    if args.steps < 1:
+        raise ValueError("--steps must be at least 1")
+    pred = _memory_check(args)
     res = launch(
         args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port,
     )
+    if pred is not None:
+        from picasso.workflows.run_memory import attach_measured
+
+        attach_measured(res, pred)
     failed = verify_failure(res)
     if args.json:
         print(json.dumps(res, indent=2))
@@ -89,10 +98,18 @@ def run(args: argparse.Namespace) -> int:
     if "predicted_samples_per_s" in res:
         print(f"prediction   {res['predicted_samples_per_s']:,.0f} samples/s "
               f"(measured/predicted {res['measured_over_predicted_samples']:.2f})")
+    if "peak_memory" in res and "predicted_bytes_per_rank" in res["peak_memory"]:
+        pm = res["peak_memory"]
+        print("peak memory  " + ", ".join(
+            f"rank {r}: {m / 2**30:.2f} GiB (predicted {p / 2**30:.2f})"
+            for r, (m, p) in enumerate(zip(pm["measured_bytes_per_rank"], pm["predicted_bytes_per_rank"]))))
     if "verify" in res:
         v = res["verify"]
         print(f"verify       max relative difference to the reference {v['max_rel_diff']:.2e} "
               f"(embeddings {v['embedding_rel_diff']:.2e}, dense {v['dense_rel_diff']:.2e})")
+        cost = res.get("peak_memory", {}).get("verify_reference_bytes")
+        if cost:
+            print(f"             the reference (every full table, on rank 0) was predicted to cost {cost / 2**30:.2f} GiB")
     for key in ("trace", "timeline", "checkpoint"):
         if key in res:
             print(f"{key:12} {res[key]}")
@@ -115,3 +132,23 @@ def _fail(line: str | None) -> int:
 
     print(line, file=sys.stderr)
     return 1
+def _memory_check(args: argparse.Namespace) -> dict | None:
+    """The planner's predicted peak per rank; refuses (one line) a plan this machine cannot hold."""
+    from pathlib import Path
+
+    from picasso.workflows.run_memory import check_fits, predicted_peaks
+    from planner.plan import Plan
+
+    if args.data != "synthetic" and not Path(args.data).exists():
+        return None  # launch names the missing file
+    plan = Plan.load(args.plan)
+    nproc = args.nproc or plan.world_size // args.nnodes
+    if nproc * args.nnodes != plan.world_size:
+        return None  # launch names the mismatch
+    import torch
+
+    kind = "cuda" if torch.cuda.is_available() else "cpu"
+    pred = predicted_peaks(plan, kind, args.data, args.format, args.preload, args.steps, args.verify)
+    if not args.no_memory_check:
+        check_fits(pred, kind, range(args.node_rank * nproc, (args.node_rank + 1) * nproc), args.verify)
+    return pred

@@ -1,0 +1,218 @@
+"""picasso vs TorchRec on CPUs: samples/s of the same DLRM on 2 gloo ranks, each with its own plan.
+
+TorchRec 1.8 DistributedModelParallel with its own planner (EmbeddingShardingPlanner; on
+CPU it offers table-wise and data-parallel and chooses) against `picasso run --preload`
+with picasso's planner's plan, for dim 16 and 64 and per-rank batch 2048 and 8192. Runs
+alternate (picasso, TorchRec, picasso, ...) within one command so that drift of a shared
+machine hits both alike; each figure is the median of --repeats runs.
+
+How the two sides are matched:
+- model: DLRM, 13 dense features, 26 Criteo tables capped at 200k rows (dim D), bottom
+  MLP 512-256-D, dot interaction, top MLP 512-512-256-1 (TorchRec's DLRM; picasso's
+  dlrm-criteo-kaggle with those sizes);
+- data: one synthetic Criteo file (`traces.synth`, Zipf(1.05) per feature, no missing
+  values: one ID per feature). picasso reads it with its reader; TorchRec gets exactly the
+  rows that reader produced (IDs % rows, log1p dense) as an .npz, in the same order, each
+  rank the same slice of every global batch; both prepare every batch before timing;
+- optimizer: row-wise Adagrad (lr 0.01, eps 1e-8) for the embeddings (picasso's
+  rowwise_adagrad; TorchRec's RowWiseAdagrad fused into the backward), Adagrad (lr 0.01,
+  eps 1e-8) for the dense layers. picasso's loss is the mean over the global batch,
+  TorchRec's the mean over each rank's batch: gradients differ by a constant factor, to
+  which Adagrad's update is invariant (up to eps);
+- threads: OMP_NUM_THREADS = cores / ranks for both, passive OpenMP waits;
+- timing: samples/s over the timed steps after --warmup steps, from the slowest rank.
+
+TorchRec is a benchmark dependency only: it lives in its own virtual environment (--venv;
+created with the three pip commands below when missing), and its side runs as a
+subprocess there (bench/torchrec_worker.py).
+
+    python bench/bench_vs_torchrec.py [--venv DIR] [--quick] [--repeats 3] [-o bench/results/vs_torchrec.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PIP_STEPS = (
+    ["torch==2.13.0", "fbgemm-gpu-cpu==1.8.0"],
+    ["--no-deps", "torchrec==1.8.0"],
+    ["tensordict", "torchmetrics==1.0.3", "tqdm", "pyre-extensions", "iopath"],
+)
+ROW_CAP = 200_000
+LR, EPS = 0.01, 1e-8
+ZIPF = 1.05
+
+
+def default_venv() -> Path:
+    return Path(os.environ.get("PICASSO_TORCHREC_VENV", Path.home() / ".cache" / "picasso" / "torchrec-venv"))
+
+
+def ensure_venv(venv: Path) -> Path:
+    """The venv's python, after installing TorchRec there if it cannot import it."""
+    py = venv / "bin" / "python"
+    if py.exists() and subprocess.run([str(py), "-c", "import torchrec"], capture_output=True).returncode == 0:
+        return py
+    print(f"installing TorchRec into {venv} ...", flush=True)
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    for args in PIP_STEPS:
+        subprocess.run([str(py), "-m", "pip", "install", *args], check=True)
+    return py
+
+
+def model_for(dim: int):
+    from planner.presets import get_model
+
+    m = get_model("dlrm-criteo-kaggle").with_row_cap(ROW_CAP)
+    tables = tuple(replace(t, dim=dim, optimizer="rowwise_adagrad") for t in m.tables)
+    return replace(m, name=f"dlrm-criteo-kaggle@cap{ROW_CAP}-d{dim}", tables=tables, bottom_mlp=(512, 256, dim),
+                   top_mlp=(512, 512, 256, 1), extra={**m.extra, "zipf_alpha": ZIPF})
+
+
+def make_data(path: Path, rows: int) -> None:
+    from planner.presets import get_model
+    from traces.synth import generate_criteo
+
+    cards = [min(t.num_rows, ROW_CAP) for t in get_model("dlrm-criteo-kaggle").tables]
+    generate_criteo(path, rows, seed=0, cardinalities=cards, zipf_s=ZIPF, missing=0.0)
+
+
+def torchrec_rows(data: Path, model, out: Path) -> None:
+    """The rows picasso's reader makes of `data`, for the TorchRec side (same order)."""
+    import numpy as np
+
+    from executor.batches import RawBatch, feature_map, reader_chunks, to_batch
+
+    raw = RawBatch.concat(list(reader_chunks(str(data), "criteo")))
+    b = to_batch(raw, model, feature_map(model, raw.sparse))
+    sparse = np.stack([b.sparse[t][0].numpy() for t in model.table_names], axis=1)
+    if len(sparse) != len(b.labels):
+        raise SystemExit(f"{data}: expected one ID per feature and row")
+    np.savez(out, dense=b.dense.numpy(), sparse=sparse, labels=b.labels.numpy())
+
+
+def picasso_plan(model, batch: int, hardware: str, path: Path) -> str:
+    from planner.plan import OptimizerPlan
+    from planner.search import search
+    from simulator.hardware import load_hardware
+
+    hw = load_hardware(hardware, ["gpus_per_node=2"] if hardware == "local-cpu" else [])
+    res = search(model, hw, None, batch, time_budget_s=10.0)
+    plan = res.plan
+    plan.optimizer = OptimizerPlan("rowwise_adagrad", LR, "adagrad", LR, EPS)
+    plan.hardware = hw.name
+    plan.save(path, hot_ids=res.hot_ids or None)
+    return res.best.label
+
+
+def run_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2)), "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def run_picasso(plan: Path, data: Path, steps: int, warmup: int) -> float:
+    cmd = [sys.executable, "-m", "picasso", "run", str(plan), "--data", str(data), "--nproc", "2", "--steps",
+           str(steps + warmup), "--warmup", str(warmup), "--preload", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=run_env())
+    if p.returncode != 0:
+        raise SystemExit(f"picasso run failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    return float(json.loads(p.stdout[p.stdout.index("{"):])["samples_per_s"])
+
+
+def run_torchrec(py: Path, npz: Path, model, batch: int, steps: int, warmup: int) -> dict:
+    from executor.spawn import free_port
+
+    dim = model.tables[0].dim
+    cmd = [str(py), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+           str(ROOT / "bench" / "torchrec_worker.py"), "--data", str(npz),
+           "--rows", ",".join(str(t.num_rows) for t in model.tables), "--dim", str(dim), "--batch", str(batch),
+           "--bottom", ",".join(map(str, model.bottom_mlp)), "--top", ",".join(map(str, model.top_mlp)),
+           "--lr", str(LR), "--eps", str(EPS), "--steps", str(steps + warmup), "--warmup", str(warmup)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        raise SystemExit(f"TorchRec run failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(lines[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="picasso vs TorchRec samples/s on 2 gloo ranks")
+    ap.add_argument("--venv", type=Path, default=default_venv(), help="TorchRec's virtual environment (created if missing)")
+    ap.add_argument("--dims", default="16,64")
+    ap.add_argument("--batches", default="2048,8192", help="per-rank batch sizes")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each side per setting (median)")
+    ap.add_argument("--steps", type=int, default=12, help="timed steps per run")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--hardware", default="local-cpu", help="picasso planner's hardware (e.g. a calibrated spec)")
+    ap.add_argument("--quick", action="store_true", help="check the pipeline: dim 16, batch 256, 2 steps, 1 run each")
+    ap.add_argument("--work", type=Path, help="folder for data and plans (default: a temporary one)")
+    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "vs_torchrec.json"))
+    args = ap.parse_args()
+    if args.quick:
+        args.dims, args.batches, args.repeats, args.steps, args.warmup = "16", "256", 1, 2, 1
+    dims = [int(x) for x in args.dims.split(",")]
+    batches = [int(x) for x in args.batches.split(",")]
+    if args.repeats < 1 or args.steps < 1:
+        raise SystemExit("--repeats and --steps must be at least 1")
+
+    from picasso.workflows.validate import machine
+
+    py = ensure_venv(args.venv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-vs-torchrec-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "data.tsv"
+    need = 2 * max(batches) * (args.steps + args.warmup)
+    make_data(data, need)
+    settings = []
+    for dim in dims:
+        model = model_for(dim)
+        npz = work / f"rows-d{dim}.npz"
+        torchrec_rows(data, model, npz)
+        for b in batches:
+            plan = work / f"plan-d{dim}-b{b}.json"
+            label = picasso_plan(model, b, args.hardware, plan)
+            settings.append({"dim": dim, "batch_per_rank": b, "model": model, "npz": npz, "plan": plan,
+                             "picasso_plan": label, "picasso": [], "torchrec": []})
+    for r in range(args.repeats):
+        for s in settings:  # alternate the sides, and which goes first
+            sides = ("picasso", "torchrec") if r % 2 == 0 else ("torchrec", "picasso")
+            for side in sides:
+                if side == "picasso":
+                    s["picasso"].append(run_picasso(s["plan"], data, args.steps, args.warmup))
+                else:
+                    tr = run_torchrec(py, s["npz"], s["model"], s["batch_per_rank"], args.steps, args.warmup)
+                    s["torchrec"].append(tr["samples_per_s"])
+                    s["torchrec_sharding"] = tr["sharding_types"]
+            print(f"dim {s['dim']:>3} batch {s['batch_per_rank']:>5} run {r + 1}: picasso {s['picasso'][-1]:,.0f}  "
+                  f"TorchRec {s['torchrec'][-1]:,.0f} samples/s", flush=True)
+    rows = []
+    print(f"\n{'dim':>4} {'batch/rank':>10} {'TorchRec':>12} {'picasso':>12} {'ratio':>6}")
+    for s in settings:
+        tr, pc = statistics.median(s["torchrec"]), statistics.median(s["picasso"])
+        rows.append({"dim": s["dim"], "batch_per_rank": s["batch_per_rank"], "torchrec_samples_per_s": tr,
+                     "picasso_samples_per_s": pc, "picasso_over_torchrec": pc / tr, "torchrec_runs": s["torchrec"],
+                     "picasso_runs": s["picasso"], "picasso_plan": s["picasso_plan"],
+                     "torchrec_sharding": s.get("torchrec_sharding")})
+        print(f"{s['dim']:>4} {s['batch_per_rank']:>10} {tr:>12,.0f} {pc:>12,.0f} {pc / tr:>6.2f}")
+    result = {"bench": "vs_torchrec", "machine": machine(), "quick": args.quick, "ranks": 2, "backend": "gloo",
+              "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "row_cap": ROW_CAP,
+              "zipf": ZIPF, "optimizer": {"embeddings": "rowwise adagrad", "dense": "adagrad", "lr": LR, "eps": EPS},
+              "results": rows}
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
