@@ -141,9 +141,11 @@ def _memory_check(args: argparse.Namespace) -> dict | None:
 
     if args.data != "synthetic" and not Path(args.data).exists():
         return None  # launch names the missing file
+    if args.nnodes < 1 or (args.nproc is not None and args.nproc < 1):
+        return None  # launch names the bad count
     plan = Plan.load(args.plan)
     nproc = args.nproc or plan.world_size // args.nnodes
-    if nproc * args.nnodes != plan.world_size:
+    if nproc * args.nnodes != plan.world_size or not 0 <= args.node_rank < args.nnodes:
         return None  # launch names the mismatch
     import torch
 
