@@ -13,7 +13,7 @@ import sys
 import traceback
 
 COMMANDS = ("synth", "analyze", "plan", "simulate", "run", "calibrate", "validate", "demo", "doctor",
-            "export")
+            "export", "convert")
 
 
 def build_parser() -> argparse.ArgumentParser:
