@@ -194,15 +194,19 @@ class BadRows:
 
 def reader_chunks(path: str, fmt: str, strict: bool = False, bad: BadRows | None = None) -> Iterator[RawBatch]:
     """Chunks of a text/Parquet log (a path or a glob of several); malformed rows are skipped and
-    counted in `bad` once each file is read (`strict`: the first one raises, naming its line)."""
+    counted in `bad` (`strict`: the first one raises, naming its line)."""
     from traces.readers import open_reader
 
     for p in expand_inputs(path):
         reader = open_reader(p, fmt, strict=strict)
+        seen = 0
         for chunk in reader:
+            if bad is not None:  # counted as it goes: a run may stop before the file ends
+                bad.add(reader.stats.rows_bad - seen, reader.stats.first_bad_reasons)
+                seen = reader.stats.rows_bad
             yield chunk_from_reader(chunk)
         if bad is not None:
-            bad.add(reader.stats.rows_bad, reader.stats.first_bad_reasons)
+            bad.add(reader.stats.rows_bad - seen, reader.stats.first_bad_reasons)
 
 
 def dataset_batches(ds: Dataset, global_batch: int, lo: int, hi: int, seed: int, start_step: int = 0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -70,7 +71,7 @@ def launch(
 
     plan = Plan.load(plan_path)
     plan.load_hot_ids(plan_path)  # a missing or wrong hot-ID file fails here, before any worker starts
-    if data != "synthetic" and not Path(data).exists():
+    if data != "synthetic" and not Path(data).exists() and not glob.glob(data):
         raise FileNotFoundError(f"{data}: no such data file")
     nproc = nproc or plan.world_size // nnodes
     if nproc * nnodes != plan.world_size:
