@@ -83,7 +83,8 @@ class NpyAppender:
         a = np.ascontiguousarray(arr, dtype=self.dtype)
         if a.shape[1:] != self.tail:
             raise ValueError(f"{self.path}: expected rows of shape {self.tail}, got {a.shape[1:]}")
-        self.f.write(memoryview(a).cast("B"))
+        if a.size:
+            self.f.write(memoryview(a.reshape(-1)).cast("B"))
         self.rows += len(a)
 
     def close(self) -> None:
