@@ -160,8 +160,11 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         def open_chunks():
             return iter([raw])
     else:
-        def open_chunks():
-            return reader_chunks(args.data, args.format, args.strict, bad)
+        passes = [0]
+
+        def open_chunks():  # malformed rows counted once, in the first pass over the file
+            passes[0] += 1
+            return reader_chunks(args.data, args.format, args.strict, bad if passes[0] == 1 else None)
     fmap: dict[str, str] = {}
 
     def global_rows():
