@@ -2,8 +2,12 @@
 
 Global batch s holds data rows [s*G, (s+1)*G) (G = batch_size_per_rank * world_size,
 wrapping around at the end of the data); rank r trains on rows [r*B, (r+1)*B) of it and
-the reference on all of it. Raw IDs map to rows as `id % num_rows`; dense features are
-log(1 + max(x, 0)) with missing values as 0; sequence bags keep their first max_len IDs.
+the reference on all of it. Raw IDs map to rows as `id % num_rows` (here only: converted
+datasets store raw IDs); dense features go through traces.dataset.dlrm_dense unless a converted
+dataset stored them so; sequence bags keep their first max_len IDs.
+
+A converted dataset (traces/dataset.py) is read by row ranges: global batch s of an epoch holds
+positions [s*G, (s+1)*G) of that epoch's seeded order, and each rank reads only its slice.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 import torch
 
 from planner.model_spec import ModelSpec
+from traces.dataset import Dataset, EpochOrder, dlrm_dense, expand_inputs, is_dataset
 
 
 class DataError(ValueError):
@@ -31,6 +36,7 @@ class RawBatch:
     labels: np.ndarray  # float32 [n]
     dense: np.ndarray  # float32 [n, F] raw
     sparse: dict[str, tuple[np.ndarray, np.ndarray]]  # feature -> (ids int64, offsets int64 [n+1])
+    dense_ready: bool = False  # dense already transformed (a dataset converted with --dense log1p)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -39,7 +45,7 @@ class RawBatch:
         sp = {}
         for f, (ids, off) in self.sparse.items():
             sp[f] = (ids[off[lo] : off[hi]], off[lo : hi + 1] - off[lo])
-        return RawBatch(self.labels[lo:hi], self.dense[lo:hi], sp)
+        return RawBatch(self.labels[lo:hi], self.dense[lo:hi], sp, self.dense_ready)
 
     @staticmethod
     def concat(parts: list[RawBatch]) -> RawBatch:
@@ -53,8 +59,11 @@ class RawBatch:
                 offs.append(p.sparse[f][1][1:] + base)
                 base += p.sparse[f][1][-1]
             sp[f] = (ids, np.concatenate(offs))
+        if len({p.dense_ready for p in parts}) > 1:
+            raise DataError("cannot join rows with transformed and raw dense features")
         return RawBatch(
-            np.concatenate([p.labels for p in parts]), np.concatenate([p.dense for p in parts]), sp
+            np.concatenate([p.labels for p in parts]), np.concatenate([p.dense for p in parts]), sp,
+            parts[0].dense_ready,
         )
 
 
@@ -134,8 +143,8 @@ def to_batch(raw: RawBatch, model: ModelSpec, fmap: dict[str, str]) -> Batch:
     """Raw rows -> tensors the model reads (ID -> row, dense transform, sequence clipping)."""
     if raw.dense.shape[1] < model.num_dense:
         raise DataError(f"model {model.name} needs {model.num_dense} dense features, the data has {raw.dense.shape[1]}")
-    dense = np.nan_to_num(raw.dense[:, : model.num_dense], nan=0.0)
-    dense = np.log1p(np.maximum(dense, 0)).astype(np.float32)
+    dense = raw.dense[:, : model.num_dense]
+    dense = np.ascontiguousarray(dense, dtype=np.float32) if raw.dense_ready else dlrm_dense(dense)
     sparse = {}
     for t in model.tables:
         ids, off = raw.sparse[fmap[t.name]]
@@ -170,13 +179,58 @@ def chunk_from_reader(chunk) -> RawBatch:
     return RawBatch(np.asarray(chunk.labels, np.float32), np.asarray(chunk.dense, np.float32), dict(chunk.sparse))
 
 
-def reader_chunks(path: str, fmt: str) -> Iterator[RawBatch]:
-    try:
-        from traces.readers import open_reader
-    except ImportError as exc:  # traces/ not built yet in this checkout
-        raise DataError(f"cannot read {fmt} data: traces.readers is unavailable ({exc})") from None
-    for chunk in open_reader(path, fmt, strict=False):
-        yield chunk_from_reader(chunk)
+@dataclass
+class BadRows:
+    """Malformed rows skipped while reading (as `picasso analyze` counts them)."""
+
+    count: int = 0
+    first: str = ""
+
+    def add(self, n: int, first: list[str]) -> None:
+        if n and not self.first and first:
+            self.first = first[0]
+        self.count += n
+
+
+def reader_chunks(path: str, fmt: str, strict: bool = False, bad: BadRows | None = None) -> Iterator[RawBatch]:
+    """Chunks of a text/Parquet log (a path or a glob of several); malformed rows are skipped and
+    counted in `bad` (`strict`: the first one raises, naming its line)."""
+    from traces.readers import open_reader
+
+    for p in expand_inputs(path):
+        reader = open_reader(p, fmt, strict=strict)
+        seen = 0
+        for chunk in reader:
+            if bad is not None:  # counted as it goes: a run may stop before the file ends
+                bad.add(reader.stats.rows_bad - seen, reader.stats.first_bad_reasons)
+                seen = reader.stats.rows_bad
+            yield chunk_from_reader(chunk)
+        if bad is not None:
+            bad.add(reader.stats.rows_bad - seen, reader.stats.first_bad_reasons)
+
+
+def dataset_batches(ds: Dataset, global_batch: int, lo: int, hi: int, seed: int, start_step: int = 0,
+                    stop_step: int | None = None) -> Iterator[RawBatch]:
+    """Rows [lo, hi) of each global batch of a converted dataset, from step `start_step` (epochs follow
+    each other, each in its own seeded order; the rows left over after the last whole batch of an
+    epoch are skipped in that epoch). Reads only those rows: memory is one batch, not the dataset."""
+    per_epoch = ds.rows // global_batch
+    if per_epoch < 1:
+        raise DataError(f"{ds.path}: {ds.rows} rows, fewer than one global batch ({global_batch})")
+    order = EpochOrder(ds.rows, seed)
+    s = start_step
+    while stop_step is None or s < stop_step:
+        e, k = divmod(s, per_epoch)
+        r = ds.read(order.segments(e, k * global_batch + lo, k * global_batch + hi))
+        yield RawBatch(r.labels, r.dense, r.sparse, ds.dense_transform == "log1p")
+        s += 1
+
+
+def steps_per_epoch(data: str, fmt: str, global_batch: int) -> int:
+    """Whole global batches in one pass over the data (a text log is counted by reading it)."""
+    if is_dataset(data):
+        return Dataset(data).rows // global_batch
+    return sum(len(c) for c in reader_chunks(data, fmt)) // global_batch
 
 
 def global_batches(

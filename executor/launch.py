@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -99,7 +100,11 @@ def launch(
     plan = Plan.load(plan_path)
     plan.load_hot_ids(plan_path)  # a missing or wrong hot-ID file fails here, before any worker starts
     if data != "synthetic":
-        regular_file(data, "data file")
+        if glob.has_magic(data):
+            if not glob.glob(data):
+                raise FileNotFoundError(f"{data}: no file matches this pattern")
+        elif not Path(data).is_dir():  # a converted dataset is a folder (traces.dataset checks it)
+            regular_file(data, "data file")  # one line for a missing file, a FIFO or a device
     nproc = nproc or max(1, plan.world_size // nnodes)
     if nproc * nnodes != plan.world_size:
         raise ValueError(

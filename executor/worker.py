@@ -20,13 +20,16 @@ import torch.distributed as dist
 
 from executor import kernels
 from executor.batches import (
+    BadRows,
     DataError,
     DeviceFeeder,
     Prefetcher,
+    dataset_batches,
     feature_map,
     global_batches,
     reader_chunks,
     rebatch,
+    steps_per_epoch,
     synthetic_raw,
     to_batch,
 )
@@ -37,15 +40,23 @@ from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
 from foundation.files import atomic_write_bytes
 from planner.plan import Plan
+from traces.dataset import Dataset, is_dataset
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m executor", description="run one rank of a picasso plan")
     p.add_argument("--plan", required=True, help="plan JSON")
-    p.add_argument("--data", required=True, help="data file, or 'synthetic'")
+    p.add_argument("--data", required=True, help="data file or glob, a converted dataset folder, or 'synthetic'")
     p.add_argument("--format", default="criteo", help="data format for traces.readers (criteo, avazu, ...)")
     p.add_argument("--synthetic-rows", type=int, default=0, help="rows of synthetic data (default: 4 global batches per step budget)")
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--epochs", type=int, help="passes over the data (sets --steps; the seeded order changes per epoch)")
+    p.add_argument("--data-seed", type=int, help="seed of the dataset's epoch order (default: the plan's seed)")
+    p.add_argument("--strict", action="store_true", help="stop at the first malformed row of the training data")
+    p.add_argument("--eval-data", help="held-out data (file, glob or dataset folder): AUC and logloss at the end")
+    p.add_argument("--eval-format", help="format of --eval-data (default: --format)")
+    p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
+    p.add_argument("--eval-batch", type=int, default=0, help="rows per evaluation batch (default: the global batch)")
     p.add_argument("--preload", action="store_true",
                    help="read the data and prepare every batch before training (timings then exclude input preparation)")
     p.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: 1 to 3, a quarter of the steps)")
@@ -117,6 +128,18 @@ def _fault_hook(rank: int, step: int) -> None:
             os._exit(3)
 
 
+def _report_eval(rank: int, res: dict) -> None:
+    """One line per evaluation on rank 0's stderr (stdout carries the result JSON)."""
+    if rank == 0:
+        print(f"eval step {res['step']}: AUC {res['auc']:.6f} logloss {res['logloss']:.6f} over {res['rows']:,} rows",
+              file=sys.stderr, flush=True)
+
+
+def _malformed(dataset, bad: BadRows) -> int:
+    """Rows skipped as malformed: at conversion for a dataset, while reading for a log (so far)."""
+    return int(dataset.manifest.get("malformed_rows", 0)) if dataset is not None else bad.count
+
+
 def run_worker(args: argparse.Namespace) -> dict | None:
     comm, device = setup(args.timeout)
     rank, world = comm.rank, comm.world
@@ -138,25 +161,57 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         start_step = int(load(trainer, args.resume)["data_position"])
     verify_start = start_state(trainer) if (args.verify and args.resume) else None
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
+    bad = BadRows()
+    dataset = None if args.data == "synthetic" or not is_dataset(args.data) else Dataset(args.data)
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise ValueError("--epochs must be at least 1")
+        args.steps = args.epochs * steps_per_epoch(args.data, args.format, g)
+        if args.steps < 1:
+            raise DataError(f"{args.data}: fewer rows than one global batch ({g})")
+    seed = plan.seed if args.data_seed is None else args.data_seed
     if args.data == "synthetic":
         raw = synthetic_raw(model, args.synthetic_rows or g * 8, seed=plan.seed + 1)
 
         def open_chunks():
             return iter([raw])
-    elif args.preload:
+    elif args.preload and dataset is None:
         from executor.batches import RawBatch
 
-        raw = RawBatch.concat(list(reader_chunks(args.data, args.format)))
+        raw = RawBatch.concat(list(reader_chunks(args.data, args.format, args.strict, bad)))
 
         def open_chunks():
             return iter([raw])
     else:
-        def open_chunks():
-            return reader_chunks(args.data, args.format)
+        passes = [0]
+
+        def open_chunks():  # malformed rows counted once, in the first pass over the file
+            passes[0] += 1
+            return reader_chunks(args.data, args.format, args.strict, bad if passes[0] == 1 else None)
     fmap: dict[str, str] = {}
 
+    def global_rows():
+        if dataset is None:
+            yield from resumed_batches(open_chunks, g, start_step)
+            return
+        # each rank reads its own rows only; the whole global batch just for --verify's reference
+        mine = dataset_batches(dataset, g, rank * b, (rank + 1) * b, seed, start_step)
+        whole = dataset_batches(dataset, g, 0, g, seed, start_step) if (args.verify and rank == 0) else None
+        for x in mine:
+            yield (x, next(whole) if whole is not None else None)
+
     def prepared():
-        for gb in resumed_batches(open_chunks, g, start_step):
+        for gb in global_rows():
+            if dataset is not None:
+                mine, gb = gb
+                if not fmap:
+                    fmap.update(feature_map(model, mine.sparse))
+                local = to_batch(mine, model, fmap)
+                keep = to_batch(gb, model, fmap) if gb is not None else None
+                if device.type == "cuda":
+                    local = local.pin_memory()
+                yield local, keep
+                continue
             if not fmap:
                 fmap.update(feature_map(model, gb.sparse))
             local = to_batch(gb.slice(rank * b, (rank + 1) * b), model, fmap)
@@ -178,6 +233,11 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     warmup = args.warmup if args.warmup is not None else (min(3, max(1, args.steps // 4)) if args.steps > 1 else 0)
     kept: list = []
     feeder = DeviceFeeder(loader, device)
+    evaluator = None
+    if args.eval_data:
+        from executor.evaluate import Evaluator
+
+        evaluator = Evaluator(trainer, args.eval_data, args.eval_format or args.format, args.eval_batch or g)
     clock = StepClock(device)
     losses = LossLog(start_step, max(1, args.check_every))
     comm.barrier()
@@ -195,6 +255,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                 timer.flush(start_step + s)
             else:
                 timer.discard()
+            if evaluator is not None and args.eval_every and (s + 1) % args.eval_every == 0 and s + 1 < args.steps:
+                _report_eval(rank, evaluator.run(start_step + s + 1))
         times = clock.seconds()
         timer.finish()
         loss_values = losses.values()
@@ -217,6 +279,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     else:
         gathered = [(events, times, peak)]
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
+    if evaluator is not None:
+        _report_eval(rank, evaluator.run(start_step + args.steps))
     if args.checkpoint:
         from executor.checkpoint import save
 
@@ -242,7 +306,13 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "mean_loss": float(tot[1]) / timed if timed else None,
         "last_loss_rank0_share": loss_values[-1] if loss_values else None,
         "op_timing": op_timing,
+        "data": {"path": str(args.data), "kind": "dataset" if dataset is not None else args.format,
+                 "steps_per_epoch": (dataset.rows // g) if dataset is not None else None,
+                 "epochs": args.epochs, "malformed_rows_skipped": _malformed(dataset, bad),
+                 **({"first_malformed": bad.first} if bad.first else {})},
     }
+    if evaluator is not None:
+        result["eval"] = evaluator.history
     pred = predicted_samples_per_s(plan)
     if pred:
         result["predicted_samples_per_s"] = pred

@@ -8,7 +8,9 @@ import argparse
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common], help="run a plan for real (torchrun workers, gloo or NCCL)")
     p.add_argument("plan", help="plan JSON (from `picasso plan`)")
-    p.add_argument("--data", required=True, help="click-log file, or 'synthetic' for generated rows")
+    p.add_argument("--data", required=True,
+                   help="click-log file or glob, a folder from `picasso convert` (each rank reads only its rows), "
+                        "or 'synthetic'")
     p.add_argument("--format", default="criteo", help="data format: criteo, avazu, csv, parquet, libsvm")
     p.add_argument("--nproc", type=int, help="workers on this machine (default: the plan's world size / nnodes)")
     p.add_argument("--nnodes", type=int, default=1, help="machines taking part")
@@ -16,6 +18,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (loopback by default)")
     p.add_argument("--master-port", type=int, help="rendezvous port (default: a free one; set it for --nnodes > 1)")
     p.add_argument("--steps", type=int, default=20, help="training steps (global batches)")
+    p.add_argument("--epochs", type=int, help="passes over the data instead of --steps")
+    p.add_argument("--data-seed", type=int, help="seed of a dataset's per-epoch order (default: the plan's seed)")
+    p.add_argument("--strict", action="store_true", help="stop at the first malformed training row (default: skip, count)")
+    p.add_argument("--eval-data", help="held-out data (file, glob or converted folder): AUC and logloss at the end")
+    p.add_argument("--eval-format", help="format of --eval-data (default: --format)")
+    p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
+    p.add_argument("--eval-batch", type=int, help="rows per evaluation batch (default: the global batch)")
     p.add_argument("--warmup", type=int, help="untimed first steps (default: 1 to 3, a quarter of the steps)")
     p.add_argument("--trace", help="write the measured Chrome trace (Perfetto) here")
     p.add_argument("--timeline", help="write the measured Timeline JSON here")
@@ -57,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         if out is not None:
             check_output_path(out)
     extra = ["--timeout", str(args.timeout), "--keep", str(args.keep)]
-    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every"):
+    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every", "epochs",
+                 "data_seed", "eval_data", "eval_format", "eval_every", "eval_batch"):
         v = getattr(args, flag)
         if v is not None:
             extra += [f"--{flag.replace('_', '-')}", str(v)]
@@ -65,12 +75,16 @@ def run(args: argparse.Namespace) -> int:
         extra.append("--op-timing")
     if args.check_every is not None and args.check_every < 1:
         raise ValueError(f"--check-every must be at least 1, got {args.check_every}")
+    if args.strict:
+        extra.append("--strict")
     if args.verify:
         extra.append("--verify")
     if args.preload:
         extra.append("--preload")
-    if args.steps < 1:
-        raise ValueError("--steps must be at least 1")
+    if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
+        raise ValueError("--steps and --epochs must be at least 1")
+    if args.eval_every < 0:
+        raise ValueError("--eval-every must be 0 (only at the end) or positive")
     pred = _memory_check(args)
     res = launch(
         args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
@@ -103,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
         print("peak memory  " + ", ".join(
             f"rank {r}: {m / 2**30:.2f} GiB (predicted {p / 2**30:.2f})"
             for r, (m, p) in enumerate(zip(pm["measured_bytes_per_rank"], pm["predicted_bytes_per_rank"]))))
+    d = res.get("data", {})
+    if d.get("malformed_rows_skipped"):
+        print(f"data         {d['malformed_rows_skipped']:,} malformed rows skipped"
+              + (f" (first: {d['first_malformed']})" if d.get("first_malformed") else ""))
+    for e in res.get("eval", []):
+        print(f"eval         step {e['step']}: AUC {e['auc']:.4f}  logloss {e['logloss']:.4f} "
+              f"({e['rows']:,} held-out rows)")
     if "verify" in res:
         v = res["verify"]
         print(f"verify       max relative difference to the reference {v['max_rel_diff']:.2e} "

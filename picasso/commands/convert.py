@@ -1,0 +1,61 @@
+"""`picasso convert`: click logs -> a sharded binary dataset (traces/convert.py) for `picasso run --data DIR`."""
+
+from __future__ import annotations
+
+import argparse
+
+FORMATS = ("criteo", "avazu", "csv", "tsv", "parquet", "libsvm", "libfm")
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("convert", parents=[common], help="convert click logs into a sharded binary dataset")
+    p.add_argument("data", nargs="+", help="input files or globs (plain or gzip; e.g. 'day_*.gz')")
+    p.add_argument("--format", required=True, choices=FORMATS, help="input format")
+    p.add_argument("-o", "--output", required=True, help="dataset folder to create")
+    p.add_argument("--dense", choices=("log1p", "none"), default="log1p",
+                   help="dense features stored log(1 + max(x, 0)) as DLRM reads them (default), or as read")
+    p.add_argument("--shard-rows", type=int, default=1 << 20, help="rows per shard (default 1048576)")
+    p.add_argument("--strict", action="store_true", help="stop at the first malformed row")
+    p.add_argument("--force", action="store_true", help="replace an existing output folder (once the new one is whole)")
+    g = p.add_argument_group("column layout (as for `picasso analyze`)")
+    g.add_argument("--label", default=None)
+    g.add_argument("--dense-columns", dest="dense_cols", default=None, help="comma-separated dense columns")
+    g.add_argument("--categorical", default=None)
+    g.add_argument("--skip", default=None)
+    g.add_argument("--sep", default=None)
+    g.add_argument("--header", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--multi-sep", default=None)
+    g.add_argument("--multi", default=None)
+    g.add_argument("--field-map", default=None)
+    g.add_argument("--dense-fields", default=None)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from picasso.progress import Progress
+    from traces.convert import convert
+
+    options = {
+        "label": args.label, "dense": args.dense_cols, "categorical": args.categorical, "skip": args.skip,
+        "sep": args.sep, "header": args.header, "multi_sep": args.multi_sep, "multi": args.multi,
+        "field_map": args.field_map, "dense_fields": args.dense_fields,
+    }  # fmt: skip
+    bar = Progress("convert")
+    try:
+        m = convert(args.data, args.format, args.output, dense_transform=args.dense, shard_rows=args.shard_rows,
+                    strict=args.strict, force=args.force, progress=bar, **options)
+    finally:
+        bar.close()
+    if args.json:
+        print(json.dumps({k: v for k, v in m.items() if k != "shards"} | {"shards": len(m["shards"]),
+                                                                          "output": args.output}))
+    else:
+        print(f"{m['rows']:,} rows ({len(m['features'])} categorical, {len(m['dense'])} dense, dense stored "
+              f"{m['dense_transform']}) in {len(m['shards'])} shard(s), {m['seconds']:.2f} s -> {args.output}")
+    if m["malformed_rows"]:
+        first = next((s["first_malformed"][0] for s in m["sources"] if s["first_malformed"]), "")
+        print(f"warning: {m['malformed_rows']:,} malformed rows skipped; first: {first}", file=sys.stderr)
+    return 0

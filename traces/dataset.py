@@ -1,0 +1,311 @@
+"""A converted dataset: sharded columnar `.npy` files under one folder, described by a manifest.
+
+Layout of DIR (written by traces/convert.py):
+- `manifest.json`: written last (format, rows, dense names and transform, features, shards,
+  malformed rows skipped at conversion). No manifest, no dataset.
+- `shard-NNNNN/`: `labels.npy` float32 [n], `dense.npy` float32 [n, F], `lens.npy` int32 [n, S]
+  (IDs per row and feature), `rowptr.npy` int64 [n+1] (start of each row's IDs), `ids.npy`
+  int64 [nnz] (raw IDs, row-major: row 0's IDs of every feature, then row 1's, ...).
+
+IDs are stored raw: the table size is the model's, not the data's, so the mapping ID -> row
+stays with the executor (executor/batches.py `to_batch`). Dense values are stored as read
+or already passed through `dlrm_dense` (manifest `dense_transform`: "none" or "log1p").
+Reads go through pread, not a memory map: the bytes a rank touched are copies it frees, so a
+rank's resident memory does not grow with the dataset (any `.npy` tool can still mmap them).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from traces.errors import TraceError
+
+FORMAT = "picasso-dataset-1"
+MANIFEST = "manifest.json"
+DENSE_TRANSFORMS = ("log1p", "none")
+COLUMNS = ("labels", "dense", "lens", "rowptr", "ids")
+_HEADER = 128  # fixed .npy header size, so a column can be appended to before its length is known
+
+
+def dlrm_dense(x: np.ndarray) -> np.ndarray:
+    """DLRM's dense transform, the one rule for it: log(1 + max(x, 0)), missing (NaN) as 0."""
+    x = np.nan_to_num(np.asarray(x, dtype=np.float32), nan=0.0)
+    return np.log1p(np.maximum(x, 0)).astype(np.float32, copy=False)
+
+
+def expand_inputs(specs: list[str] | str) -> list[str]:
+    """Files named by paths or globs (`day_*.gz`), each glob sorted; a glob matching nothing is an error."""
+    out: list[str] = []
+    for s in [specs] if isinstance(specs, str) else specs:
+        if any(c in s for c in "*?[") and not os.path.exists(s):
+            hits = sorted(glob.glob(s))
+            if not hits:
+                raise TraceError(f"{s}: no file matches this pattern")
+            out.extend(hits)
+        else:
+            out.append(s)
+    return out
+
+
+def is_dataset(path: str | os.PathLike) -> bool:
+    return os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST))
+
+
+# ---------------------------------------------------------------------------------------
+# .npy columns: appended to while streaming, read by row ranges
+# ---------------------------------------------------------------------------------------
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    d = f"{{'descr': {np.lib.format.dtype_to_descr(dtype)!r}, 'fortran_order': False, 'shape': {shape!r}, }}"
+    body = d.encode("latin1")
+    pad = _HEADER - 10 - len(body) - 1
+    if pad < 0:
+        raise ValueError(f"shape {shape} does not fit a {_HEADER}-byte .npy header")
+    return b"\x93NUMPY\x01\x00" + (_HEADER - 10).to_bytes(2, "little") + body + b" " * pad + b"\n"
+
+
+class NpyAppender:
+    """A `.npy` file written chunk by chunk; the header (with the final shape) is written at close."""
+
+    def __init__(self, path: Path, dtype, tail: tuple[int, ...] = ()) -> None:
+        self.path, self.dtype, self.tail = path, np.dtype(dtype), tuple(tail)
+        self.f = open(path, "wb")
+        self.f.write(b"\0" * _HEADER)
+        self.rows = 0
+
+    def append(self, arr: np.ndarray) -> None:
+        a = np.ascontiguousarray(arr, dtype=self.dtype)
+        if a.shape[1:] != self.tail:
+            raise ValueError(f"{self.path}: expected rows of shape {self.tail}, got {a.shape[1:]}")
+        if a.size:
+            self.f.write(memoryview(a.reshape(-1)).cast("B"))
+        self.rows += len(a)
+
+    def close(self) -> None:
+        self.f.seek(0)
+        self.f.write(_npy_header(self.dtype, (self.rows, *self.tail)))
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+
+
+class NpyColumn:
+    """Row ranges of one `.npy` file, read with pread (see the module note)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        with open(path, "rb") as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(f)
+            except ValueError as exc:
+                raise TraceError(f"{path}: not a .npy column ({exc})") from None
+            self.offset = f.tell()
+        if fortran:
+            raise TraceError(f"{path}: Fortran-ordered columns are not supported")
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        size = os.fstat(self.fd).st_size
+        if size != self.offset + self.shape[0] * self.row_bytes:
+            raise TraceError(f"{path}: {size} bytes, its header promises {self.offset + self.shape[0] * self.row_bytes}"
+                             " (a truncated or damaged shard)")
+
+    def read(self, lo: int, hi: int) -> np.ndarray:
+        n = hi - lo
+        buf = os.pread(self.fd, n * self.row_bytes, self.offset + lo * self.row_bytes)
+        if len(buf) != n * self.row_bytes:
+            raise TraceError(f"{self.path}: short read at rows {lo}..{hi}")
+        return np.frombuffer(buf, dtype=self.dtype).reshape((n, *self.shape[1:]))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# ---------------------------------------------------------------------------------------
+# Reading a dataset
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Rows:
+    """Rows read from a dataset: labels, dense and per-feature CSR (ids, offsets)."""
+
+    labels: np.ndarray  # float32 [n]
+    dense: np.ndarray  # float32 [n, F]
+    sparse: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+class Dataset:
+    """A converted dataset, opened read-only; `read(segments)` returns the rows of global row ranges."""
+
+    def __init__(self, path: str | os.PathLike, max_open_shards: int = 16) -> None:
+        self.path = Path(path)
+        mf = self.path / MANIFEST
+        if not mf.exists():
+            why = "no manifest.json: an interrupted conversion, or not a converted dataset"
+            raise TraceError(f"{self.path}: {why}")
+        try:
+            m = json.loads(mf.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise TraceError(f"{mf}: unreadable manifest ({exc})") from None
+        if m.get("format") != FORMAT:
+            raise TraceError(f"{mf}: format {m.get('format')!r}, expected {FORMAT!r}")
+        self.manifest = m
+        self.features: list[str] = list(m["features"])
+        self.dense_names: list[str] = list(m["dense"])
+        self.dense_transform: str = m["dense_transform"]
+        self.shard_names = [s["name"] for s in m["shards"]]
+        sizes = np.array([s["rows"] for s in m["shards"]], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(sizes)])
+        self.rows = int(self.starts[-1])
+        if self.rows != m["rows"]:
+            raise TraceError(f"{mf}: shards hold {self.rows} rows, the manifest says {m['rows']}")
+        for name in self.shard_names:
+            for c in COLUMNS:
+                if not (self.path / name / f"{c}.npy").exists():
+                    raise TraceError(f"{self.path / name / (c + '.npy')}: missing (a damaged dataset)")
+        self._open: OrderedDict[int, dict[str, NpyColumn]] = OrderedDict()
+        self.max_open = max_open_shards
+
+    def _shard(self, k: int) -> dict[str, NpyColumn]:
+        cols = self._open.get(k)
+        if cols is not None:
+            self._open.move_to_end(k)
+            return cols
+        d = self.path / self.shard_names[k]
+        cols = {c: NpyColumn(d / f"{c}.npy") for c in COLUMNS}
+        n = int(self.starts[k + 1] - self.starts[k])
+        if cols["labels"].shape[0] != n or cols["rowptr"].shape[0] != n + 1:
+            raise TraceError(f"{d}: holds {cols['labels'].shape[0]} rows, the manifest says {n}")
+        self._open[k] = cols
+        if len(self._open) > self.max_open:  # a bounded number of open files
+            for c in self._open.popitem(last=False)[1].values():
+                c.close()
+        return cols
+
+    def close(self) -> None:
+        while self._open:
+            for c in self._open.popitem()[1].values():
+                c.close()
+
+    def read_range(self, lo: int, hi: int) -> Rows:
+        return self.read([(lo, hi)])
+
+    def read(self, segments: list[tuple[int, int]]) -> Rows:
+        """The rows of global ranges [lo, hi), in the given order."""
+        labels, dense, lens, ids = [], [], [], []
+        for lo, hi in segments:
+            if not 0 <= lo <= hi <= self.rows:
+                raise IndexError(f"rows {lo}..{hi} outside the dataset's {self.rows}")
+            k = int(np.searchsorted(self.starts, lo, side="right")) - 1
+            while lo < hi:
+                a, end = lo - int(self.starts[k]), min(hi, int(self.starts[k + 1]))
+                b = end - int(self.starts[k])
+                cols = self._shard(k)
+                labels.append(cols["labels"].read(a, b))
+                dense.append(cols["dense"].read(a, b))
+                lens.append(cols["lens"].read(a, b))
+                p = cols["rowptr"].read(a, b + 1)
+                ids.append(cols["ids"].read(int(p[0]), int(p[-1])))
+                lo, k = end, k + 1
+        if not labels:
+            nf = len(self.dense_names)
+            empty = np.zeros(0, np.int64)
+            return Rows(np.zeros(0, np.float32), np.zeros((0, nf), np.float32),
+                        {f: (empty, np.zeros(1, np.int64)) for f in self.features})
+        return Rows(_cat(labels), _cat(dense), _feature_major(self.features, _cat(lens), _cat(ids)))
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _feature_major(features: list[str], lens: np.ndarray, ids: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Row-major IDs + lengths [n, S] -> per feature (ids, offsets [n+1]), by one scatter."""
+    n, s = lens.shape
+    cs = np.zeros((s, n + 1), dtype=np.int64)
+    np.cumsum(lens.T, axis=1, out=cs[:, 1:])
+    base = np.concatenate([[0], np.cumsum(cs[:, -1])])
+    flat = lens.reshape(-1).astype(np.int64)
+    if len(ids) == n * s and (flat == 1).all():  # every row has one ID per feature: a transpose
+        out = ids.reshape(n, s).T.reshape(-1)
+    else:
+        dst = (cs[:, :-1] + base[:-1, None]).T.reshape(-1)  # feature-major start of (row, feature)
+        src = np.zeros(len(flat), dtype=np.int64)
+        np.cumsum(flat[:-1], out=src[1:])
+        pos = np.repeat(dst - src, flat) + np.arange(len(ids), dtype=np.int64)
+        out = np.empty(len(ids), dtype=np.int64)
+        out[pos] = ids
+    return {f: (out[base[i] : base[i + 1]], cs[i]) for i, f in enumerate(features)}
+
+
+# ---------------------------------------------------------------------------------------
+# The order of an epoch: a seeded permutation of runs of rows, computed, never stored
+# ---------------------------------------------------------------------------------------
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fast, well-spread hash of uint64 values."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def feistel_permute(j: np.ndarray, n: int, key: int, rounds: int = 4) -> np.ndarray:
+    """A bijection of [0, n) (a Feistel network on 2^2h >= n values, cycle-walking back into range)."""
+    if n <= 1:
+        return np.asarray(j, dtype=np.int64).copy()
+    h = max(1, (int(n - 1).bit_length() + 1) // 2)
+    mask = np.uint64((1 << h) - 1)
+    keys = _mix(np.arange(1, rounds + 1, dtype=np.uint64) + np.uint64(key & 0xFFFFFFFFFFFFFFFF))
+    x = np.asarray(j, dtype=np.uint64).copy()
+    todo = np.ones(len(x), dtype=bool)
+    while todo.any():
+        v = x[todo]
+        left, right = v >> np.uint64(h), v & mask
+        for k in keys:
+            with np.errstate(over="ignore"):
+                left, right = right, left ^ (_mix(right ^ k) & mask)
+        v = (left << np.uint64(h)) | right
+        x[todo] = v
+        todo[todo] = v >= np.uint64(n)
+    return x.astype(np.int64)
+
+
+class EpochOrder:
+    """Epoch e's order of a dataset's rows: runs of `run` consecutive rows in a seeded random order
+    (the short last run stays last). A batch then reads a few contiguous ranges from all over the
+    data, and the order needs no memory however many rows there are."""
+
+    def __init__(self, rows: int, seed: int, run: int = 256) -> None:
+        self.rows, self.seed, self.run = rows, seed, max(1, run)
+        self.full_runs = rows // self.run
+
+    def rows_at(self, epoch: int, lo: int, hi: int) -> np.ndarray:
+        """Dataset rows at positions [lo, hi) of epoch `epoch`'s order."""
+        p = np.arange(lo, hi, dtype=np.int64)
+        inside = p < self.full_runs * self.run
+        out = p.copy()
+        q = p[inside]
+        key = int(_mix(np.array([self.seed * 1_000_003 + epoch], dtype=np.uint64))[0])
+        out[inside] = feistel_permute(q // self.run, self.full_runs, key) * self.run + q % self.run
+        return out
+
+    def segments(self, epoch: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The same positions as contiguous row ranges, in order."""
+        r = self.rows_at(epoch, lo, hi)
+        if not len(r):
+            return []
+        cut = np.flatnonzero(np.diff(r) != 1) + 1
+        starts = np.concatenate([[0], cut])
+        ends = np.concatenate([cut, [len(r)]])
+        return [(int(r[a]), int(r[b - 1]) + 1) for a, b in zip(starts, ends)]
