@@ -172,6 +172,15 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         fields.integer(m.get("steps"), "steps", 0)
         fields.integer(m.get("data_position"), "data_position", 0)
         fields.text(m.get("model_fingerprint"), "model_fingerprint")
+        fields.text(m.get("model"), "model")
+        for i, p in enumerate(fields.sequence(m.get("packs", []), "packs")):  # [name, tables, sharding]
+            p = fields.sequence(p, f"packs[{i}]")
+            if len(p) != 3:
+                raise fields.FieldError(f"field packs[{i}]: expected [name, tables, sharding]")
+            fields.text(p[0], f"packs[{i}][0]")
+            for j, t in enumerate(fields.sequence(p[1], f"packs[{i}][1]")):
+                fields.text(t, f"packs[{i}][1][{j}]")
+            fields.text(p[2], f"packs[{i}][2]")
         if "dir" in m and not (isinstance(m["dir"], str) and VERSION_RE.fullmatch(m["dir"])):
             raise fields.FieldError(f"field dir: expected a version folder name step-<steps>-<tag>, got {m['dir']!r}")
         files = fields.mapping(m.get("files"), "files")

@@ -95,8 +95,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def one_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, KeyError) and text.startswith("'"):
-        text = f"unknown key {text}"
+    if isinstance(exc, KeyError) and exc.args:
+        key = exc.args[0]
+        # a bare key is a lookup that failed; a sentence (pyarrow's 'Field "0" exists 5 times') says itself
+        text = key if isinstance(key, str) and " " in key.strip() else f"unknown key {key!r}"
     return text.splitlines()[0]
 
 

@@ -147,3 +147,45 @@ def test_a_failed_run_keeps_its_log_in_a_private_folder(setup, capsys, monkeypat
     [folder] = tmp_path.glob("picasso-run-*")
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert [p.name for p in folder.iterdir()] == ["workers.log"] and str(folder / "workers.log") in err
+
+
+def test_messages_name_the_problem_not_python(setup, tmp_path, capsys):
+    from picasso.cli import one_line
+
+    assert one_line(KeyError('Field "0" exists 5 times in schema')) == 'Field "0" exists 5 times in schema'
+    assert one_line(KeyError("C7")) == "unknown key 'C7'"
+    d = setup
+    rc = main(["validate", "--data", str(d / "data.tsv"), "--hardware", "local-cpu", "--batch-sizes", "0,-5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--batch-sizes" in err[0], err
+    plan = json.loads((d / "plan.json").read_text())
+    for name, content in (("plain.npy", None), ("cut.npz", b"PK\x03\x04trunc")):
+        if content is None:
+            np.save(tmp_path / name, np.arange(20))
+        else:
+            (tmp_path / name).write_bytes(content)
+        (tmp_path / "plan.json").write_text(json.dumps({**plan, "hot_ids_file": name}))
+        rc = main(["run", str(tmp_path / "plan.json"), "--data", str(d / "data.tsv")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and name in err[0] and "not a picasso hot-ID file" in err[0], err
+    for field, value in (("world_size", float("inf")), ("world_size", "2"), ("batch_size_per_rank", 2.5)):
+        (tmp_path / "plan.json").write_text(json.dumps({**plan, field: value}))
+        rc = main(["run", str(tmp_path / "plan.json"), "--data", str(d / "data.tsv")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and f"field {field}" in err[0] and "internal" not in err[0], err
+
+
+def test_a_damaged_or_pickled_profile_npz_is_one_line(setup, tmp_path, capsys):
+    d = setup
+    assert main(["analyze", str(d / "data.tsv"), "--format", "criteo", "-o", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    npz = tmp_path / "p.npz"
+    good = npz.read_bytes()
+    np.savez(npz, **{"f0_ids": np.array([object()], dtype=object)})  # a pickle inside
+    for content in (None, good[: len(good) // 2]):
+        if content is not None:
+            npz.write_bytes(content)
+        rc = main(["plan", "--model", "dlrm-criteo-kaggle", "--hardware", "local-cpu", "--profile",
+                   str(tmp_path / "p.json"), "-o", str(tmp_path / "plan.json")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and "p.npz" in err[0] and "allow_pickle" not in err[0], err

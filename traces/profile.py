@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from foundation.files import atomic_write, check_output_path
+from foundation import fields
+from foundation.fields import FieldError
+from foundation.files import atomic_write, check_output_path, regular_file
 from traces.counting import IdCounter, unique_counts
 from traces.coverage import top_ids
 from traces.errors import TraceError
@@ -238,23 +240,44 @@ class AccessProfile:
     @classmethod
     def load(cls, path: str | os.PathLike) -> AccessProfile:
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise TraceError(f"{path}: no such profile")
         try:
-            doc = json.loads(path.read_text())
+            regular_file(path, "profile")
+            doc = json.loads(path.read_bytes().decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise TraceError(f"{path}: not a profile JSON ({exc})") from None
+            raise TraceError(f"{path}: not a profile JSON ({str(exc).splitlines()[0][:120]})") from None
+        except (OSError, ValueError) as exc:
+            raise TraceError(str(exc)) from None
         if not isinstance(doc, dict) or "features" not in doc:
             raise TraceError(f"{path}: not an AccessProfile (no 'features')")
         if doc.get("version") != PROFILE_VERSION:
             raise TraceError(f"{path}: profile version {doc.get('version')}, expected {PROFILE_VERSION}")
+        try:
+            check_profile_doc(doc)
+        except FieldError as exc:
+            raise TraceError(f"{path}: {exc}") from None
         npz = path.parent / doc.get("arrays", path.with_suffix(".npz").name)
         if not npz.is_file():
             raise TraceError(f"{npz}: arrays of profile {path.name} not found")
-        with np.load(npz) as arrays:
-            feats = {
-                d["name"]: FeatureProfile.from_saved(d, arrays, f"f{i}_") for i, d in enumerate(doc["features"])
-            }
+        try:
+            z = np.load(npz, allow_pickle=False)
+        except Exception:  # noqa: BLE001 - zipfile, numpy and OS errors of a damaged file: one line
+            raise TraceError(f"{npz}: not the arrays of a picasso profile (damaged, truncated or another format)") from None
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise TraceError(f"{npz}: not the arrays of a picasso profile (expected an .npz)")
+        try:
+            with z as arrays:
+                feats = {}
+                for i, d in enumerate(doc["features"]):
+                    checked = _CheckedArrays(arrays, f"f{i}_", f"features[{i}]")
+                    f = feats[d["name"]] = FeatureProfile.from_saved(d, checked, f"f{i}_")
+                    if len(f.ids) != len(f.counts) or len(f.group_values) != len(f.group_sizes):
+                        raise FieldError(f"arrays features[{i}]: ids/counts or group_values/group_sizes differ in length")
+        except FieldError as exc:
+            raise TraceError(f"{npz}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - a damaged member of the zip
+            raise TraceError(f"{npz}: damaged profile arrays ({type(exc).__name__})") from None
         return cls(features=feats, rows=doc["rows"], source=doc["source"], batch_size=doc.get("batch_size"),
                    meta=doc.get("meta", {}))  # fmt: skip
 
@@ -280,6 +303,58 @@ class AccessProfile:
     def table(self) -> list[dict[str, Any]]:
         """One summary record per feature (what `picasso analyze --json` prints)."""
         return [f.summary() for f in self.features.values()]
+
+
+def check_profile_doc(doc: dict) -> None:
+    """Types and ranges of the profile JSON's numbers (the one place they are checked)."""
+    fields.integer(doc.get("rows"), "rows", 0)
+    fields.text(doc.get("source"), "source")
+    if doc.get("batch_size") is not None:
+        fields.integer(doc["batch_size"], "batch_size", 1)
+    fields.mapping(doc.get("meta", {}), "meta")
+    names = set()
+    for i, d in enumerate(fields.sequence(doc["features"], "features")):
+        w = f"features[{i}]"
+        fields.mapping(d, w)
+        name = fields.text(d.get("name"), f"{w}.name")
+        if name in names:
+            raise FieldError(f"field {w}.name: {name!r} appears twice")
+        names.add(name)
+        for k in ("rows", "missing", "distinct", "accesses"):
+            fields.integer(d.get(k), f"{w}.{k}", 0)
+        fields.boolean(d.get("exact"), f"{w}.exact")
+        for k, lo in (("extrapolated_to", 0), ("batch_size", 1)):
+            if d.get(k) is not None:
+                fields.integer(d[k], f"{w}.{k}", lo)
+        fields.integer(d.get("count_error_bound", 0), f"{w}.count_error_bound", 0)
+        fields.integer(d.get("presence_batches", 0), f"{w}.presence_batches", 0)
+
+
+class _CheckedArrays:
+    """The profile's npz members, each checked for shape, type and range when read."""
+
+    INTEGER = ("ids", "counts", "presence_hist", "stability_sizes")
+    NONNEGATIVE = ("counts", "group_values", "group_sizes", "presence_hist", "stability_sizes",
+                   "stability_fractions", "stability_early", "stability_later")
+
+    def __init__(self, arrays, prefix: str, where: str) -> None:
+        self.arrays, self.prefix, self.where = arrays, prefix, where
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        short = key[len(self.prefix):]
+        field = f"{self.where}.{short}"
+        if key not in self.arrays.files:
+            raise FieldError(f"array {field}: missing")
+        a = self.arrays[key]
+        if a.ndim != 1 or a.dtype.kind not in ("iu" if short in self.INTEGER else "iuf"):
+            raise FieldError(f"array {field}: expected a 1-D {'integer' if short in self.INTEGER else 'numeric'} "
+                             f"array, got {a.dtype} of shape {a.shape}")
+        # the oracle coverage may be NaN (not measured); no other array may hold NaN
+        if short != "stability_oracle" and a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise FieldError(f"array {field}: holds NaN or infinite values")
+        if short in self.NONNEGATIVE and len(a) and a.min() < 0:
+            raise FieldError(f"array {field}: holds negative values")
+        return a
 
 
 def _json_default(o):

@@ -39,12 +39,18 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    import math
+
     from picasso.workflows.validate import run_validate_command
 
     try:
         args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b.strip()]
     except ValueError:
         raise ValueError(f"--batch-sizes {args.batch_sizes!r}: expected integers separated by commas") from None
+    if not args.batch_sizes or min(args.batch_sizes) < 1:
+        raise ValueError(f"--batch-sizes {args.batch_sizes}: expected positive integers separated by commas")
+    if not (math.isfinite(args.timed_seconds) and math.isfinite(args.run_timeout) and args.run_timeout > 0):
+        raise ValueError("--timed-seconds and --run-timeout must be finite numbers (--run-timeout > 0)")
     for name in ("plans", "nproc_max", "steps", "repeats"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
