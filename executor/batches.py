@@ -159,8 +159,9 @@ def to_batch(raw: RawBatch, model: ModelSpec, fmap: dict[str, str]) -> Batch:
     return Batch(torch.from_numpy(np.ascontiguousarray(raw.labels, dtype=np.float32)), torch.from_numpy(dense), sparse)
 
 
-def rebatch(chunks: Iterable[RawBatch], size: int) -> Iterator[RawBatch]:
-    """Cut a stream of chunks into batches of exactly `size` rows (the tail is dropped)."""
+def rebatch(chunks: Iterable[RawBatch], size: int, keep_tail: bool = False) -> Iterator[RawBatch]:
+    """Cut a stream of chunks into batches of exactly `size` rows (the tail is dropped, or
+    yielded last, shorter, with `keep_tail`)."""
     buf: list[RawBatch] = []
     have = 0
     for c in chunks:
@@ -172,6 +173,8 @@ def rebatch(chunks: Iterable[RawBatch], size: int) -> Iterator[RawBatch]:
             if have == size:
                 yield RawBatch.concat(buf)
                 buf, have = [], 0
+    if keep_tail and buf:
+        yield RawBatch.concat(buf)
 
 
 def chunk_from_reader(chunk) -> RawBatch:

@@ -22,6 +22,7 @@ from executor.batches import (
     RawBatch,
     feature_map,
     reader_chunks,
+    rebatch,
     to_batch,
 )
 from executor.trainer import Trainer, dense_step_inputs
@@ -97,31 +98,21 @@ def global_ranges(rows: int, size: int, world: int) -> list[tuple[int, int]]:
 
 
 def _text_batches(path: str, fmt: str, size: int, world: int, bad: BadRows) -> Iterator[RawBatch]:
-    """Whole evaluation batches of a text log, with the same tail rule as `global_ranges`."""
-    buf: list[RawBatch] = []
-    have = 0
+    """Whole evaluation batches of a text log, with the same tail rule as `global_ranges`:
+    a tail shorter than the world joins the batch before it."""
     ready: RawBatch | None = None
-    for c in reader_chunks(path, fmt, bad=bad):
-        while len(c):
-            take = min(size - have, len(c))
-            buf.append(c.slice(0, take))
-            have += take
-            c = c.slice(take, len(c))
-            if have == size:
-                if ready is not None:
-                    yield ready
-                ready, buf, have = RawBatch.concat(buf), [], 0
-    tail = RawBatch.concat(buf) if buf else None
-    if ready is None and tail is None:
+    for b in rebatch(reader_chunks(path, fmt, bad=bad), size, keep_tail=True):
+        if ready is not None:
+            if len(b) < world:  # only the tail can be this short
+                b = RawBatch.concat([ready, b])
+            else:
+                yield ready
+        ready = b
+    if ready is None:
         raise DataError(f"{path}: no evaluation rows")
-    if tail is not None and len(tail) < world:
-        ready = tail if ready is None else RawBatch.concat([ready, tail])
-        tail = None
-    if ready is not None and len(ready) < world:
+    if len(ready) < world:
         raise DataError(f"{path}: {len(ready)} evaluation rows, fewer than the {world} ranks")
-    for b in (ready, tail):
-        if b is not None:
-            yield b
+    yield ready
 
 
 class Evaluator:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from foundation.files import fsync_dir
 from traces.dataset import DENSE_TRANSFORMS, FORMAT, MANIFEST, NpyAppender, dlrm_dense, expand_inputs
 from traces.errors import TraceError
 from traces.readers import Chunk, open_reader
@@ -55,16 +56,8 @@ class _ShardWriter:
     def close(self) -> dict:
         for c in self.cols.values():
             c.close()
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
         return {"name": self.folder.name, "rows": self.rows, "ids": self.nnz}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def row_major(chunk: Chunk, features: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +116,7 @@ def convert(
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if out.exists():  # --force: the old dataset goes only once the new one is whole
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             os.rename(out, old)
@@ -131,7 +124,7 @@ def convert(
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, out)
-        _fsync_dir(out.parent)
+        fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
