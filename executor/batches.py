@@ -13,7 +13,6 @@ positions [s*G, (s+1)*G) of that epoch's seeded order, and each rank reads only 
 from __future__ import annotations
 
 import queue
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -119,23 +118,15 @@ class Batch:
 
 
 def feature_map(model: ModelSpec, features: Iterable[str]) -> dict[str, str]:
-    """The data feature each table reads: its own name, `extra["features"][table]`, or the
-    feature with the same number (`W7` -> `C7`, for wide tables beside deep ones)."""
+    """The data feature each table reads (planner.features owns the rule); a table the data
+    has no feature for is a DataError."""
+    from planner.features import feature_map as table_features
+
     feats = set(features)
-    explicit = dict(model.extra.get("features", {}))
-    out = {}
-    for t in model.table_names:
-        if t in explicit:
-            f = explicit[t]
-        elif t in feats:
-            f = t
-        else:
-            m = re.fullmatch(r"[A-Za-z_]+?(\d+)", t)
-            cands = [f"C{m.group(1)}"] if m else []
-            f = next((c for c in cands if c in feats), None)
-        if f is None or f not in feats:
+    out = table_features(model, feats)
+    for t, f in out.items():
+        if f is None:
             raise DataError(f"the data has no categorical feature for table {t!r} (features: {sorted(feats)[:8]}...)")
-        out[t] = f
     return out
 
 

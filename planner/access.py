@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 from scipy.special import zeta
 
+from planner.features import data_feature
 from planner.model_spec import ModelSpec, TableSpec
 from planner.presets import DEFAULT_ZIPF_ALPHA
 
@@ -250,7 +251,7 @@ def table_access(model: ModelSpec, profile: Any | None = None) -> dict[str, Tabl
     features = getattr(profile, "features", {}) if profile is not None else {}
     out: dict[str, TableAccess] = {}
     for t in model.tables:
-        f = features.get(t.name)
+        f = features.get(data_feature(model, t.name, features))
         if f is not None and len(getattr(f, "ids", ())) > 0:
             out[t.name] = ProfileAccess(t.name, t.num_rows, f, t.pooling_factor)
         else:
@@ -274,7 +275,7 @@ def _zipf_cached(name: str, rows: int, pooling: float, alpha: float) -> ZipfAcce
 def unmatched_tables(model: ModelSpec, profile: Any) -> list[str]:
     """Tables of `model` that `profile` has no feature for (they would get an assumed Zipf)."""
     features = getattr(profile, "features", {}) or {}
-    return [t.name for t in model.tables if t.name not in features]
+    return [t.name for t in model.tables if data_feature(model, t.name, features) is None]
 
 
 def access_sources(model: ModelSpec, profile: Any | None, profile_name: str | None = None) -> dict[str, str]:
@@ -285,16 +286,17 @@ def access_sources(model: ModelSpec, profile: Any | None, profile_name: str | No
     out = {}
     for t in model.tables:
         alpha = alpha_cfg.get(t.name, DEFAULT_ZIPF_ALPHA) if isinstance(alpha_cfg, dict) else alpha_cfg
-        f = features.get(t.name)
+        name = data_feature(model, t.name, features) or t.name
+        f = features.get(name)
         if profile is None:
             out[t.name] = f"assumed zipf({float(alpha):g}): no profile given"
         elif f is None:
-            out[t.name] = f"assumed zipf({float(alpha):g}): {where} has no feature {t.name!r}"
+            out[t.name] = f"assumed zipf({float(alpha):g}): {where} has no feature {name!r}"
         elif len(getattr(f, "ids", ())) == 0:
-            out[t.name] = f"assumed zipf({float(alpha):g}): feature {t.name!r} of {where} has no IDs"
+            out[t.name] = f"assumed zipf({float(alpha):g}): feature {name!r} of {where} has no IDs"
         else:
             kind = (f"extrapolated to {f.extrapolated_to:,} rows from {f.model.get('source_rows', 0):,}"
                     if getattr(f, "extrapolated_to", None) and f.model else
                     ("exact counts" if f.exact else "head counts + sketched tail"))
-            out[t.name] = f"measured: feature {t.name!r} of {where} ({f.distinct:,} distinct IDs, {kind})"
+            out[t.name] = f"measured: feature {name!r} of {where} ({f.distinct:,} distinct IDs, {kind})"
     return out

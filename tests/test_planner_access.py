@@ -73,3 +73,24 @@ def test_table_access_falls_back_to_zipf_for_missing_features():
     assert acc["a"].source.startswith("zipf") and acc["a"].pooling == 2.0
     assert acc["b"].source == "profile"
     assert table_access(model)["b"].source.startswith("zipf")
+
+
+def test_wide_tables_are_planned_from_the_features_they_train_on(tmp_path):
+    """Wide&Deep's wide tables W1..W26 read the Criteo columns C1..C26 (executor.batches): the
+    planner takes their statistics from the same measured features, not an assumed Zipf."""
+    from executor.batches import feature_map
+    from planner.access import ProfileAccess, table_access, unmatched_tables
+    from planner.presets import get_model
+    from traces.profile import profile_file
+    from traces.synth import generate_criteo
+
+    data = tmp_path / "d.tsv"
+    generate_criteo(data, 2000, seed=0)
+    profile = profile_file(data, "criteo")
+    model = get_model("wide-deep")
+    access = table_access(model, profile)
+    wide = [t.name for t in model.tables if t.name.startswith("W")]
+    assert wide and all(isinstance(access[t], ProfileAccess) for t in wide)
+    assert not unmatched_tables(model, profile)
+    fmap = feature_map(model, profile.features)
+    assert all(access[t].feature is profile.features[fmap[t]] for t in wide)
