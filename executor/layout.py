@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from planner.model_spec import ModelSpec, TableSpec
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, table_optimizer
 
 INIT_CHUNK = 1 << 14
 
@@ -101,8 +101,8 @@ def init_table_rows(model: ModelSpec, table: str, seed: int, rows: np.ndarray | 
 
 
 def sparse_optimizer(plan: Plan, table: TableSpec) -> str:
-    """A table's own optimizer when it names one other than the default, else the plan's."""
-    return table.optimizer if table.optimizer != "sgd" else plan.optimizer.sparse
+    """A table's sparse optimizer (planner.plan.table_optimizer owns the rule)."""
+    return table_optimizer(plan, table)
 
 
 @dataclass

@@ -54,7 +54,7 @@ from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.memory import MemoryReport, memory_report
-from planner.plan import Plan
+from planner.plan import Plan, table_optimizer
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
@@ -465,7 +465,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     ops.append(_collective(grad_sync, dense_grads + hot_deps, "all_reduce",
                            float(dense.params * 4) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes))
     for pv in packs:
-        passes = sparse_state.get(plan.model.table(pv.tables[0]).optimizer, 3)
+        passes = sparse_state.get(table_optimizer(plan, plan.model.table(pv.tables[0])), 3)
         if tr:
             # TorchRec's fused backward: the owner merges its rows' gradients (sorted by row)
             # and updates each distinct row once; a data-parallel table is updated whole

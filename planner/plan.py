@@ -30,7 +30,7 @@ from foundation import fields
 from foundation.fields import FieldError
 from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from planner.errors import PlanError
-from planner.model_spec import ModelSpec
+from planner.model_spec import ModelSpec, TableSpec
 
 PLAN_VERSION = 1
 SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated", "table_row_wise")
@@ -63,6 +63,12 @@ def model_optimizer(model: ModelSpec) -> OptimizerPlan:
     sparse = "rowwise_adagrad" if any(t.optimizer == "rowwise_adagrad" for t in model.tables) else "sgd"
     lr = float(model.extra.get("lr", OptimizerPlan.sparse_lr))
     return OptimizerPlan(sparse=sparse, sparse_lr=lr, dense=str(model.extra.get("dense_optimizer", "sgd")), dense_lr=lr)
+
+
+def table_optimizer(plan: Plan, table: TableSpec) -> str:
+    """The sparse optimizer a table trains with: its own when it names one other than the
+    default (sgd), else the plan's. Planner (state bytes, update passes) and executor share it."""
+    return table.optimizer if table.optimizer != "sgd" else plan.optimizer.sparse
 
 
 @dataclass

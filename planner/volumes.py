@@ -29,7 +29,7 @@ import numpy as np
 
 from planner.access import TableAccess
 from planner.model_spec import DTYPES
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, table_optimizer
 
 ID_BYTES = 8  # int64 IDs on the wire
 HEAD_ROWS = 64  # hottest cold rows placed exactly on their owner (imbalance)
@@ -157,7 +157,7 @@ def pack_volumes(
     specs = [model.table(t) for t in pack.tables]
     first = specs[0]
     row_bytes = first.dim * DTYPES[first.dtype]
-    state = STATE_BYTES.get(first.optimizer, 0)
+    state = STATE_BYTES.get(table_optimizer(plan, first), 0)
     offsets = plan.table_offsets(pack)
     rows = plan.pack_rows(pack)
 

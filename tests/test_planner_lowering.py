@@ -153,3 +153,21 @@ def test_sequence_features_widen_the_pooled_output():
                                                                           PackPlan("s", din.table_names[4:])])
     lo = lower(plan, hw8())
     assert lo.packs[1].pooled_width == 2 * 32 * 200 and lo.packs[0].pooled_width == 4 * 32
+
+
+def test_tables_that_say_sgd_are_costed_with_the_plans_sparse_optimizer():
+    """A plan training every table with row-wise Adagrad (tables declaring the default sgd)
+    is costed with Adagrad's state bytes, as the executor runs it."""
+    from executor.layout import pack_layout
+    from planner.access import table_access
+    from planner.model_spec import ModelSpec, TableSpec
+    from planner.plan import OptimizerPlan, PackPlan, Plan
+    from planner.volumes import pack_volumes
+
+    m = ModelSpec("u", "dlrm", 2, (TableSpec("C1", 100, 4), TableSpec("C2", 50, 4)), bottom_mlp=(8, 4),
+                  top_mlp=(8, 1))
+    plan = Plan(m, 2, 16, [PackPlan("p", ["C1", "C2"], "row_wise")],
+                optimizer=OptimizerPlan("rowwise_adagrad", 0.1, "sgd", 0.1))
+    pv = pack_volumes(plan, plan.packs[0], table_access(m), 16.0)
+    assert pack_layout(plan, plan.packs[0], 0).optimizer == "rowwise_adagrad"
+    assert pv.state_bytes == 4
