@@ -28,6 +28,7 @@ from scipy.special import zeta
 from planner.features import data_feature
 from planner.model_spec import ModelSpec, TableSpec
 from planner.presets import DEFAULT_ZIPF_ALPHA
+from traces.coverage import presence
 
 
 class TableAccess(Protocol):
@@ -135,7 +136,7 @@ class ZipfAccess:
         skip = max(0, min(int(skip_top), self.num_rows))
         # buckets fully past the skipped head, plus the part of the straddling bucket
         keep = np.clip(self._hi - 1 - np.maximum(self._lo - 1, skip), 0, None)
-        q = -np.expm1(lookups * np.log1p(-np.minimum(self._p, 1 - 1e-15)))
+        q = presence(self._p, lookups)
         return float(np.sum(keep * q))
 
     def hot_rows(self, n: int) -> np.ndarray:
@@ -227,7 +228,7 @@ class ProfileAccess:
             cum = np.concatenate(([0.0], np.cumsum(self._gs)))
             keep = np.clip(cum[1:] - np.maximum(cum[:-1], float(skip_top)), 0.0, None)
             p = self._gv / self._accesses
-            value = float(np.dot(keep, -np.expm1(lookups * np.log1p(-np.minimum(p, 1 - 1e-15)))))
+            value = float(np.dot(keep, presence(p, lookups)))
         return min(value, float(self.num_rows - min(skip_top, self.num_rows)), lookups)
 
     def hot_rows(self, n: int) -> np.ndarray:

@@ -7,7 +7,6 @@ Entry point: `explain(plan, hw, profile=None, access=None, baselines=BASELINES, 
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from planner.memory import gib
 from planner.plan import Plan
 from planner.search import Evaluation, byte_costs, evaluate, full_symmetry, hot_threshold_rows
 from planner.volumes import ID_BYTES
+from traces.coverage import presence, presence_threshold
 
 # How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
 # gradients from every rank; hot rows of a sharded pack ride in the dense all-reduce).
@@ -109,7 +109,7 @@ class Explanation:
         lookups = max(self.plan.batch_size_per_rank / k * acc.pooling, 1.0)
         _, p_top = acc.head(0, 1)
         p1 = float(p_top[0]) if len(p_top) else 0.0
-        q1 = -math.expm1(lookups * math.log1p(-min(p1, 1 - 1e-15)))
+        q1 = presence(p1, lookups)
         on_host = pack.placement == "host"
         c_gather = 1e6 / self.hw.pcie_bw if on_host and self.hw is not None else (
             2e6 / self.hw.gpu.hbm_bw if self.hw is not None else 0.0)
@@ -123,7 +123,7 @@ class Explanation:
         closed = hot_threshold_rows(t, acc, self.plan.batch_size_per_rank / k, k, c_a2a, c_ar, c_gather)
         theta = rb * c_ar / (k * (per_mb * c_a2a + rb * c_gather))
         rec["threshold_in_micro_batch"] = theta if theta < 1 else None
-        rec["threshold_share"] = -math.expm1(math.log1p(-theta) / lookups) if theta < 1 else None
+        rec["threshold_share"] = presence_threshold(theta, lookups) if theta < 1 else None
         rec["closed_form_rows"] = closed
         chosen = self.plan.hot_rows.get(t.name, 0)
         if pack.sharding == "replicated":

@@ -40,6 +40,7 @@ from planner.model_spec import ModelSpec, TableSpec
 from planner.op_names import op_class
 from planner.plan import PackPlan, Plan, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES
+from traces.coverage import presence_threshold
 
 MICRO_BATCHES = (1, 2, 4, 8)
 SPLITS = (1, 2, 4)
@@ -134,7 +135,7 @@ def hot_threshold_rows(t: TableSpec, acc: TableAccess, samples_per_mb: float, mi
     if theta >= 1.0:
         return 0
     lookups = max(samples_per_mb * acc.pooling, 1.0)
-    p_min = -math.expm1(math.log1p(-theta) / lookups)
+    p_min = presence_threshold(theta, lookups)
     return int(min(acc.rows_above(p_min), t.num_rows))
 
 

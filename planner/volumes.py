@@ -30,6 +30,7 @@ import numpy as np
 from planner.access import TableAccess
 from planner.model_spec import DTYPES
 from planner.plan import PackPlan, Plan, table_optimizer
+from traces.coverage import presence
 
 ID_BYTES = 8  # int64 IDs on the wire
 HEAD_ROWS = 64  # hottest cold rows placed exactly on their owner (imbalance)
@@ -139,7 +140,7 @@ def _table_stats(acc: TableAccess, lookups: float, hot: int, head: bool) -> tupl
         rows = q = None
         if head:
             rows, p = acc.head(hot, HEAD_ROWS)
-            q = -np.expm1(lookups * np.log1p(-np.minimum(p, 1 - 1e-15)))
+            q = presence(p, lookups)
         got = memo[key] = (cov, d_all, d_cold, rows, q)
     return got
 

@@ -27,7 +27,7 @@ from foundation import fields
 from foundation.fields import FieldError
 from foundation.files import atomic_write, check_output_path, regular_file
 from traces.counting import IdCounter, unique_counts
-from traces.coverage import top_ids
+from traces.coverage import presence, top_ids
 from traces.errors import TraceError
 from traces.readers import open_reader
 
@@ -122,7 +122,7 @@ class FeatureProfile:
         p = self.group_values / self._mass
         lo = np.maximum(self._cum_ids[:-1], float(skip_top))
         sizes = np.clip(self._cum_ids[1:] - lo, 0.0, None)
-        seen = -np.expm1(draws * np.log1p(-np.minimum(p, 1.0 - 1e-16)))
+        seen = presence(p, draws)
         return float(np.dot(sizes, seen))
 
     def measured_distinct_per_batch(self) -> float | None:
