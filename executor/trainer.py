@@ -116,6 +116,7 @@ class Trainer:
             self.opt.zero_grad(set_to_none=False)
             for p in self.packs:
                 p.zero_grad()
+                p.step_index = self.steps_done
         lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in range(k)]
         # 1. dedup + route every lookup of the step
         for i, mb in enumerate(mbs):
@@ -165,8 +166,7 @@ class Trainer:
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
                 if p.local_only:  # a replica (or the only rank) reads its rows locally: cold_gather
-                    with T.op("fwd", p.name, "cold_gather", i):
-                        u = p.assemble(lk)
+                    u = self._read_local(p, lk, i)
                 else:
                     lk.handle.wait()
                 with T.op("fwd", p.name, "pool", i):
@@ -238,14 +238,33 @@ class Trainer:
             p.place(lk, host[off : off + n], [recv_h[src * e_n + e] for src in range(world)])
             off += n
 
+    def _read_local(self, p: ShardedPack, lk: Lookup, i: int) -> torch.Tensor:
+        """A lookup without exchange reads its cold rows: cold_gather; from host memory, the
+        host gather (cold_gather) and the PCIe copy (cold_h2d) as lowering has them."""
+        T = self.timer
+        if not p.host:
+            with T.op("fwd", p.name, "cold_gather", i):
+                return p.assemble(lk)
+        with T.op("fwd", p.name, "cold_gather", i):
+            staged = p.host_gather(p.local_rows(lk))
+        with T.op("fwd", p.name, "cold_h2d", i):
+            return p.assemble(lk, p.copy_rows(staged))
+
     def _gather(self, p: ShardedPack, lk: Lookup, i: int) -> None:
         lk.handle.wait()
         T = self.timer
         # the rows' return is launched asynchronously and, without overlap, waited for at
         # once (what a synchronous exchange does): cold_gather times the gather and the
-        # launch, a2a_emb the exchange, as lowering has them one after the other
-        with T.op("fwd", p.name, "cold_gather", i):
-            p.gather(lk, async_op=True)
+        # launch, a2a_emb the exchange, as lowering has them one after the other; from host
+        # memory the gather is two ops, the host gather and the PCIe copy (cold_h2d)
+        if p.host:
+            with T.op("fwd", p.name, "cold_gather", i):
+                staged = p.host_gather(lk.recv_rows)
+            with T.op("fwd", p.name, "cold_h2d", i):
+                p.send_back(lk, p.copy_rows(staged), async_op=True)
+        else:
+            with T.op("fwd", p.name, "cold_gather", i):
+                p.gather(lk, async_op=True)
         tok = T.start("fwd", p.name, "a2a_emb", i, lane="comm")
         T.end_when_done(tok, lk.handle)
         if not self.overlap:

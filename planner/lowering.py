@@ -243,13 +243,18 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
     rows = pv.gather_rows
     nbytes = rows * pv.slice_bytes
     owners = np.nonzero(rows > 0)[0]
-    if pv.placement == "host" and exchanges(plan, pv):
-        ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes + rows * ID_BYTES, host=nbytes,
-                            pcie=nbytes, ranks=owners, stage=4))
+    if pv.placement == "host":
+        # as the executor runs it: a gather in host memory into a staging buffer, then its
+        # copy over PCIe into device memory, two ops
+        ops.append(_compute(n("cold_gather"), [gather_dep], host=nbytes * 2 + rows * ID_BYTES, ranks=owners,
+                            stage=4))
+        ops.append(Op(n("cold_h2d"), "copy", "copy", {"pcie_bytes": nbytes, "hbm_bytes": nbytes},
+                      [n("cold_gather")], ranks=owners, args={"stage": 4}))
+        last = n("cold_h2d")
     else:
         ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes * 2 + rows * ID_BYTES,
                             ranks=owners, stage=4))
-    last = n("cold_gather")
+        last = n("cold_gather")
     if exchanges(plan, pv):
         ops.extend(_exchange(n("a2a_emb"), [last], pv, pv.a2a_emb_bytes, _hier_bytes(pv, pv.row_bytes),
                              reverse=True, stage=5))
