@@ -98,6 +98,10 @@ class ShardedPack:
         self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed).to(self.dtype).to(self.dev)
         self.hot_state = torch.zeros(len(hot_packed), device=self.dev) if self.adagrad else None
         self.hot_keys = self.keys(self.hot_packed) if self.low else None
+        # hot_sync "sparse": the touched hot rows' gradients are all-gathered (their counts ride
+        # in the step's one sizes read) instead of the whole hot set's in the dense all-reduce.
+        # One rank synchronises nothing either way.
+        self.sparse_hot = pack.hot_sync == "sparse" and L.world > 1 and self.num_hot > 0
         self.zero_grad()
 
     def _cold_tensor(self, t: torch.Tensor) -> torch.Tensor:
@@ -152,7 +156,11 @@ class ShardedPack:
         return len(self.hot_packed)
 
     def zero_grad(self) -> None:
-        self.hot_grad = torch.zeros(self.hot_weight.shape, device=self.dev)  # fp32 whatever the storage
+        rows = 0 if getattr(self, "sparse_hot", False) else self.num_hot  # sparse: no dense buffer
+        self.hot_grad = torch.zeros(rows, self.layout.dim, device=self.dev)  # fp32 whatever the storage
+        self.hot_pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.hot_sizes = [0] * self.layout.world  # each rank's touched hot rows this step (sparse)
+        self._hot_sync = None
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.grad_handles: list[tuple[object, torch.Tensor, torch.Tensor]] = []
         self.replica_sizes = [0] * self.layout.world  # each rank's cold rows this step (replicated)
@@ -319,7 +327,9 @@ class ShardedPack:
                 gu = torch.where(hot, 0.0, gu)
             self.pending.append((lk.uniq, gu))
             return
-        if len(lk.hot_pos):
+        if self.sparse_hot:
+            self.hot_pending.append((lk.hot_slot, gu.index_select(0, lk.hot_pos)))
+        elif len(lk.hot_pos):
             self.hot_grad.index_add_(0, lk.hot_slot, gu.index_select(0, lk.hot_pos))
         g = gu.index_select(0, lk.cold_pos)
         if self.local_only:
@@ -399,8 +409,37 @@ class ShardedPack:
             return
         syncfree.sparse_update(self.weight, self.state, rows, g, L.optimizer, self.lr, self.eps)
 
-    def apply_hot(self) -> None:
+    def hot_count(self, lks: list[Lookup]) -> torch.Tensor:
+        """Hot rows this rank's lookups of the step touch (device, 0-dim; summed over micro-batches)."""
+        return sum(lk.route.counts[-1] for lk in lks)
+
+    def start_hot_sync(self, async_op: bool) -> None:
+        """Sparse hot sync: launch the all-gather of the touched hot rows' gradients (sizes
+        from the step's one read)."""
+        slots = [s for s, _ in self.hot_pending]
+        grads = [g for _, g in self.hot_pending]
+        rows = torch.cat(slots) if slots else torch.zeros(0, dtype=torch.int64, device=self.dev)
+        g = torch.cat(grads) if grads else torch.zeros(0, self.layout.dim, device=self.dev)
+        self._hot_sync = self.comm.start_all_gather_rows(rows, g, async_op, sizes=self.hot_sizes)
+
+    def finish_hot_sync(self) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, g = self._hot_sync()
+        self._hot_sync = None
+        return rows, g
+
+    def apply_hot(self, synced: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Update the hot cache: densely from the all-reduced buffer, or (sparse sync) from the
+        gathered (slot, gradient) rows of every rank, duplicates summed."""
         if self.num_hot == 0:
+            return
+        if self.sparse_hot:
+            rows, g = synced
+            if self.low:
+                lowp.update_rows(self.hot_weight, self.hot_state, rows, g, self.hot_keys[rows], self.layout.optimizer,
+                                 self.lr, self.eps, self.step_index, self.seed)
+            else:
+                syncfree.sparse_update(self.hot_weight, self.hot_state, rows, g, self.layout.optimizer, self.lr,
+                                       self.eps)
             return
         # every hot row at once: untouched rows have zero gradient and do not move
         if self.low:

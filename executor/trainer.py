@@ -194,6 +194,13 @@ class Trainer:
                 p.start_replicated_sync(async_op=ov)
         # one all-reduce for the dense gradients and every pack's hot-row gradients (hot rows
         # are data-parallel parameters, as in P2RES): one collective latency per step
+        # sparse hot sync: each such pack's touched hot rows, all-gathered (launched before the
+        # all-reduce: gloo runs collectives in launch order, and the hot updates wait for them)
+        hot_toks = {}
+        for p in self.packs:
+            if p.sparse_hot:
+                hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
+                p.start_hot_sync(async_op=ov)
         dtok = T.start("bwd", "dense", "allreduce", lane="comm")
         flat, dwork = self._start_grad_allreduce(ov)
         T.end_when_done(dtok, dwork)
@@ -211,7 +218,12 @@ class Trainer:
         dwork.wait()
         off = sum(q.numel() for q in self.dense.parameters())  # the hot gradients follow the dense ones
         for p in self.packs:
-            if p.num_hot:
+            if p.sparse_hot:
+                synced = p.finish_hot_sync()
+                T.end(hot_toks.pop(p.name))
+                with T.op("opt", p.name, "hot_update"):
+                    p.apply_hot(synced)
+            elif p.num_hot:
                 with T.op("opt", p.name, "hot_update"):
                     n = p.hot_grad.numel()
                     p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
@@ -227,16 +239,23 @@ class Trainer:
         """Every lookup's rows per destination go to the destinations in one all-to-all, and the
         counts plus what each rank will send here come back to the host in one read."""
         entries = [(p, lk) for row in lks for p, lk in zip(self.packs, row)]
-        sends = torch.stack([p.send_counts(lk) for p, lk in entries], dim=1)  # [world, lookups]
-        recv = self.comm.exchange_counts(sends)  # [world, lookups]: what each source sends here
+        world = self.comm.world
+        cols = [p.send_counts(lk) for p, lk in entries]  # per lookup: rows to each rank
+        # sparse hot sync: each such pack's touched hot rows, told to every rank (the sizes
+        # of its all-gather), in the same exchange and the same read
+        sparse = [(j, p) for j, p in enumerate(self.packs) if p.sparse_hot]
+        cols += [p.hot_count([row[j] for row in lks]).expand(world) for j, p in sparse]
+        recv = self.comm.exchange_counts(torch.stack(cols, dim=1))  # [world, columns] from each source
         host = torch.cat([lk.route.counts for _, lk in entries] + [recv.reshape(-1)]).tolist()
-        e_n, world = len(entries), self.comm.world
-        recv_h = host[len(host) - world * e_n :]
+        e_n, n_cols = len(entries), len(cols)
+        recv_h = host[len(host) - world * n_cols :]
         off = 0
         for e, (p, lk) in enumerate(entries):
             n = p.num_owners + 1
-            p.place(lk, host[off : off + n], [recv_h[src * e_n + e] for src in range(world)])
+            p.place(lk, host[off : off + n], [recv_h[src * n_cols + e] for src in range(world)])
             off += n
+        for x, (_, p) in enumerate(sparse):
+            p.hot_sizes = [recv_h[src * n_cols + e_n + x] for src in range(world)]
 
     def _read_local(self, p: ShardedPack, lk: Lookup, i: int) -> torch.Tensor:
         """A lookup without exchange reads its cold rows: cold_gather; from host memory, the
@@ -304,7 +323,8 @@ class Trainer:
         for q in params:
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
-        parts = [q.grad.reshape(-1) for q in params] + [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot]
+        parts = [q.grad.reshape(-1) for q in params] + [p.hot_grad.reshape(-1) for p in self.packs
+                                                         if p.num_hot and not p.sparse_hot]
         flat = torch.cat(parts)
         return flat, self.comm.all_reduce(flat, async_op)
 
