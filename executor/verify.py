@@ -7,6 +7,7 @@ import torch
 
 from executor.batches import Batch
 from executor.comm import Comm
+from executor.lowp import verify_tolerance
 from executor.reference import Reference, dense_state, max_rel_diff
 from executor.trainer import Trainer
 from planner.plan import Plan
@@ -39,6 +40,7 @@ def compare(trainer: Trainer, batches: list[Batch]) -> dict[str, float] | None:
         "embedding_rel_diff": emb,
         "dense_rel_diff": dense,
         "reference_moved": max_rel_diff(start, ref.tables()),
+        "tolerance": verify_tolerance(plan.model),  # 16-bit tables: executor.lowp
     }
 
 
