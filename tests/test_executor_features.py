@@ -131,3 +131,31 @@ def test_host_placement_keeps_cold_rows_in_host_memory_and_hot_rows_on_device():
     for p in plan.packs:
         p.placement = "hbm"
     assert not any(n.endswith("cold_h2d") for n in (o.name for o in lower(plan, load_hardware("local-cpu", ["gpus_per_node=1"])).ops))
+
+
+def test_checkpoint_resume_of_host_and_16bit_pack_continues_exactly(tmp_path):
+    """Save after 2 steps, load into a fresh trainer, 2 more steps: the same weights as 4 steps
+    straight (stored dtype, host placement and the rounding's step count all survive)."""
+    from executor import checkpoint
+    from planner.plan import Plan
+
+    plan, hot = random_plan(model("bf16"), 1, 16, np.random.default_rng(2), packing=True, sharding="row_wise",
+                            hot="some", micro_batches=2, optimizer=ADAGRAD16)
+    plan.packs[0].placement = "host"
+    plan = Plan.from_dict(plan.to_dict())
+    batches = synthetic_global_batches(plan, 4, 0)
+    straight = Trainer(plan, hot, Comm())
+    for b in batches:
+        straight.step(b)
+    first = Trainer(plan, hot, Comm())
+    for b in batches[:2]:
+        first.step(b)
+    checkpoint.save(first, tmp_path / "ck")
+    resumed = Trainer(plan, hot, Comm())
+    checkpoint.load(resumed, tmp_path / "ck")
+    for b in batches[2:]:
+        resumed.step(b)
+    a, _ = straight.full_tables()
+    b, _ = resumed.full_tables()
+    assert all(torch.equal(a[t], b[t]) for t in a)
+    assert resumed.packs[0].weight.dtype == torch.bfloat16 and resumed.packs[0].host
