@@ -125,9 +125,15 @@ class ShardedPack:
         """Host placement, first op: gather the rows on the host into a (pinned) staging buffer.
         On a GPU the IDs cross to the host first (a read of the device; the zero-copy kernel
         that avoids it is measured in the GPU session)."""
-        ids = rows if rows.device.type == "cpu" else rows.to("cpu")
+        (ids,) = self.to_host(rows)
         out = torch.empty(len(ids), self.weight.shape[1], dtype=self.dtype, pin_memory=self.dev.type == "cuda")
         return torch.index_select(self.weight, 0, ids, out=out)
+
+    def to_host(self, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Tensors a host-placed pack needs on the host (the host gather's IDs, the update's rows
+        and gradients). On a GPU this reads the device: one read per call (counted by
+        tests/test_executor_sync_budget.py); on a CPU it is free."""
+        return tuple(t if t.device.type == "cpu" else t.to("cpu") for t in ts)
 
     def copy_rows(self, staged: torch.Tensor) -> torch.Tensor:
         """Host placement, second op: the PCIe copy to the device (on a CPU, a copy in memory)."""
@@ -393,7 +399,7 @@ class ShardedPack:
         if len(rows) == 0:
             return
         if self.host:  # the update runs where the rows live: gradients cross to host memory
-            rows, g = rows.to(self.cold_dev), g.to(self.cold_dev)
+            rows, g = self.to_host(rows, g)
         if self.low:
             c0 = self.my_cols[0] if L.sharding == "column_wise" else 0
             lowp.update_rows(self.weight, self.state, rows, g, self.keys(self.packed_of_local(rows)), L.optimizer,
