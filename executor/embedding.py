@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from executor import syncfree
+from executor import lowp, syncfree
 from executor.comm import Comm
 from executor.layout import PackLayout, init_packed_rows, pack_layout
 from executor.syncfree import Route
@@ -72,12 +72,22 @@ class ShardedPack:
         # one rank holds every row: lookups need no routing by owner and no sizes on the host
         self.single = L.world == 1
         self.to_dest = torch.tensor(self._destination_matrix(), dtype=torch.int64, device=self.dev)
+        # storage as the table spec declares it (fp32, fp16, bf16); pooling and gradients in fp32
+        self.dtype = lowp.storage_dtype(plan.model.table(L.tables[0]).dtype)
+        self.low = lowp.is_low(self.dtype)
+        self.keys = lowp.RowKeys(plan.model, L.tables, L.table_offsets, self.dev) if self.low else None
+        self.seed = plan.seed
+        self.step_index = 0  # the trainer's step: the stochastic rounding's draw depends on it
+        # placement "host" (PICASSO caching): the cold shard lives in host memory (pinned where
+        # a GPU copies from it), the hot cache stays on the device
+        self.host = pack.placement == "host"
+        self.cold_dev = torch.device("cpu") if self.host else self.dev
         local = L.local_packed_rows()
         w = init_packed_rows(plan.model, L, plan.seed, local)
         if L.sharding == "column_wise":
             w = w[:, self.my_cols[0] : self.my_cols[1]]
-        self.weight = w.contiguous().to(self.dev)
-        self.state = torch.zeros(len(local), device=self.dev) if self.adagrad else None
+        self.weight = self._cold_tensor(w.to(self.dtype))
+        self.state = self._cold_tensor(torch.zeros(len(local))) if self.adagrad else None
         hot = [L.table_offsets[t] + np.asarray(hot_ids[t], dtype=np.int64) for t in L.tables if len(hot_ids.get(t, []))]
         hot_packed = np.concatenate(hot) if hot else np.zeros(0, dtype=np.int64)
         self.hot_packed = torch.from_numpy(hot_packed).to(self.dev)
@@ -85,9 +95,51 @@ class ShardedPack:
         if len(hot_packed):
             self.hot_map = torch.full((L.rows,), -1, dtype=torch.int64, device=self.dev)
             self.hot_map[self.hot_packed] = torch.arange(len(hot_packed), device=self.dev)
-        self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed).to(self.dev)
+        self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed).to(self.dtype).to(self.dev)
         self.hot_state = torch.zeros(len(hot_packed), device=self.dev) if self.adagrad else None
+        self.hot_keys = self.keys(self.hot_packed) if self.low else None
+        # hot_sync "sparse": the touched hot rows' gradients are all-gathered (their counts ride
+        # in the step's one sizes read) instead of the whole hot set's in the dense all-reduce.
+        # One rank synchronises nothing either way.
+        self.sparse_hot = pack.hot_sync == "sparse" and L.world > 1 and self.num_hot > 0
         self.zero_grad()
+
+    def _cold_tensor(self, t: torch.Tensor) -> torch.Tensor:
+        """A cold-shard tensor where the placement puts it (host memory pinned for a GPU's copies)."""
+        t = t.contiguous().to(self.cold_dev)
+        if self.host and self.dev.type == "cuda":
+            t = t.pin_memory()
+        return t
+
+    def packed_of_local(self, local: torch.Tensor) -> torch.Tensor:
+        """Packed rows of this rank's local cold rows (row-wise shards are cyclic)."""
+        L = self.layout
+        return local * L.n + L.index if L.sharding == "row_wise" else local
+
+    # ---- cold rows: device memory, or host memory reached over PCIe ---------------------
+    def read_local(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows of this rank's cold shard on the device (one op for device memory)."""
+        return self.copy_rows(self.host_gather(rows)) if self.host else self.weight.index_select(0, rows)
+
+    def host_gather(self, rows: torch.Tensor) -> torch.Tensor:
+        """Host placement, first op: gather the rows on the host into a (pinned) staging buffer.
+        On a GPU the IDs cross to the host first (a read of the device; the zero-copy kernel
+        that avoids it is measured in the GPU session)."""
+        (ids,) = self.to_host(rows)
+        out = torch.empty(len(ids), self.weight.shape[1], dtype=self.dtype, pin_memory=self.dev.type == "cuda")
+        return torch.index_select(self.weight, 0, ids, out=out)
+
+    def to_host(self, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Tensors a host-placed pack needs on the host (the host gather's IDs, the update's rows
+        and gradients). On a GPU this reads the device: one read per call (counted by
+        tests/test_executor_sync_budget.py); on a CPU it is free."""
+        return tuple(t if t.device.type == "cpu" else t.to("cpu") for t in ts)
+
+    def copy_rows(self, staged: torch.Tensor) -> torch.Tensor:
+        """Host placement, second op: the PCIe copy to the device (on a CPU, a copy in memory)."""
+        if self.dev.type == "cpu":
+            return staged.clone()
+        return staged.to(self.dev, non_blocking=True)
 
     def _destination_matrix(self) -> list[list[int]]:
         """[world][owners + 1]: which of a route's counts (cold per owner, hot) go to each rank.
@@ -110,7 +162,11 @@ class ShardedPack:
         return len(self.hot_packed)
 
     def zero_grad(self) -> None:
-        self.hot_grad = torch.zeros_like(self.hot_weight)
+        rows = 0 if getattr(self, "sparse_hot", False) else self.num_hot  # sparse: no dense buffer
+        self.hot_grad = torch.zeros(rows, self.layout.dim, device=self.dev)  # fp32 whatever the storage
+        self.hot_pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.hot_sizes = [0] * self.layout.world  # each rank's touched hot rows this step (sparse)
+        self._hot_sync = None
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.grad_handles: list[tuple[object, torch.Tensor, torch.Tensor]] = []
         self.replica_sizes = [0] * self.layout.world  # each rank's cold rows this step (replicated)
@@ -199,11 +255,15 @@ class ShardedPack:
     def gather(self, lk: Lookup, async_op: bool) -> None:
         """Owner side: wait for the IDs, gather local rows, launch their return."""
         lk.handle.wait()
+        self.send_back(lk, self.read_local(lk.recv_rows), async_op)
+
+    def send_back(self, lk: Lookup, rows: torch.Tensor, async_op: bool) -> None:
+        """Launch the return of the gathered rows (in the storage dtype: the bytes the planner costs)."""
         width = self.my_cols[1] - self.my_cols[0] if self.layout.sharding == "column_wise" else self.layout.dim
-        out = self.weight.index_select(0, lk.recv_rows).reshape(-1)
+        out = _wire(rows.reshape(-1))
         out_splits = [s * self.dest_width(d) for d, s in enumerate(lk.send_splits)]
-        lk.emb_recv = torch.empty(sum(out_splits), device=self.dev)
-        lk.handle = self.comm.a2a(lk.emb_recv, out, out_splits, [s * width for s in lk.recv_splits], async_op)
+        lk.emb_recv = torch.empty(sum(out_splits), dtype=self.dtype, device=self.dev)
+        lk.handle = self.comm.a2a(_wire(lk.emb_recv), out, out_splits, [s * width for s in lk.recv_splits], async_op)
 
     def dest_width(self, dest: int) -> int:
         if self.layout.sharding != "column_wise":
@@ -218,21 +278,27 @@ class ShardedPack:
         if self.single:  # hot slots of every position; `assemble` fills in the cold ones
             lk.unique_emb = None if lk.slot is None else self.hot_weight.index_select(0, lk.slot.clamp(min=0))
             return lk.unique_emb
-        u = torch.empty(len(lk.uniq), self.layout.dim, device=self.dev)
+        u = torch.empty(len(lk.uniq), self.layout.dim, dtype=self.dtype, device=self.dev)
         if len(lk.hot_pos):
             u.index_copy_(0, lk.hot_pos, self.hot_weight.index_select(0, lk.hot_slot))
         lk.unique_emb = u
         return u
 
-    def assemble(self, lk: Lookup) -> torch.Tensor:
-        """Wait for the returned rows and place them among the unique rows."""
+    def local_rows(self, lk: Lookup) -> torch.Tensor:
+        """A lookup that needs no exchange: the rows this rank reads from its own shard."""
+        return lk.uniq if self.single else lk.cold_local
+
+    def assemble(self, lk: Lookup, cold: torch.Tensor | None = None) -> torch.Tensor:
+        """Place the cold rows among the unique rows: `cold`, the local rows already read
+        (`local_rows`), for a lookup without exchange; else the returned rows, waited for."""
         L = self.layout
         u = lk.unique_emb
+        if self.local_only and cold is None:
+            cold = self.read_local(self.local_rows(lk))
         if self.single:
-            cold = self.weight.index_select(0, lk.uniq)
             return cold if u is None else torch.where((lk.slot >= 0).unsqueeze(1), u, cold)
         if self.local_only:
-            u.index_copy_(0, lk.cold_pos, self.weight.index_select(0, lk.cold_local))
+            u.index_copy_(0, lk.cold_pos, cold)
             return u
         lk.handle.wait()
         if L.sharding != "column_wise":
@@ -247,6 +313,7 @@ class ShardedPack:
         return u
 
     def pool(self, lk: Lookup, u: torch.Tensor) -> torch.Tensor:
+        u = u.float()  # 16-bit rows are pooled (accumulated) in fp32
         if self.layout.mode == "none":
             return u.index_select(0, lk.inverse)
         return syncfree.bag_forward(u, lk.inverse, lk.offsets, self.layout.mode)
@@ -266,7 +333,9 @@ class ShardedPack:
                 gu = torch.where(hot, 0.0, gu)
             self.pending.append((lk.uniq, gu))
             return
-        if len(lk.hot_pos):
+        if self.sparse_hot:
+            self.hot_pending.append((lk.hot_slot, gu.index_select(0, lk.hot_pos)))
+        elif len(lk.hot_pos):
             self.hot_grad.index_add_(0, lk.hot_slot, gu.index_select(0, lk.hot_pos))
         g = gu.index_select(0, lk.cold_pos)
         if self.local_only:
@@ -329,6 +398,13 @@ class ShardedPack:
             rows, g = self._pending_rows()
         if len(rows) == 0:
             return
+        if self.host:  # the update runs where the rows live: gradients cross to host memory
+            rows, g = self.to_host(rows, g)
+        if self.low:
+            c0 = self.my_cols[0] if L.sharding == "column_wise" else 0
+            lowp.update_rows(self.weight, self.state, rows, g, self.keys(self.packed_of_local(rows)), L.optimizer,
+                             self.lr, self.eps, self.step_index, self.seed, col0=c0)
+            return
         if L.sharding == "column_wise" and self.adagrad and not self.single:
             # the row's state needs the whole row's gradient; this rank updates its columns
             uniq, acc, valid = syncfree.segment_sum_fixed(rows, g)
@@ -339,10 +415,43 @@ class ShardedPack:
             return
         syncfree.sparse_update(self.weight, self.state, rows, g, L.optimizer, self.lr, self.eps)
 
-    def apply_hot(self) -> None:
+    def hot_count(self, lks: list[Lookup]) -> torch.Tensor:
+        """Hot rows this rank's lookups of the step touch (device, 0-dim; summed over micro-batches)."""
+        return sum(lk.route.counts[-1] for lk in lks)
+
+    def start_hot_sync(self, async_op: bool) -> None:
+        """Sparse hot sync: launch the all-gather of the touched hot rows' gradients (sizes
+        from the step's one read)."""
+        slots = [s for s, _ in self.hot_pending]
+        grads = [g for _, g in self.hot_pending]
+        rows = torch.cat(slots) if slots else torch.zeros(0, dtype=torch.int64, device=self.dev)
+        g = torch.cat(grads) if grads else torch.zeros(0, self.layout.dim, device=self.dev)
+        self._hot_sync = self.comm.start_all_gather_rows(rows, g, async_op, sizes=self.hot_sizes)
+
+    def finish_hot_sync(self) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, g = self._hot_sync()
+        self._hot_sync = None
+        return rows, g
+
+    def apply_hot(self, synced: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Update the hot cache: densely from the all-reduced buffer, or (sparse sync) from the
+        gathered (slot, gradient) rows of every rank, duplicates summed."""
         if self.num_hot == 0:
             return
+        if self.sparse_hot:
+            rows, g = synced
+            if self.low:
+                lowp.update_rows(self.hot_weight, self.hot_state, rows, g, self.hot_keys[rows], self.layout.optimizer,
+                                 self.lr, self.eps, self.step_index, self.seed)
+            else:
+                syncfree.sparse_update(self.hot_weight, self.hot_state, rows, g, self.layout.optimizer, self.lr,
+                                       self.eps)
+            return
         # every hot row at once: untouched rows have zero gradient and do not move
+        if self.low:
+            lowp.update_dense(self.hot_weight, self.hot_state, self.hot_grad, self.hot_keys, self.layout.optimizer,
+                              self.lr, self.eps, self.step_index, self.seed)
+            return
         syncfree.dense_rows_update(self.hot_weight, self.hot_state, self.hot_grad, self.layout.optimizer,
                                    self.lr, self.eps)
 
@@ -365,13 +474,19 @@ class ShardedPack:
         w = weight[local]
         if L.sharding == "column_wise":
             w = w[:, self.my_cols[0] : self.my_cols[1]]
-        self.weight = w.contiguous().to(self.dev)
-        self.hot_weight = weight[self.hot_packed.cpu()].contiguous().to(self.dev)
+        self.weight = self._cold_tensor(w.to(self.dtype))
+        self.hot_weight = weight[self.hot_packed.cpu()].to(self.dtype).contiguous().to(self.dev)
         if self.adagrad:
             st = state if state is not None else torch.zeros(L.rows)
-            self.state = st[local].contiguous().to(self.dev)
+            self.state = self._cold_tensor(st[local])
             self.hot_state = st[self.hot_packed.cpu()].contiguous().to(self.dev)
         self.zero_grad()
+
+
+def _wire(t: torch.Tensor) -> torch.Tensor:
+    """bf16 rows travel viewed as fp16: the same bytes, moved, never computed on (gloo's
+    all-to-all has no bf16 or int16)."""
+    return t.view(torch.float16) if t.dtype == torch.bfloat16 else t
 
 
 def assemble_pieces(pieces: list[dict], rows: int, dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -386,12 +501,12 @@ def assemble_pieces(pieces: list[dict], rows: int, dim: int) -> tuple[torch.Tens
     for p in pieces:
         if len(p["rows"]) and p["weight"].numel():
             c0, c1 = p["cols"]
-            weight[p["rows"], c0:c1] = p["weight"]
+            weight[p["rows"], c0:c1] = p["weight"].float()
             if state is not None and p["state"] is not None:
                 state[p["rows"]] = p["state"]
     for p in pieces:
         if len(p["hot_rows"]):
-            weight[p["hot_rows"]] = p["hot_weight"]
+            weight[p["hot_rows"]] = p["hot_weight"].float()
             if state is not None and p["hot_state"] is not None:
                 state[p["hot_rows"]] = p["hot_state"]
     return weight, state

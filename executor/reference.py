@@ -3,6 +3,10 @@
 Same initial weights (executor.layout), same global batches, mean BCE over the global
 batch, the same optimizers (kernels.sparse_update_ref for embeddings, torch.optim for
 dense). Any plan must end at the same weights up to floating-point rounding.
+
+A 16-bit table is stored in its dtype here too: each step pools an fp32 copy of it and
+updates the stored rows by the executor's stochastic rounding (executor.lowp), so the
+reference has the same precision as the plan it checks.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executor import kernels
+from executor import kernels, lowp
 from executor.batches import Batch
 from executor.dense import build_dense
 from executor.layout import init_table_rows, sparse_optimizer
@@ -31,11 +35,17 @@ class Reference:
         self.bags = nn.ModuleDict()
         self.states: dict[str, torch.Tensor] = {}
         self.opt_of = {}
+        self.low: dict[str, torch.Tensor] = {}  # 16-bit tables: their stored rows
+        self.row_base = lowp.model_row_offsets(model)
+        self.steps = 0
         for t in model.tables:
             mode = "sum" if t.pooling == "none" else t.pooling
             # the initial rows become the weight itself: no second full-size copy
             bag = nn.EmbeddingBag(t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True,
                                   _weight=init_table_rows(model, t.name, plan.seed))
+            dtype = lowp.storage_dtype(t.dtype)
+            if lowp.is_low(dtype):
+                self.low[t.name] = bag.weight.detach().to(dtype)
             self.bags[t.name] = bag
             self.opt_of[t.name] = sparse_optimizer(plan, t)
             if self.opt_of[t.name] == "rowwise_adagrad":
@@ -46,6 +56,9 @@ class Reference:
     def step(self, batch: Batch) -> float:
         model = self.plan.model
         embs, seqs = {}, {}
+        with torch.no_grad():
+            for name, stored in self.low.items():  # pooled in fp32 from the 16-bit rows
+                self.bags[name].weight.copy_(stored.float())
         for t in model.tables:
             rows, off = batch.sparse[t.name]
             bag = self.bags[t.name]
@@ -66,11 +79,18 @@ class Reference:
                 if bag.weight.grad is None:
                     continue
                 g = bag.weight.grad.coalesce()
+                if name in self.low:
+                    rows = g.indices()[0]
+                    lowp.update_rows(self.low[name], self.states.get(name), rows, g.values(),
+                                     rows + self.row_base[name], self.opt_of[name], o.sparse_lr, o.eps,
+                                     self.steps, self.plan.seed)
+                    continue
                 kernels.sparse_update_ref(
                     bag.weight.data, self.states.get(name), g.indices()[0], g.values(), self.opt_of[name],
                     o.sparse_lr, o.eps,
                 )
         self.opt.step()
+        self.steps += 1
         return float(loss.detach())
 
     def load_state(self, start: dict) -> None:
@@ -85,7 +105,7 @@ class Reference:
         self.opt.load_state_dict(start["optimizer"])
 
     def tables(self) -> dict[str, torch.Tensor]:
-        return {n: b.weight.detach().clone() for n, b in self.bags.items()}
+        return {n: self.low[n].clone() if n in self.low else b.weight.detach().clone() for n, b in self.bags.items()}
 
     def weight(self, table: str) -> torch.Tensor:
         """A table's current weight (a view, not a copy)."""

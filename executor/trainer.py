@@ -116,6 +116,7 @@ class Trainer:
             self.opt.zero_grad(set_to_none=False)
             for p in self.packs:
                 p.zero_grad()
+                p.step_index = self.steps_done
         lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in range(k)]
         # 1. dedup + route every lookup of the step
         for i, mb in enumerate(mbs):
@@ -165,8 +166,7 @@ class Trainer:
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
                 if p.local_only:  # a replica (or the only rank) reads its rows locally: cold_gather
-                    with T.op("fwd", p.name, "cold_gather", i):
-                        u = p.assemble(lk)
+                    u = self._read_local(p, lk, i)
                 else:
                     lk.handle.wait()
                 with T.op("fwd", p.name, "pool", i):
@@ -194,6 +194,13 @@ class Trainer:
                 p.start_replicated_sync(async_op=ov)
         # one all-reduce for the dense gradients and every pack's hot-row gradients (hot rows
         # are data-parallel parameters, as in P2RES): one collective latency per step
+        # sparse hot sync: each such pack's touched hot rows, all-gathered (launched before the
+        # all-reduce: gloo runs collectives in launch order, and the hot updates wait for them)
+        hot_toks = {}
+        for p in self.packs:
+            if p.sparse_hot:
+                hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
+                p.start_hot_sync(async_op=ov)
         dtok = T.start("bwd", "dense", "allreduce", lane="comm")
         flat, dwork = self._start_grad_allreduce(ov)
         T.end_when_done(dtok, dwork)
@@ -211,7 +218,12 @@ class Trainer:
         dwork.wait()
         off = sum(q.numel() for q in self.dense.parameters())  # the hot gradients follow the dense ones
         for p in self.packs:
-            if p.num_hot:
+            if p.sparse_hot:
+                synced = p.finish_hot_sync()
+                T.end(hot_toks.pop(p.name))
+                with T.op("opt", p.name, "hot_update"):
+                    p.apply_hot(synced)
+            elif p.num_hot:
                 with T.op("opt", p.name, "hot_update"):
                     n = p.hot_grad.numel()
                     p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
@@ -227,25 +239,51 @@ class Trainer:
         """Every lookup's rows per destination go to the destinations in one all-to-all, and the
         counts plus what each rank will send here come back to the host in one read."""
         entries = [(p, lk) for row in lks for p, lk in zip(self.packs, row)]
-        sends = torch.stack([p.send_counts(lk) for p, lk in entries], dim=1)  # [world, lookups]
-        recv = self.comm.exchange_counts(sends)  # [world, lookups]: what each source sends here
+        world = self.comm.world
+        cols = [p.send_counts(lk) for p, lk in entries]  # per lookup: rows to each rank
+        # sparse hot sync: each such pack's touched hot rows, told to every rank (the sizes
+        # of its all-gather), in the same exchange and the same read
+        sparse = [(j, p) for j, p in enumerate(self.packs) if p.sparse_hot]
+        cols += [p.hot_count([row[j] for row in lks]).expand(world) for j, p in sparse]
+        recv = self.comm.exchange_counts(torch.stack(cols, dim=1))  # [world, columns] from each source
         host = torch.cat([lk.route.counts for _, lk in entries] + [recv.reshape(-1)]).tolist()
-        e_n, world = len(entries), self.comm.world
-        recv_h = host[len(host) - world * e_n :]
+        e_n, n_cols = len(entries), len(cols)
+        recv_h = host[len(host) - world * n_cols :]
         off = 0
         for e, (p, lk) in enumerate(entries):
             n = p.num_owners + 1
-            p.place(lk, host[off : off + n], [recv_h[src * e_n + e] for src in range(world)])
+            p.place(lk, host[off : off + n], [recv_h[src * n_cols + e] for src in range(world)])
             off += n
+        for x, (_, p) in enumerate(sparse):
+            p.hot_sizes = [recv_h[src * n_cols + e_n + x] for src in range(world)]
+
+    def _read_local(self, p: ShardedPack, lk: Lookup, i: int) -> torch.Tensor:
+        """A lookup without exchange reads its cold rows: cold_gather; from host memory, the
+        host gather (cold_gather) and the PCIe copy (cold_h2d) as lowering has them."""
+        T = self.timer
+        if not p.host:
+            with T.op("fwd", p.name, "cold_gather", i):
+                return p.assemble(lk)
+        with T.op("fwd", p.name, "cold_gather", i):
+            staged = p.host_gather(p.local_rows(lk))
+        with T.op("fwd", p.name, "cold_h2d", i):
+            return p.assemble(lk, p.copy_rows(staged))
 
     def _gather(self, p: ShardedPack, lk: Lookup, i: int) -> None:
         lk.handle.wait()
         T = self.timer
         # the rows' return is launched asynchronously and, without overlap, waited for at
         # once (what a synchronous exchange does): cold_gather times the gather and the
-        # launch, a2a_emb the exchange, as lowering has them one after the other
-        with T.op("fwd", p.name, "cold_gather", i):
-            p.gather(lk, async_op=True)
+        # launch, a2a_emb the exchange, as lowering has them one after the other; from host
+        # memory the gather is two ops, the host gather and the PCIe copy (cold_h2d)
+        if p.host:
+            with T.op("fwd", p.name, "cold_gather", i):
+                staged = p.host_gather(lk.recv_rows)
+            with T.op("fwd", p.name, "cold_h2d", i):
+                p.send_back(lk, p.copy_rows(staged), async_op=True)
+        else:
+            with T.op("fwd", p.name, "cold_gather", i):
+                p.gather(lk, async_op=True)
         tok = T.start("fwd", p.name, "a2a_emb", i, lane="comm")
         T.end_when_done(tok, lk.handle)
         if not self.overlap:
@@ -285,7 +323,8 @@ class Trainer:
         for q in params:
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
-        parts = [q.grad.reshape(-1) for q in params] + [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot]
+        parts = [q.grad.reshape(-1) for q in params] + [p.hot_grad.reshape(-1) for p in self.packs
+                                                         if p.num_hot and not p.sparse_hot]
         flat = torch.cat(parts)
         return flat, self.comm.all_reduce(flat, async_op)
 

@@ -10,8 +10,10 @@ import torch
 from executor.batches import Batch
 from executor.collect import block_rel_diff, full_packs
 from executor.comm import Comm
+from executor.lowp import verify_tolerance
 from executor.reference import Reference, dense_state, max_rel_diff
 from executor.trainer import Trainer
+from planner.model_spec import ModelSpec
 from planner.plan import Plan
 
 
@@ -28,8 +30,9 @@ class VerifyError(RuntimeError):
     """The trained weights differ from the reference by more than the tolerance."""
 
 
-def default_tolerance(dense_dtype: str) -> float:
-    return TOLERANCE.get(dense_dtype, TOLERANCE["fp32"])
+def default_tolerance(model: ModelSpec, dense_dtype: str) -> float:
+    """--verify's tolerance: the dense precision's, looser for 16-bit tables (executor.lowp)."""
+    return max(TOLERANCE.get(dense_dtype, TOLERANCE["fp32"]), verify_tolerance(model))
 
 
 def start_state(trainer: Trainer) -> dict | None:
@@ -81,6 +84,7 @@ def compare(trainer: Trainer, batches: list[Batch], start: dict | None = None) -
         "dense_rel_diff": dense,
         "reference_moved": (max_rel_diff(start["weights"], ref.tables()) if start is not None
                             else ref.moved_from_start()),
+        "tolerance": default_tolerance(plan.model, trainer.precision.used),
     }
 
 

@@ -338,7 +338,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         tl.save(args.timeline)
         result["timeline"] = str(args.timeline)
     if verify is not None:
-        tol = args.verify_tolerance if args.verify_tolerance is not None else default_tolerance(trainer.precision.used)
+        tol = args.verify_tolerance if args.verify_tolerance is not None else default_tolerance(plan.model, trainer.precision.used)
         verify["tolerance"] = tol
         verify["passed"] = bool(verify["max_rel_diff"] <= tol)  # NaN fails
         verify["from_step"] = start_step

@@ -34,11 +34,12 @@ BASELINE_SYNC = {
 HOT_SCALE_RE = re.compile(r"hot=x([0-9.]+)")
 
 
-def pack_sync(sharding: str, hot_rows: int) -> str:
+def pack_sync(sharding: str, hot_rows: int, sparse_hot: bool = False) -> str:
     """How a pack's embedding gradients are synchronised, in words."""
+    hot = (" + all-gather of touched hot rows" if sparse_hot else " + hot rows in dense all-reduce") if hot_rows else ""
     if sharding == "replicated":
-        return "all-gather of sparse grads"
-    return "all-to-all" + (" + hot rows in dense all-reduce" if hot_rows else "")
+        return "all-gather of sparse grads" + (hot if sparse_hot else "")
+    return "all-to-all" + hot
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Explanation:
                 "placement": pv.placement, "rows": pv.rows, "dim": pv.dim, "hot_rows": pv.hot_rows,
                 # a replicated pack is read locally in full: all of it is "hot"
                 "hot_coverage": 1.0 if replicated else pv.hot_lookups / lookups,
-                "sync": pack_sync(pv.sharding, pv.hot_rows),
+                "sync": pack_sync(pv.sharding, pv.hot_rows, pv.sparse_hot),
                 "a2a_bytes_per_step": a2a,
                 "bytes_saved_per_step": pv.bytes_saved_per_step(k),
                 "owner_imbalance": float(pv.recv_ids.max() / max(pv.recv_ids[pv.recv_ids > 0].mean(), 1e-12))

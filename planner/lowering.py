@@ -244,13 +244,18 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
     rows = pv.gather_rows
     nbytes = rows * pv.slice_bytes
     owners = np.nonzero(rows > 0)[0]
-    if pv.placement == "host" and exchanges(plan, pv):
-        ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes + rows * ID_BYTES, host=nbytes,
-                            pcie=nbytes, ranks=owners, stage=4))
+    if pv.placement == "host":
+        # as the executor runs it: a gather in host memory into a staging buffer, then its
+        # copy over PCIe into device memory, two ops
+        ops.append(_compute(n("cold_gather"), [gather_dep], host=nbytes * 2 + rows * ID_BYTES, ranks=owners,
+                            stage=4))
+        ops.append(Op(n("cold_h2d"), "copy", "copy", {"pcie_bytes": nbytes, "hbm_bytes": nbytes},
+                      [n("cold_gather")], ranks=owners, args={"stage": 4}))
+        last = n("cold_h2d")
     else:
         ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes * 2 + rows * ID_BYTES,
                             ranks=owners, stage=4))
-    last = n("cold_gather")
+        last = n("cold_gather")
     if exchanges(plan, pv):
         ops.extend(_exchange(n("a2a_emb"), [last], pv, pv.a2a_emb_bytes, _hier_bytes(pv, pv.row_bytes),
                              reverse=True, stage=5))
@@ -267,7 +272,7 @@ def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[O
     ops = [_compute(n("pool"), [after], hbm=pv.samples * pv.pooled_width * 4 + pv.lookups * pv.row_bytes * 2,
                     flops=pv.lookups * pv.dim, stage=0)]
     if exchanges(plan, pv):
-        ops.extend(_exchange(n("a2a_grad"), [n("pool")], pv, pv.a2a_grad_bytes, _hier_bytes(pv, pv.row_bytes),
+        ops.extend(_exchange(n("a2a_grad"), [n("pool")], pv, pv.a2a_grad_bytes, _hier_bytes(pv, pv.grad_row_bytes),
                              stage=1))
     return ops
 
@@ -387,7 +392,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     # as in the executor, the whole step's input is copied once, then split in micro-batches,
     # and the gradient buffers (dense parameters, hot rows) are zeroed for the step
     h2d = on.op_name("fwd", "input", "h2d")
-    zeroed = dense.params * 4 + sum(float(pv.hot_rows) * pv.row_bytes for pv in packs)
+    zeroed = dense.params * 4 + sum(float(pv.hot_rows) * pv.grad_row_bytes for pv in packs if not pv.sparse_hot)
     ops: list[Op] = [Op(h2d, "copy", "copy", {"pcie_bytes": in_bytes * k, "hbm_bytes": in_bytes * k + zeroed}, [])]
 
     # forward of the packs up to the returned rows, issued in the interleaving order; as
@@ -495,7 +500,17 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
                                 hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES),
                                 host=moved, pcie=moved, flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
-        if pv.allreduce_bytes:
+        if pv.sparse_hot:
+            # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
+            # from the step's one sizes exchange), then applied by every replica
+            sync = on.op_name("opt", pv.name, "hot_sync")
+            ops.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
+                                   fixed_us=(plan.world_size - 1) * count_us))
+            rows = pv.hot_unique * k * plan.world_size
+            ops.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
+                                hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
+                                flops=rows * pv.dim * 3))
+        elif pv.allreduce_bytes:
             rows = pv.hot_rows
             ops.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
                                 hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
@@ -512,6 +527,39 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
 
 
 # ---- OpGraph emission ----------------------------------------------------------------------
+
+
+def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
+    """Predicted microseconds per iteration of each way to synchronise a pack's hot-row
+    gradients, as build_program lowers them: "dense" adds the hot set's gradient to the dense
+    all-reduce (its bandwidth term; the latency is paid by the dense gradients anyway), zeroes
+    it each step and updates every hot row; "sparse" all-gathers the touched rows (two
+    gathers: rows and values) and applies every rank's rows."""
+    from simulator.cost import collective_cost
+    from simulator.opgraph import Collective
+
+    w, k = plan.world_size, plan.micro_batches
+    if w <= 1 or not pv.hot_rows:
+        return {"dense": 0.0, "sparse": 0.0}
+    group = tuple(range(w))
+    hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))  # us per byte at the calibrated memory rate
+    passes = {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
+    _, ar_bw, _ = collective_cost(Collective("all_reduce", group, pv.hot_rows * pv.grad_row_bytes), hw)
+    dense = ar_bw + pv.hot_rows * (pv.row_bytes * passes + pv.state_bytes * 2 + pv.grad_row_bytes) * hbm_us
+    lat, ag_bw, _ = collective_cost(Collective("all_gather", group, pv.hot_sync_bytes(k)), hw)
+    rows = pv.hot_unique * k * w
+    sparse = 2 * lat + ag_bw + rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes) * hbm_us
+    return {"dense": float(dense), "sparse": float(sparse)}
+
+
+def choose_hot_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float) -> None:
+    """Set each pack's hot_sync to the cheaper of the two by `hot_sync_costs`."""
+    for pack in plan.packs:
+        pack.hot_sync = "dense"
+        if plan.world_size > 1 and any(plan.hot_rows.get(t, 0) for t in pack.tables):
+            pv = pack_volumes(plan, pack, access, samples, hw.gpus_per_node)
+            c = hot_sync_costs(plan, pv, hw)
+            pack.hot_sync = "sparse" if c["sparse"] < c["dense"] else "dense"
 
 
 def _at(v: Any, rank: int | None) -> float:

@@ -123,7 +123,9 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
         else:
             tables += pv.shard_rows * per_row
         # cache, its gradient (and that gradient's copy in the flat all-reduce), state
-        hot += pv.hot_rows * (pv.row_bytes * 3 + pv.state_bytes)
+        # cache, its fp32 gradient and the gradient's copy in the flat all-reduce (none kept
+        # whole under a sparse hot sync), state
+        hot += pv.hot_rows * (pv.row_bytes + (0 if pv.sparse_hot else 2 * pv.grad_row_bytes) + pv.state_bytes)
         if pv.hot_rows:  # packed row -> hot slot, every row of the pack on every rank
             hot_index += pv.rows * ID_BYTES
         # the pack's local rows as int64 while its shard is initialised

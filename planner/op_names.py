@@ -18,9 +18,13 @@ from __future__ import annotations
 PHASES = ("fwd", "bwd", "opt")
 
 # Ops per pack, in execution order (the executor dedups a pack's IDs before routing them).
-PACK_FWD = ("dedup", "route", "hot_gather", "a2a_ids", "cold_gather", "a2a_emb", "pool")
+# A host-placed pack's cold rows are gathered in host memory (cold_gather), then copied over
+# PCIe (cold_h2d).
+PACK_FWD = ("dedup", "route", "hot_gather", "a2a_ids", "cold_gather", "cold_h2d", "a2a_emb", "pool")
 PACK_BWD = ("pool", "a2a_grad")
-PACK_OPT = ("cold_update", "hot_update")
+# hot_sync: a pack with PackPlan.hot_sync "sparse" all-gathers its touched hot rows' gradients
+# (instead of adding the whole hot set's to bwd/dense/allreduce), then hot_update applies them.
+PACK_OPT = ("cold_update", "hot_sync", "hot_update")
 # Ops of the dense part and the input.
 INPUT_FWD = ("h2d",)
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")

@@ -35,6 +35,7 @@ from planner.model_spec import ModelSpec, TableSpec
 PLAN_VERSION = 1
 SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated", "table_row_wise")
 PLACEMENTS = ("hbm", "host")
+HOT_SYNCS = ("dense", "sparse")
 SPARSE_OPTIMIZERS = ("sgd", "rowwise_adagrad")
 DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 
@@ -46,6 +47,10 @@ class PackPlan:
     sharding: str = "row_wise"
     ranks: list[int] | None = None  # ranks holding shards; None means every rank
     placement: str = "hbm"  # where cold rows live: device memory or host memory over PCIe
+    # how the hot rows' gradients are synchronised: "dense", the whole hot set's gradient in
+    # the dense all-reduce; "sparse", an all-gather of only the hot rows touched this step.
+    # The planner picks the cheaper by its cost model (planner.lowering.hot_sync_costs)
+    hot_sync: str = "dense"
 
 
 @dataclass
@@ -137,6 +142,8 @@ class Plan:
                 raise PlanError(f"pack {p.name}: sharding {p.sharding!r} is not one of {list(SHARDINGS)}")
             if p.placement not in PLACEMENTS:
                 raise PlanError(f"pack {p.name}: placement {p.placement!r} is not one of {list(PLACEMENTS)}")
+            if p.hot_sync not in HOT_SYNCS:
+                raise PlanError(f"pack {p.name}: hot_sync {p.hot_sync!r} is not one of {list(HOT_SYNCS)}")
             ranks = self.pack_ranks(p)
             if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < self.world_size for r in ranks):
                 raise PlanError(f"pack {p.name}: ranks {p.ranks} must be distinct ranks in [0, {self.world_size})")

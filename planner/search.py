@@ -35,7 +35,7 @@ import numpy as np
 from planner.access import TableAccess, table_access
 from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
-from planner.lowering import SYMMETRIC_ABOVE, Lowered, lower
+from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec
 from planner.op_names import op_class
 from planner.plan import PackPlan, Plan, model_optimizer
@@ -262,6 +262,7 @@ def search(
                     for p in plan.packs for t in p.tables}
         plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free,
                                   c_gather)
+        choose_hot_sync(plan, hw, access, batch / k)  # dense all-reduce or sparse all-gather, by cost
         return plan
 
     ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]
@@ -365,7 +366,8 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
     specs = [plan.model.table(t) for t in pack.tables]
     costs = {t.name: table_cost(t, access[t.name], plan.world_size, batch) for t in specs}
     parts = balanced_split(specs, costs, nodes)
-    new = [PackPlan(f"{pack.name}n{j}", names, "table_row_wise", list(range(j * g, j * g + g)), pack.placement)
+    new = [PackPlan(f"{pack.name}n{j}", names, "table_row_wise", list(range(j * g, j * g + g)), pack.placement,
+                    pack.hot_sync)
            for j, names in enumerate(parts)]
     packs = [replace(p) for p in plan.packs[:i]] + new + [replace(p) for p in plan.packs[i + 1:]]
     return replace(plan, packs=packs, notes={})

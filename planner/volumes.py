@@ -28,11 +28,11 @@ from functools import cached_property
 import numpy as np
 
 from planner.access import TableAccess
-from planner.model_spec import DTYPES
 from planner.plan import PackPlan, Plan, table_optimizer
 from traces.coverage import presence
 
 ID_BYTES = 8  # int64 IDs on the wire
+GRAD_BYTES = 4  # embedding gradients are fp32 whatever the table's storage dtype
 HEAD_ROWS = 64  # hottest cold rows placed exactly on their owner (imbalance)
 STATE_BYTES = {"sgd": 0, "rowwise_adagrad": 4}  # optimizer state per row
 
@@ -69,6 +69,22 @@ class PackVolumes:
     owned_width: np.ndarray | None = None
     # TorchRec: distinct rows each owner updates per micro-batch (its TBE sorts and merges)
     update_rows: np.ndarray | None = None
+    hot_sync: str = "dense"  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
+
+    @property
+    def grad_row_bytes(self) -> int:
+        """Bytes of one row's gradient: fp32 whatever the table's storage (the executor keeps
+        gradients, and 16-bit tables' updates, in fp32)."""
+        return self.dim * GRAD_BYTES
+
+    @property
+    def sparse_hot(self) -> bool:
+        """The hot gradients travel as an all-gather of the touched rows (several ranks only)."""
+        return self.hot_sync == "sparse" and self.world > 1 and self.hot_rows > 0
+
+    def hot_sync_bytes(self, micro_batches: int) -> float:
+        """Sparse hot sync: each rank's contribution to the all-gather (touched rows + IDs)."""
+        return self.hot_unique * micro_batches * (self.grad_row_bytes + ID_BYTES)
 
     @property
     def world(self) -> int:
@@ -106,20 +122,24 @@ class PackVolumes:
 
     @property
     def allreduce_bytes(self) -> float:
-        """Hot-gradient all-reduce per iteration: the whole hot cache's gradient buffer."""
-        return float(self.hot_bytes)
+        """Hot-gradient all-reduce per iteration: the whole hot cache's gradient buffer (none
+        when the pack synchronises its hot rows sparsely)."""
+        return 0.0 if self.sparse_hot else float(self.hot_rows * self.grad_row_bytes)
 
     @property
     def a2a_grad_bytes(self) -> np.ndarray:
         """Gradient all-to-all buffer; column-wise with row-wise Adagrad sends full rows to every owner
         (the row's state needs the whole gradient)."""
+        g = self.grad_row_bytes
         if self.sharding == "column_wise" and self.state_bytes:
-            return np.maximum(self.cold_unique * self.row_bytes * len(self.ranks), self.recv_ids * self.row_bytes)
-        return self.a2a_emb_bytes
+            return np.maximum(self.cold_unique * g * len(self.ranks), self.recv_ids * g)
+        if self.sharding == "replicated":
+            return np.zeros(self.world)
+        return np.maximum(self.cold_unique * g, self.recv_ids * self.slice_bytes * g / self.row_bytes)
 
     def allgather_bytes(self, micro_batches: int) -> float:
         """Replicated packs: each rank's contribution to the sparse gradient all-gather (rows + IDs)."""
-        return self.cold_unique * micro_batches * (self.row_bytes + ID_BYTES)
+        return self.cold_unique * micro_batches * (self.grad_row_bytes + ID_BYTES)
 
     def bytes_saved_per_step(self, micro_batches: int) -> float:
         """All-to-all bytes per rank per iteration the hot set saves (ids, rows, gradients)."""
@@ -157,7 +177,7 @@ def pack_volumes(
     n = len(ranks)
     specs = [model.table(t) for t in pack.tables]
     first = specs[0]
-    row_bytes = first.dim * DTYPES[first.dtype]
+    row_bytes = first.bytes_per_row
     state = STATE_BYTES.get(table_optimizer(plan, first), 0)
     offsets = plan.table_offsets(pack)
     rows = plan.pack_rows(pack)
@@ -229,7 +249,7 @@ def pack_volumes(
         slice_bytes = float(row_bytes)
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
-        placement=pack.placement, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
+        placement=pack.placement, hot_sync=pack.hot_sync, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
         samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
