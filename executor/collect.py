@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -22,12 +21,12 @@ BLOCK_ROWS = 1 << 18  # rows per block of the block-wise comparison (no table-si
 
 
 def _digest(w: torch.Tensor) -> str:
-    a = w.detach().cpu().contiguous().numpy()
-    return hashlib.blake2b(memoryview(a.reshape(-1).view(np.uint8)), digest_size=16).hexdigest()
+    a = w.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()  # any dtype, 16-bit too
+    return hashlib.blake2b(memoryview(a), digest_size=16).hexdigest()
 
 
-def _recv(shape: tuple[int, int], src: int, dev: torch.device) -> torch.Tensor:
-    buf = torch.empty(shape, device=dev)
+def _recv(shape: tuple[int, int], src: int, dev: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    buf = torch.empty(shape, device=dev, dtype=dtype)  # the table's storage dtype (16-bit tables)
     if buf.numel():
         dist.recv(buf, src=src)
     return buf.cpu()
@@ -50,7 +49,7 @@ def full_packs(p: ShardedPack, rank: int, world: int) -> Iterator[torch.Tensor]:
         if rank == 0:
             yield _with_hot(p, p.weight.detach().cpu())
             for r in differ:
-                yield _with_hot(p, _recv(tuple(p.weight.shape), r, dev))
+                yield _with_hot(p, _recv(tuple(p.weight.shape), r, dev, p.weight.dtype))
         elif rank in differ:
             _send(p.weight.detach())
         return
@@ -58,11 +57,11 @@ def full_packs(p: ShardedPack, rank: int, world: int) -> Iterator[torch.Tensor]:
         if L.index >= 0:
             _send(p.weight.detach())
         return
-    full = torch.zeros(L.rows, L.dim)
+    full = torch.zeros(L.rows, L.dim, dtype=p.weight.dtype)
     for i, r in enumerate(L.ranks):
         c0, c1 = L.col_slices()[i]
         n = len(range(i, L.rows, L.n)) if L.sharding == "row_wise" else (L.rows if L.sharding != "table_wise" or i == 0 else 0)
-        w = p.weight.detach().cpu() if r == 0 else _recv((n, c1 - c0), r, dev)
+        w = p.weight.detach().cpu() if r == 0 else _recv((n, c1 - c0), r, dev, p.weight.dtype)
         if L.sharding == "row_wise":
             full[i :: L.n] = w
         elif n:

@@ -98,6 +98,8 @@ class Reference:
         with torch.no_grad():
             for name, bag in self.bags.items():
                 bag.weight.copy_(start["weights"][name])
+                if name in self.low:  # a 16-bit table's storage is the authoritative copy
+                    self.low[name] = start["weights"][name].to(self.low[name].dtype).clone()
         for name in self.states:
             if name in start["states"]:
                 self.states[name] = start["states"][name].clone()
@@ -108,8 +110,8 @@ class Reference:
         return {n: self.low[n].clone() if n in self.low else b.weight.detach().clone() for n, b in self.bags.items()}
 
     def weight(self, table: str) -> torch.Tensor:
-        """A table's current weight (a view, not a copy)."""
-        return self.bags[table].weight.detach()
+        """A table's current weight (a view, not a copy): its 16-bit storage where it has one."""
+        return self.low[table] if table in self.low else self.bags[table].weight.detach()
 
     def moved_from_start(self) -> float:
         """Largest relative change of any table since initialisation; the initial rows are
@@ -123,8 +125,8 @@ class Reference:
             for lo in range(0, len(w), BLOCK_ROWS):
                 block = w[lo : lo + BLOCK_ROWS]
                 start = init_table_rows(self.plan.model, name, self.plan.seed, np.arange(lo, lo + len(block)))
-                diff = max(diff, float((start - block).abs().max()))
-                scale = max(scale, float(block.abs().max()))
+                diff = max(diff, float((start - block.float()).abs().max()))
+                scale = max(scale, float(block.float().abs().max()))
             worst = max(worst, diff / scale if scale > 0 else diff)
         return worst
 
