@@ -338,6 +338,7 @@ def _pack_from_dict(p: object, where: str, world: int) -> PackPlan:
         ranks=None if ranks is None else [fields.integer(r, f"{where}.ranks[{i}]", 0, world - 1)
                                           for i, r in enumerate(fields.sequence(ranks, f"{where}.ranks"))],
         placement=fields.text(p.get("placement", "hbm"), f"{where}.placement", PLACEMENTS),
+        hot_sync=fields.text(p.get("hot_sync", "dense"), f"{where}.hot_sync", HOT_SYNCS),
     )
 
 

@@ -54,7 +54,7 @@ def test_old_plans_load_with_the_dense_default_and_bad_values_are_refused():
     del d["packs"][0]["hot_sync"]
     assert Plan.from_dict(d).packs[0].hot_sync == "dense"
     d["packs"][0]["hot_sync"] = "gossip"
-    with pytest.raises(PlanError, match="hot_sync 'gossip' is not one of"):
+    with pytest.raises(PlanError, match="hot_sync: 'gossip' is not one of"):
         Plan.from_dict(d)
 
 
