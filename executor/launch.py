@@ -45,10 +45,17 @@ def first_error(log: str) -> str:
     direct = [m for m in mine if "another rank probably died" not in m]
     if direct:  # a rank that failed on its own says why
         return re.sub(r"^executor (rank \d+): error: ", r"\1: ", direct[0])
+    # torchrun lists every failed rank; its "root cause" is only the first it noticed, often a
+    # healthy rank whose collective broke (exit 1, our error path) when a peer died, or one it
+    # stopped itself (SIGTERM, -15). A rank that exited otherwise (os._exit, a crash, another
+    # signal) is the one that died.
+    failed = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", log, re.S)
+    died = [(r, c) for r, c in failed if c not in ("1", "-15")]
     root = log.split("Root Cause", 1)[1] if "Root Cause" in log else ""
     m = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", root, re.S)
-    if m:  # a rank that died gives no line of its own; torchrun names it
-        return f"worker rank {m.group(1)} died (exit code {m.group(2)}); the other ranks stopped"
+    if died or m:  # a rank that died gives no line of its own; torchrun names it
+        r, c = died[0] if died else m.groups()
+        return f"worker rank {r} died (exit code {c}); the other ranks stopped"
     if mine:
         return re.sub(r"^executor (rank \d+): error: ", r"\1: ", mine[0])
     tail = [ln for ln in lines if ln.strip()]
