@@ -100,11 +100,6 @@ def init_table_rows(model: ModelSpec, table: str, seed: int, rows: np.ndarray | 
     return out
 
 
-def sparse_optimizer(plan: Plan, table: TableSpec) -> str:
-    """A table's sparse optimizer (planner.plan.table_optimizer owns the rule)."""
-    return table_optimizer(plan, table)
-
-
 @dataclass
 class PackLayout:
     """One pack as seen from one rank: which packed rows and columns it holds."""
@@ -176,7 +171,7 @@ def pack_layout(plan: Plan, pack: PackPlan, rank: int) -> PackLayout:
         ranks=ranks,
         rank=rank,
         world=plan.world_size,
-        optimizer=sparse_optimizer(plan, first),
+        optimizer=table_optimizer(plan, first),
     )
 
 

@@ -19,9 +19,9 @@ from torch import nn
 from executor import kernels, lowp
 from executor.batches import Batch
 from executor.dense import build_dense
-from executor.layout import init_table_rows, sparse_optimizer
+from executor.layout import init_table_rows
 from executor.trainer import make_dense_optimizer, pad_sequences
-from planner.plan import Plan
+from planner.plan import Plan, table_optimizer
 
 # the reference's autograd and sparse-update workspace and its block-wise comparison
 # (measured: about 200 MiB over its tables on the full-size Criteo model)
@@ -47,7 +47,7 @@ class Reference:
             if lowp.is_low(dtype):
                 self.low[t.name] = bag.weight.detach().to(dtype)
             self.bags[t.name] = bag
-            self.opt_of[t.name] = sparse_optimizer(plan, t)
+            self.opt_of[t.name] = table_optimizer(plan, t)
             if self.opt_of[t.name] == "rowwise_adagrad":
                 self.states[t.name] = torch.zeros(t.num_rows)
         self.dense = build_dense(model, plan.seed)
@@ -135,7 +135,7 @@ def reference_bytes(plan: Plan, steps: int) -> int:
     """What --verify adds on rank 0: the reference's full tables and row states, its dense
     model, the kept global batches, and the largest pack collected from the ranks."""
     model = plan.model
-    tables = sum(t.num_rows * (t.dim * 4 + 4 * (sparse_optimizer(plan, t) == "rowwise_adagrad"))
+    tables = sum(t.num_rows * (t.dim * 4 + 4 * (table_optimizer(plan, t) == "rowwise_adagrad"))
                  for t in model.tables)
     dense = sum(p.numel() for p in build_dense(model, plan.seed).parameters()) * 4 * 4
     row = 4 + 4 * model.num_dense + 8 * len(model.tables)
