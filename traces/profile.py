@@ -328,6 +328,10 @@ def check_profile_doc(doc: dict) -> None:
                 fields.integer(d[k], f"{w}.{k}", lo)
         fields.integer(d.get("count_error_bound", 0), f"{w}.count_error_bound", 0)
         fields.integer(d.get("presence_batches", 0), f"{w}.presence_batches", 0)
+        if d.get("model") is not None:  # the extrapolation fit: an object of finite numbers
+            for k, v in fields.mapping(d["model"], f"{w}.model").items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    fields.real(v, f"{w}.model.{k}")
 
 
 class _CheckedArrays:
