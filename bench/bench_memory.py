@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def run_plan(plan: Path, data: str, nproc: int, steps: int, preload: bool) -> dict:
+def run_plan(plan: Path, data: str, nproc: int, steps: int, preload: bool, extra: tuple[str, ...] = ()) -> dict:
     cmd = [sys.executable, "-m", "picasso", "run", str(plan), "--data", data, "--nproc", str(nproc),
-           "--steps", str(steps), "--json", *(["--preload"] if preload else [])]
+           "--steps", str(steps), "--json", *(["--preload"] if preload else []), *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["(no output)"])[-1]}
@@ -76,6 +76,14 @@ def main() -> int:
                        check=True, capture_output=True, cwd=ROOT)
         r = run_plan(plan, str(data), 2, 20, preload=False)
         rows.append({"plan": "full-size dlrm-criteo-kaggle (planner)", "world": 2, "batch": 256, "steps": 20, **r})
+        _print(rows[-1])
+        # a checkpoint save, then a resume under --verify: neither may hold the whole model per rank
+        ck = work / "ck"
+        r = run_plan(plan, str(data), 2, 10, preload=False, extra=("--checkpoint", str(ck)))
+        rows.append({"plan": "full-size, 10 steps + checkpoint save", "world": 2, "batch": 256, "steps": 10, **r})
+        _print(rows[-1])
+        r = run_plan(plan, str(data), 2, 10, preload=False, extra=("--resume", str(ck), "--verify"))
+        rows.append({"plan": "full-size, resume + 10 steps --verify", "world": 2, "batch": 256, "steps": 10, **r})
         _print(rows[-1])
     ok = [x for x in rows if "error" not in x]
     worst = max((max(x["measured_over_predicted"]) for x in ok), default=None)

@@ -2,10 +2,10 @@
 
 Layout of a checkpoint folder DIR:
 - `DIR/step-<steps>-<tag>/`: one saved version, written whole before it becomes current:
-  `rank{r}.pt` (rank r's pieces of every pack: cold shard with its rows/columns, hot
+  `rank{r}.pack{k}.pt` (rank r's piece of pack k: cold shard with its rows/columns, hot
   cache, row-wise Adagrad state), `dense.pt` (dense weights, optimizer state, steps done)
   and `manifest.json` (format, model fingerprint, world size, step, size and SHA-256 of
-  every file);
+  every file). One file per rank and pack lets a load hold one pack at a time;
 - `DIR/manifest.json`: the same manifest plus `dir`, the current version. Replacing it
   (one atomic rename, after every file of the new version is fsynced) is the switch, so
   a save killed at any point leaves the previous checkpoint whole and current.
@@ -15,7 +15,10 @@ Loading requires exactly the files the world size implies, checks every one agai
 manifest, refuses a foreign model, and reads tensors only (`weights_only=True`): the
 manifest sits beside the files and proves nothing about who wrote them, so a file must
 not be able to run code. It then rebuilds whole tables from all pieces and takes the
-shards the current plan needs, so a checkpoint loads under any plan and world size.
+shards the current plan needs, so a checkpoint loads under any plan and world size. It
+assembles one saved pack at a time and hands each current pack its shard as soon as its
+tables are complete, so a resume needs about one pack beyond the run's own memory, not
+every table on every rank.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pickle
 import re
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -37,7 +41,8 @@ from foundation import fields
 from foundation.files import atomic_write_bytes, fsync_dir, regular_file
 from planner.plan import Plan
 
-FORMAT = "picasso-checkpoint-2"
+FORMAT = "picasso-checkpoint-3"
+FORMAT_V2 = "picasso-checkpoint-2"  # one file per rank holding every pack; still loads
 FORMAT_V1 = "picasso-checkpoint-1"  # files beside the manifest, no versions; still loads
 VERSION_RE = re.compile(r"step-\d{8,}-[0-9a-f]{6}")
 MAX_MANIFEST_BYTES = 16 << 20
@@ -53,9 +58,15 @@ def model_fingerprint(plan: Plan) -> str:
     return hashlib.sha256(json.dumps(plan.model.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def expected_files(world_size: int) -> list[str]:
-    """Every file a checkpoint of `world_size` ranks must hold."""
-    return [f"rank{r}.pt" for r in range(world_size)] + ["dense.pt"]
+def expected_files(world_size: int, packs: int, fmt: str = FORMAT) -> list[str]:
+    """Every file a checkpoint of `world_size` ranks and `packs` packs must hold."""
+    if fmt != FORMAT:
+        return [f"rank{r}.pt" for r in range(world_size)] + ["dense.pt"]
+    return [_piece_file(r, k) for r in range(world_size) for k in range(packs)] + ["dense.pt"]
+
+
+def _piece_file(rank: int, pack: int) -> str:
+    return f"rank{rank}.pack{pack}.pt"
 
 
 def _torch_bytes(obj) -> bytes:
@@ -107,8 +118,8 @@ def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None 
     name = _agree(comm, name)
     version = folder / name
     _stage(rank, "start")
-    pieces = [p.shard_state() for p in trainer.packs]
-    atomic_write_bytes(version / f"rank{rank}.pt", _torch_bytes({"rank": rank, "packs": pieces}))
+    for k, p in enumerate(trainer.packs):
+        atomic_write_bytes(version / _piece_file(rank, k), _torch_bytes({"rank": rank, "pack": p.shard_state()}))
     _stage(rank, "shard")
     if rank == 0:
         dense = {"dense": trainer.dense.state_dict(), "optimizer": trainer.opt.state_dict(), "steps": trainer.steps_done}
@@ -125,7 +136,7 @@ def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None 
             "steps": trainer.steps_done,
             "data_position": trainer.steps_done if data_position is None else int(data_position),
             "files": {f: {"bytes": (version / f).stat().st_size, "sha256": _sha(version / f)}
-                      for f in expected_files(comm.world)},
+                      for f in expected_files(comm.world, len(trainer.packs))},
         }
         atomic_write_bytes(version / "manifest.json", _json_bytes(manifest))
         _stage(rank, "version")
@@ -166,14 +177,17 @@ def validate_manifest(m: object, mpath: Path) -> dict:
     try:
         fields.mapping(m, "(top level)")
         fmt = m.get("format")
-        if fmt not in (FORMAT, FORMAT_V1):
+        if fmt not in (FORMAT, FORMAT_V2, FORMAT_V1):
             raise CheckpointError(f"{mpath}: not a picasso checkpoint (format {fmt!r})")
         world = fields.integer(m.get("world_size"), "world_size", 1, MAX_WORLD)
         fields.integer(m.get("steps"), "steps", 0)
         fields.integer(m.get("data_position"), "data_position", 0)
         fields.text(m.get("model_fingerprint"), "model_fingerprint")
         fields.text(m.get("model"), "model")
-        for i, p in enumerate(fields.sequence(m.get("packs", []), "packs")):  # [name, tables, sharding]
+        packs = fields.sequence(m.get("packs", []), "packs")
+        if fmt == FORMAT and not packs:
+            raise fields.FieldError("field packs: a checkpoint holds at least one pack")
+        for i, p in enumerate(packs):  # [name, tables, sharding]
             p = fields.sequence(p, f"packs[{i}]")
             if len(p) != 3:
                 raise fields.FieldError(f"field packs[{i}]: expected [name, tables, sharding]")
@@ -184,7 +198,7 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         if "dir" in m and not (isinstance(m["dir"], str) and VERSION_RE.fullmatch(m["dir"])):
             raise fields.FieldError(f"field dir: expected a version folder name step-<steps>-<tag>, got {m['dir']!r}")
         files = fields.mapping(m.get("files"), "files")
-        want = expected_files(world)
+        want = expected_files(world, len(packs), fmt)
         missing = [f for f in want if f not in files]
         if missing:
             raise fields.FieldError(f"field files: {missing[0]} is missing: a checkpoint of world_size {world} "
@@ -253,20 +267,79 @@ def _load_tensors(path: Path) -> dict:
     return d
 
 
+def _saved_packs(m: dict, plan: Plan, only: set[str] | None) -> Iterator[tuple[dict, dict]]:
+    """(weights, states) per table of each saved pack holding a table of `only` (None: all),
+    one pack at a time."""
+    base, world = Path(m["_files_dir"]), int(m["world_size"])
+    if m["format"] != FORMAT:  # older layouts hold every pack in one file per rank
+        by_rank = [_load_tensors(base / f"rank{r}.pt")["packs"] for r in range(world)]
+        for pieces in zip(*by_rank):
+            yield tables_from_pieces(plan, [list(pieces)])
+        return
+    for k, (_, tables, _) in enumerate(m["packs"]):
+        if only is not None and not only.intersection(tables):
+            continue
+        yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in range(world)]])
+
+
+def saved_tables(m: dict, plan: Plan, only: set[str] | None = None
+                 ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor | None]]:
+    """Each table's full weight and row state (None without one) of a checkpoint whose
+    manifest `read_manifest` returned, one saved pack in memory at a time; with `only`, at
+    least those tables (and the others of their saved packs)."""
+    try:
+        for weights, states in _saved_packs(m, plan, only):
+            for t, w in weights.items():
+                yield t, w, states.get(t)
+    except CheckpointError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{m['_files_dir']}: checkpoint content does not fit the model ({type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
+
+
+def _load_own_piece(p, k: int, m: dict, rank: int) -> bool:
+    """Resume under the saving plan and world size: pack `k` takes this rank's own saved
+    piece when it is exactly its shard. False when it must be resharded from every piece."""
+    if m["format"] != FORMAT or int(m["world_size"]) != p.layout.world or k >= len(m["packs"]):
+        return False
+    name, tables, sharding = m["packs"][k]
+    if name != p.layout.name or list(tables) != list(p.layout.tables) or sharding != p.layout.sharding:
+        return False
+    try:
+        piece = _load_tensors(Path(m["_files_dir"]) / _piece_file(rank, k))["pack"]
+        if not p.matches_piece(piece):
+            return False
+        p.load_piece(piece)
+    except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{m['_files_dir']}: checkpoint content does not fit the model ({type(exc).__name__})") from None
+    return True
+
+
 def load(trainer: Trainer, folder: str | os.PathLike) -> dict:
     """Load into `trainer` under its own plan (any plan or world size of the same model)."""
     folder = Path(folder)
     m = read_manifest(folder, trainer.plan)
     base = Path(m["_files_dir"])
+    waiting = [p for k, p in enumerate(trainer.packs) if not _load_own_piece(p, k, m, trainer.comm.rank)]
+    ready: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+    needed = {t for p in waiting for t in p.layout.tables}
+    for t, w, s in (saved_tables(m, trainer.plan, needed) if waiting else ()):
+        if t not in needed:
+            continue
+        ready[t] = (w, s)
+        for p in [p for p in waiting if all(t in ready for t in p.layout.tables)]:
+            parts = [ready.pop(t) for t in p.layout.tables]
+            state = torch.cat([s for _, s in parts]) if all(s is not None for _, s in parts) else None
+            try:
+                p.load_full(torch.cat([w for w, _ in parts]), state)
+            except (IndexError, RuntimeError, ValueError) as exc:
+                raise CheckpointError(f"{base}: checkpoint content does not fit the model ({type(exc).__name__})") from None
+            waiting.remove(p)
+    if waiting:
+        missing = [t for p in waiting for t in p.layout.tables if t not in ready]
+        raise CheckpointError(f"{base}: no saved rows for table {missing[0]!r}")
     try:
-        pieces_by_rank = [_load_tensors(base / f"rank{r}.pt")["packs"] for r in range(int(m["world_size"]))]
-        per_pack = [list(x) for x in zip(*pieces_by_rank)]
-        weights, states = tables_from_pieces(trainer.plan, per_pack)
-        for p in trainer.packs:
-            L = p.layout
-            w = torch.cat([weights[t] for t in L.tables])
-            s = torch.cat([states[t] for t in L.tables]) if all(t in states for t in L.tables) else None
-            p.load_full(w, s)
         dense = _load_tensors(base / "dense.pt")
         trainer.dense.load_state_dict(dense["dense"])
         trainer.opt.load_state_dict(dense["optimizer"])

@@ -467,6 +467,27 @@ class ShardedPack:
             "hot_state": None if self.hot_state is None else self.hot_state.cpu(),
         }
 
+    def matches_piece(self, piece: dict) -> bool:
+        """Whether `piece` (a shard_state of a saved run) is exactly this rank's shard and hot
+        cache: same tables, sharding, rows, columns, hot rows and storage dtype."""
+        L = self.layout
+        rows = torch.from_numpy(L.local_packed_rows())
+        cols = list(self.my_cols if L.index >= 0 else (0, 0))
+        return (list(piece["tables"]) == list(L.tables) and piece["sharding"] == L.sharding
+                and list(piece["cols"]) == cols and torch.equal(piece["rows"], rows)
+                and torch.equal(piece["hot_rows"], self.hot_packed.cpu())
+                and piece["weight"].dtype == self.dtype and (piece["state"] is None) == (self.state is None))
+
+    def load_piece(self, piece: dict) -> None:
+        """Take a saved shard that `matches_piece`: a resume under the plan it was saved with
+        reads only this rank's own rows, with no full table assembled."""
+        self.weight = self._cold_tensor(piece["weight"])
+        self.hot_weight = piece["hot_weight"].contiguous().to(self.dev)
+        if self.state is not None:
+            self.state = self._cold_tensor(piece["state"])
+            self.hot_state = piece["hot_state"].contiguous().to(self.dev)
+        self.zero_grad()
+
     def load_full(self, weight: torch.Tensor, state: torch.Tensor | None) -> None:
         """Take this rank's shard and hot cache from full packed tensors (resharding)."""
         L = self.layout

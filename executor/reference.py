@@ -11,6 +11,8 @@ reference has the same precision as the plan it checks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -52,6 +54,9 @@ class Reference:
                 self.states[t.name] = torch.zeros(t.num_rows)
         self.dense = build_dense(model, plan.seed)
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
+        # after load_state: the start value of each row the reference has updated since
+        self._origin: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._seen: dict[str, torch.Tensor] = {}
 
     def step(self, batch: Batch) -> float:
         model = self.plan.model
@@ -79,6 +84,7 @@ class Reference:
                 if bag.weight.grad is None:
                     continue
                 g = bag.weight.grad.coalesce()
+                self._remember(name, g.indices()[0])
                 if name in self.low:
                     rows = g.indices()[0]
                     lowp.update_rows(self.low[name], self.states.get(name), rows, g.values(),
@@ -93,18 +99,41 @@ class Reference:
         self.steps += 1
         return float(loss.detach())
 
-    def load_state(self, start: dict) -> None:
-        """Start from a trainer's state (`verify.start_state`): a resumed run is compared from where it resumed."""
+    def load_state(self, tables: Iterable[tuple[str, torch.Tensor, torch.Tensor | None]],
+                   dense: dict, optimizer: dict) -> None:
+        """Start where a resumed run starts: `tables` yields (table, weight, row state) one table
+        at a time (checkpoint.saved_tables), so no second full copy of the model is held.
+
+        From then on the reference keeps the start value of each row it updates, which is all
+        `moved_from_start` needs.
+        """
+        loaded = set()
         with torch.no_grad():
-            for name, bag in self.bags.items():
-                bag.weight.copy_(start["weights"][name])
+            for name, w, st in tables:
+                self.bags[name].weight.copy_(w)
                 if name in self.low:  # a 16-bit table's storage is the authoritative copy
-                    self.low[name] = start["weights"][name].to(self.low[name].dtype).clone()
-        for name in self.states:
-            if name in start["states"]:
-                self.states[name] = start["states"][name].clone()
-        self.dense.load_state_dict(start["dense"])
-        self.opt.load_state_dict(start["optimizer"])
+                    self.low[name] = w.to(self.low[name].dtype)
+                if name in self.states and st is not None:
+                    self.states[name] = st.clone()
+                loaded.add(name)
+        if loaded != set(self.bags):
+            raise ValueError(f"the reference's start state lacks table {sorted(set(self.bags) - loaded)[0]!r}")
+        self.dense.load_state_dict(dense)
+        self.opt.load_state_dict(optimizer)
+        self._origin = {name: [] for name in self.bags}
+        self._seen = {}
+
+    def _remember(self, name: str, rows: torch.Tensor) -> None:
+        """Keep the start value of rows updated for the first time since load_state."""
+        if self._origin is None:
+            return
+        seen = self._seen.get(name)
+        if seen is None:
+            seen = self._seen[name] = torch.zeros(len(self.bags[name].weight), dtype=torch.bool)
+        new = rows[~seen[rows]]
+        if len(new):
+            seen[new] = True
+            self._origin[name].append((new, self.weight(name)[new].float().clone()))
 
     def tables(self) -> dict[str, torch.Tensor]:
         return {n: self.low[n].clone() if n in self.low else b.weight.detach().clone() for n, b in self.bags.items()}
@@ -114,8 +143,11 @@ class Reference:
         return self.low[table] if table in self.low else self.bags[table].weight.detach()
 
     def moved_from_start(self) -> float:
-        """Largest relative change of any table since initialisation; the initial rows are
-        regenerated block by block rather than kept (they would double the reference)."""
+        """Largest relative change (max|start - now| / max|now|) of any table since its start:
+        the initialisation, whose rows are regenerated block by block rather than kept (they
+        would double the reference), or the state given to load_state."""
+        if self._origin is not None:
+            return self._moved_since_load()
         from executor.collect import BLOCK_ROWS
 
         worst = 0.0
@@ -127,6 +159,19 @@ class Reference:
                 start = init_table_rows(self.plan.model, name, self.plan.seed, np.arange(lo, lo + len(block)))
                 diff = max(diff, float((start - block.float()).abs().max()))
                 scale = max(scale, float(block.float().abs().max()))
+            worst = max(worst, diff / scale if scale > 0 else diff)
+        return worst
+
+    def _moved_since_load(self) -> float:
+        worst = 0.0
+        for name, kept in self._origin.items():
+            if not kept:
+                continue
+            w = self.weight(name)
+            rows = torch.cat([r for r, _ in kept])
+            start = torch.cat([v for _, v in kept])
+            diff = float((w[rows].float() - start).abs().max())
+            scale = float(w.float().abs().max())
             worst = max(worst, diff / scale if scale > 0 else diff)
         return worst
 

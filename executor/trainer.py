@@ -362,8 +362,8 @@ def tables_from_pieces(plan: Plan, per_pack: list[list[dict]]) -> tuple[dict, di
         off = 0
         for t in first["tables"]:
             n = model.table(t).num_rows
-            weights[t] = w[off : off + n].clone()
+            weights[t] = w[off : off + n]  # views: the pack's tensor is freed with its last table
             if s is not None:
-                states[t] = s[off : off + n].clone()
+                states[t] = s[off : off + n]
             off += n
     return weights, states

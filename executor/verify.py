@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from executor.batches import Batch
+from executor.checkpoint import read_manifest, saved_tables
 from executor.collect import block_rel_diff, full_packs
 from executor.comm import Comm
 from executor.lowp import verify_tolerance
@@ -35,25 +36,27 @@ def default_tolerance(model: ModelSpec, dense_dtype: str) -> float:
     return max(TOLERANCE.get(dense_dtype, TOLERANCE["fp32"]), verify_tolerance(model))
 
 
-def start_state(trainer: Trainer) -> dict | None:
-    """The trainer's whole state now (collective), for the reference to start from on rank 0.
+def start_state(trainer: Trainer, checkpoint: str) -> Reference | None:
+    """On rank 0, the reference set to the state the run resumed from; None elsewhere.
 
-    Taken after a resume, so that --verify compares the steps this run made, not the
-    checkpoint's history against a reference that never saw it.
+    A resumed run is compared from where it resumed, not from the checkpoint's history.
+    Rank 0 reads the same checkpoint the trainer loaded, one saved pack at a time: no
+    collective, and no full copy of the tables on any rank beyond the reference's own.
     """
-    weights, states = trainer.full_tables()
     if trainer.comm.rank != 0:
         return None
-    return {"weights": weights, "states": states,
-            "dense": {k: v.detach().cpu().clone() for k, v in trainer.dense.state_dict().items()},
-            "optimizer": copy.deepcopy(trainer.opt.state_dict())}
+    ref = Reference(trainer.plan)
+    m = read_manifest(checkpoint, trainer.plan)
+    ref.load_state(saved_tables(m, trainer.plan), copy.deepcopy(trainer.dense.state_dict()),
+                   copy.deepcopy(trainer.opt.state_dict()))
+    return ref
 
 
-def compare(trainer: Trainer, batches: list[Batch], start: dict | None = None) -> dict[str, float] | None:
+def compare(trainer: Trainer, batches: list[Batch], start: Reference | None = None) -> dict[str, float] | None:
     """After `trainer` trained on `batches` (global), compare with the reference (collective).
 
-    The reference starts from `start` (see start_state) when given, else from the plan's
-    initial weights. Returns, on rank 0, the largest relative differences of embeddings and
+    The reference is `start` (see start_state) when given, else one at the plan's initial
+    weights. Returns, on rank 0, the largest relative differences of embeddings and
     dense weights (max|a-b| / max|b| per tensor) and how far the reference moved from its
     start. Rank 0 builds the reference first, then takes the trained packs one at a time
     (executor.collect): its cost is executor.reference.reference_bytes.
@@ -61,9 +64,7 @@ def compare(trainer: Trainer, batches: list[Batch], start: dict | None = None) -
     plan, rank, world = trainer.plan, trainer.comm.rank, trainer.comm.world
     ref = None
     if rank == 0:
-        ref = Reference(plan)
-        if start is not None:
-            ref.load_state(start)
+        ref = start if start is not None else Reference(plan)
         for b in batches:
             ref.step(b)
     emb = 0.0
@@ -82,8 +83,7 @@ def compare(trainer: Trainer, batches: list[Batch], start: dict | None = None) -
         "max_rel_diff": max(emb, dense),
         "embedding_rel_diff": emb,
         "dense_rel_diff": dense,
-        "reference_moved": (max_rel_diff(start["weights"], ref.tables()) if start is not None
-                            else ref.moved_from_start()),
+        "reference_moved": ref.moved_from_start(),
         "tolerance": default_tolerance(plan.model, trainer.precision.used),
     }
 

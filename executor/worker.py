@@ -159,7 +159,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         from executor.checkpoint import load
 
         start_step = int(load(trainer, args.resume)["data_position"])
-    verify_start = start_state(trainer) if (args.verify and args.resume) else None
+    verify_start = start_state(trainer, args.resume) if (args.verify and args.resume) else None
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
     bad = BadRows()
     dataset = None if args.data == "synthetic" or not is_dataset(args.data) else Dataset(args.data)

@@ -128,9 +128,9 @@ def test_every_file_the_world_size_implies_is_required_and_checked(tmp_path):
     folder = tmp_path / "ck"
     checkpoint.save(trained(1), folder)
     version = checkpoint.versions(folder)[-1]
-    (version / "rank0.pt").write_bytes(b"damaged")
-    _rewrite_manifests(folder, lambda m: m["files"].pop("rank0.pt"))
-    with pytest.raises(CheckpointError, match=r"files: rank0\.pt is missing"):
+    (version / "rank0.pack0.pt").write_bytes(b"damaged")
+    _rewrite_manifests(folder, lambda m: m["files"].pop("rank0.pack0.pt"))
+    with pytest.raises(CheckpointError, match=r"files: rank0\.pack0\.pt is missing"):
         resumed(folder)
     _rewrite_manifests(folder, lambda m: m.pop("files"))
     with pytest.raises(CheckpointError, match="field files"):

@@ -84,7 +84,7 @@ def test_resume_is_bit_exact(saved):
     assert res["steps"] == SPLIT
     assert res["exact"]
     [version] = checkpoint.versions(folder)
-    assert (folder / "manifest.json").exists() and (version / "rank1.pt").exists()
+    assert (folder / "manifest.json").exists() and (version / "rank1.pack0.pt").exists()
 
 
 @pytest.mark.dist
@@ -113,7 +113,7 @@ def test_torn_and_foreign_checkpoints_are_refused(saved, tmp_path):
         checkpoint.load(tr, torn)
     cut = tmp_path / "cut"
     shutil.copytree(folder, cut)
-    shard = checkpoint.versions(cut)[-1] / "rank1.pt"
+    shard = checkpoint.versions(cut)[-1] / "rank1.pack0.pt"
     data = shard.read_bytes()
     shard.write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match="torn"):
