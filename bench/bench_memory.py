@@ -29,6 +29,8 @@ def run_plan(plan: Path, data: str, nproc: int, steps: int, preload: bool, extra
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["(no output)"])[-1]}
     pm = json.loads(proc.stdout[proc.stdout.index("{"):])["peak_memory"]
+    if "predicted_bytes_per_rank_with_verify" in pm:  # rank 0 also holds --verify's reference
+        pm["predicted_bytes_per_rank"] = pm["predicted_bytes_per_rank_with_verify"]
     return {k: pm[k] for k in ("measured_bytes_per_rank", "predicted_bytes_per_rank", "measured_over_predicted",
                                "by_component")}
 

@@ -276,10 +276,11 @@ def _saved_packs(m: dict, plan: Plan, only: set[str] | None) -> Iterator[tuple[d
         for pieces in zip(*by_rank):
             yield tables_from_pieces(plan, [list(pieces)])
         return
-    for k, (_, tables, _) in enumerate(m["packs"]):
+    for k, (_, tables, sharding) in enumerate(m["packs"]):
         if only is not None and not only.intersection(tables):
             continue
-        yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in range(world)]])
+        holders = range(1) if sharding == "replicated" else range(world)  # replicas are identical
+        yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
 
 
 def saved_tables(m: dict, plan: Plan, only: set[str] | None = None
@@ -321,6 +322,8 @@ def load(trainer: Trainer, folder: str | os.PathLike) -> dict:
     folder = Path(folder)
     m = read_manifest(folder, trainer.plan)
     base = Path(m["_files_dir"])
+    for p in trainer.packs:  # every pack is overwritten below; a failed load ends the run
+        p.release()
     waiting = [p for k, p in enumerate(trainer.packs) if not _load_own_piece(p, k, m, trainer.comm.rank)]
     ready: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     needed = {t for p in waiting for t in p.layout.tables}

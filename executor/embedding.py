@@ -467,6 +467,15 @@ class ShardedPack:
             "hot_state": None if self.hot_state is None else self.hot_state.cpu(),
         }
 
+    def release(self) -> None:
+        """Drop the shard's rows and state before a checkpoint replaces them (load_piece or
+        load_full must follow): the initial rows and the loaded ones are never both resident."""
+        self.weight = self.weight.new_empty((0, self.weight.shape[1]))
+        self.hot_weight = self.hot_weight.new_empty((0, self.hot_weight.shape[1]))
+        if self.adagrad:
+            self.state = self.state.new_empty(0)
+            self.hot_state = self.hot_state.new_empty(0)
+
     def matches_piece(self, piece: dict) -> bool:
         """Whether `piece` (a shard_state of a saved run) is exactly this rank's shard and hot
         cache: same tables, sharding, rows, columns, hot rows and storage dtype."""
@@ -476,14 +485,14 @@ class ShardedPack:
         return (list(piece["tables"]) == list(L.tables) and piece["sharding"] == L.sharding
                 and list(piece["cols"]) == cols and torch.equal(piece["rows"], rows)
                 and torch.equal(piece["hot_rows"], self.hot_packed.cpu())
-                and piece["weight"].dtype == self.dtype and (piece["state"] is None) == (self.state is None))
+                and piece["weight"].dtype == self.dtype and (piece["state"] is None) == (not self.adagrad))
 
     def load_piece(self, piece: dict) -> None:
         """Take a saved shard that `matches_piece`: a resume under the plan it was saved with
         reads only this rank's own rows, with no full table assembled."""
         self.weight = self._cold_tensor(piece["weight"])
         self.hot_weight = piece["hot_weight"].contiguous().to(self.dev)
-        if self.state is not None:
+        if self.adagrad:
             self.state = self._cold_tensor(piece["state"])
             self.hot_state = piece["hot_state"].contiguous().to(self.dev)
         self.zero_grad()
@@ -510,12 +519,28 @@ def _wire(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.float16) if t.dtype == torch.bfloat16 else t
 
 
+def _whole(piece: dict, rows: int, dim: int) -> bool:
+    """Whether a piece holds every row and column of its pack in order (a replica)."""
+    r = piece["rows"]
+    return (tuple(piece["weight"].shape) == (rows, dim) and list(piece["cols"]) == [0, dim]
+            and torch.equal(r, torch.arange(rows, dtype=r.dtype)))
+
+
 def assemble_pieces(pieces: list[dict], rows: int, dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Full packed weight (and row state) of a pack from every rank's `shard_state()`.
 
     The cold shards give every row; hot caches override the rows they hold (the cold
     copy of a hot row is never read, so it is stale).
     """
+    if len(pieces) == 1 and _whole(pieces[0], rows, dim):  # a replica: used in place, not copied
+        p = pieces[0]
+        weight = p["weight"].float()
+        state = p["state"]
+        if len(p["hot_rows"]):
+            weight[p["hot_rows"]] = p["hot_weight"].float()
+            if state is not None and p["hot_state"] is not None:
+                state[p["hot_rows"]] = p["hot_state"]
+        return weight, state
     weight = torch.zeros(rows, dim)
     has_state = any(p["state"] is not None for p in pieces)
     state = torch.zeros(rows) if has_state else None

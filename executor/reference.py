@@ -176,9 +176,11 @@ class Reference:
         return worst
 
 
-def reference_bytes(plan: Plan, steps: int) -> int:
+def reference_bytes(plan: Plan, steps: int, resumed: bool = False) -> int:
     """What --verify adds on rank 0: the reference's full tables and row states, its dense
-    model, the kept global batches, and the largest pack collected from the ranks."""
+    model, the kept global batches, and the largest pack collected from the ranks; after a
+    resume also the largest saved pack it reads to start from (checkpoint.saved_tables: a
+    replica read once, a sharded pack as its pieces plus the pack they are assembled into)."""
     model = plan.model
     tables = sum(t.num_rows * (t.dim * 4 + 4 * (table_optimizer(plan, t) == "rowwise_adagrad"))
                  for t in model.tables)
@@ -192,7 +194,12 @@ def reference_bytes(plan: Plan, steps: int) -> int:
             pack = max(pack, full + full // max(1, len(plan.pack_ranks(p))))
         elif plan_has_hot(plan, p):
             pack = max(pack, full)  # the replica is copied before its hot rows are written over it
-    return int(tables + dense + kept + pack + REFERENCE_WORKSPACE)
+    start = 0
+    if resumed:
+        for p in plan.packs:
+            full = plan.pack_rows(p) * model.table(p.tables[0]).dim * 4
+            start = max(start, full if p.sharding == "replicated" else 2 * full)
+    return int(tables + dense + kept + max(pack, start) + REFERENCE_WORKSPACE)
 
 
 def plan_has_hot(plan: Plan, pack) -> bool:

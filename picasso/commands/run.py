@@ -171,7 +171,8 @@ def _memory_check(args: argparse.Namespace) -> dict | None:
     import torch
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
-    pred = predicted_peaks(plan, kind, args.data, args.format, args.preload, args.steps, args.verify)
+    pred = predicted_peaks(plan, kind, args.data, args.format, args.preload, args.steps, args.verify,
+                           bool(args.resume))
     if not args.no_memory_check:
         check_fits(pred, kind, range(args.node_rank * nproc, (args.node_rank + 1) * nproc), args.verify)
     return pred

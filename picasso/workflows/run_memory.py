@@ -53,7 +53,7 @@ def estimate_rows(path: str, fmt: str) -> float:
 
 
 def predicted_peaks(plan: Plan, device_kind: str, data: str, fmt: str, preload: bool, steps: int,
-                    verify: bool) -> dict:
+                    verify: bool, resumed: bool = False) -> dict:
     """The planner's peak per rank for this run (input mode and --verify included)."""
     input_bytes = None
     if data == "synthetic":  # the workers generate 8 global batches of rows
@@ -70,7 +70,7 @@ def predicted_peaks(plan: Plan, device_kind: str, data: str, fmt: str, preload: 
     if verify:
         from executor.reference import reference_bytes
 
-        cost = reference_bytes(plan, steps)
+        cost = reference_bytes(plan, steps, resumed)
         out["verify_reference_bytes"] = cost
         if device_kind == "cpu":  # the reference lives in rank 0's RAM
             out["predicted_bytes_per_rank_with_verify"] = [peaks[0] + cost, *peaks[1:]]
@@ -112,4 +112,5 @@ def attach_measured(result: dict, pred: dict) -> None:
         return
     pm.update(pred)
     measured = pm["measured_bytes_per_rank"]
-    pm["measured_over_predicted"] = [m / p if p else None for m, p in zip(measured, pred["predicted_bytes_per_rank"])]
+    want = pred.get("predicted_bytes_per_rank_with_verify", pred["predicted_bytes_per_rank"])
+    pm["measured_over_predicted"] = [m / p if p else None for m, p in zip(measured, want)]
