@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
                 extra = ["--preload", "--warmup", "4"] + (["--op-timing"] if name.endswith("op_timing") else [])
                 res = launch(str(plan_file), str(data), "criteo", steps=args.steps, extra=extra)
                 row[name] = {
-                    "samples_per_s": res["samples_per_s"],
-                    "iteration_ms_p50": res["iteration_ms"]["p50"],
-                    "iteration_ms_p90": res["iteration_ms"]["p90"],
-                    "predicted_samples_per_s": res.get("predicted_samples_per_s"),
-                    "measured_over_predicted_samples": res.get("measured_over_predicted_samples"),
+                    "samples_per_s": res.samples_per_s,
+                    "iteration_ms_p50": res.iteration_ms["p50"],
+                    "iteration_ms_p90": res.iteration_ms["p90"],
+                    "predicted_samples_per_s": res.predicted_samples_per_s,
+                    "measured_over_predicted_samples": res.measured_over_predicted_samples,
                     "wall_s": round(time.perf_counter() - t, 1),
                 }
             row["planned_over_naive_samples"] = row["planned"]["samples_per_s"] / row["naive"]["samples_per_s"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
@@ -13,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from executor.process_tree import run_tree
+from executor.result import RunResult
 from executor.spawn import free_port
 from foundation.files import regular_file
 
@@ -94,8 +94,8 @@ def launch(
     master_port: int | None = None,
     timeout_s: float | None = None,
     env: dict[str, str] | None = None,
-) -> dict:
-    """Run the plan on `nproc` local workers; returns rank 0's result dict.
+) -> RunResult | None:
+    """Run the plan on `nproc` local workers; returns rank 0's result (None on another node).
 
     The workers' output goes to a log in a private temp folder (mode 0700), kept and
     named in the error when they fail, removed otherwise. An interrupt or timeout stops
@@ -137,11 +137,11 @@ def launch(
             keep_log = True  # the one-line error names where to read the whole output
             raise LaunchError(f"{first_error(output)} (full worker log: {log})")
         if node_rank != 0:
-            return {"node_rank": node_rank}
+            return None
         if not result_path.exists():
             keep_log = True
             raise LaunchError(f"the workers exited without a result: {first_error(output)} (full worker log: {log})")
-        return json.loads(result_path.read_text())
+        return RunResult.from_json(result_path.read_text())
     finally:
         if keep_log:
             for f in tmp.iterdir():

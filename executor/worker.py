@@ -35,6 +35,7 @@ from executor.batches import (
 )
 from executor.comm import Comm
 from executor.memory import peak_bytes
+from executor.result import RunResult
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
@@ -303,6 +304,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "start_step": start_step,
         "samples_per_s": (g * timed / float(tot[0])) if timed and float(tot[0]) > 0 else 0.0,
         "iteration_ms": {k: v * 1e3 for k, v in percentiles(times).items()},
+        "step_ms": [t * 1e3 for t in times],
         "mean_loss": float(tot[1]) / timed if timed else None,
         "last_loss_rank0_share": loss_values[-1] if loss_values else None,
         "op_timing": op_timing,
@@ -346,8 +348,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         result["max_rel_diff"] = verify["max_rel_diff"]
     if args.checkpoint:
         result["checkpoint"] = str(args.checkpoint)
-    if args.result:
-        atomic_write_bytes(Path(args.result), (json.dumps(result, indent=2) + "\n").encode())
+    if args.result:  # the schema checked as it is written (executor.result)
+        atomic_write_bytes(Path(args.result), RunResult.from_dict(result).to_json().encode())
     return result
 
 

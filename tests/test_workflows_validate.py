@@ -272,7 +272,7 @@ def test_passes_merge_without_mixing_their_steps():
             t0 = s * step_us
             tl.add(0, "compute", "fwd/dense/top_mlp", t0, op_us, step=s)
             tl.add(0, "comm", "bwd/dense/allreduce", t0 + op_us, 10.0, step=s)
-        return Measured(step_us, 1.0, mean_op_durations(tl), tl, {"timed_steps": 3})
+        return Measured(step_us, 1.0, mean_op_durations(tl), tl, timed_steps=3)
 
     a, b = run(100.0, 40.0), run(300.0, 80.0)
     m = merge_passes([a, b])
@@ -300,3 +300,22 @@ def test_unfitted_classes_name_what_the_fit_never_ran_at_that_world(setup):
     assert "fwd/dense/top_mlp" in unfitted_classes(graph, 4, fitted)  # fitted at 2 ranks only
     every = {c: {"worlds": {"2": {}}} for c in classes | {"comm#collective"}}
     assert unfitted_classes(graph, 2, every) == []
+
+
+@pytest.mark.dist
+def test_a_measured_run_is_the_executors_typed_result(tmp_path):
+    """validate measures through executor.launch's RunResult, not the stdout of a child command."""
+    from executor.result import RunResult
+    from picasso.workflows.validate import run_measured
+    from planner.plan import PackPlan, Plan
+    from planner.presets import get_model
+    from traces.synth import generate_criteo
+
+    generate_criteo(tmp_path / "data.tsv", 400, seed=0)
+    m = get_model("dlrm-criteo-kaggle").with_row_cap(200)
+    plan = Plan(m, 1, 32, [PackPlan("p0", m.table_names, "row_wise")])
+    plan.save(tmp_path / "plan.json")
+    got = run_measured(tmp_path / "plan.json", str(tmp_path / "data.tsv"), "criteo", 1, 3, 1, tmp_path)
+    assert isinstance(got.result, RunResult) and got.result.timed_steps == 3 == got.timed_steps
+    assert got.iteration_us == got.result.iteration_us() > 0 and len(got.result.step_ms) == 3
+    assert got.samples_per_s == got.result.samples_per_s and "fwd/p0/pool" in got.op_us

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from executor.process_tree import run_tree
+from executor.result import RunResult
 from picasso.workflows.sweep import Case, build_sweep
 from planner.op_names import op_class
 
@@ -51,8 +49,10 @@ class Measured:
     samples_per_s: float
     op_us: dict[str, float]  # mean duration per op name over ranks and timed steps
     timeline: Any  # simulator.timeline.Timeline (timed steps only)
-    raw: dict[str, Any] = field(default_factory=dict)
+    result: RunResult | None = None  # the executor's (first pass's when passes merge)
     wall_s: float = 0.0
+    passes_iteration_us: list[float] = field(default_factory=list)
+    timed_steps: int = 0
 
 
 @dataclass
@@ -68,38 +68,33 @@ class Predicted:
 
 def run_measured(
     plan_path: Path, data: str, fmt: str, world: int, steps: int, warmup: int, out_dir: Path,
-    timeout_s: float = 300.0, extra: list[str] | None = None, preload: bool = True, tag: str = "",
+    timeout_s: float = 300.0, preload: bool = True, tag: str = "",
 ) -> Measured:
-    """Run one saved plan through the executor (`picasso run`) and read its measurements.
+    """Run one saved plan through the executor (`executor.launch`) and read its measurements.
 
+    The ranks run in their own processes; rank 0 writes the RunResult that launch returns.
     With `preload` every batch is read and prepared before the timed steps: the simulator
     predicts the training step, and a loader thread parsing the next batch meanwhile
     would add time it does not model (and more so at 4 ranks on 2 cores)."""
+    from executor.launch import LaunchError, launch
+
     trace = out_dir / f"{plan_path.stem}.measured{tag}.json"
-    cmd = [sys.executable, "-m", "picasso", "run", str(plan_path), "--data", data, "--format", fmt,
-           "--nproc", str(world), "--steps", str(steps + warmup), "--warmup", str(warmup),
-           "--timeline", str(trace), "--json", *(["--preload"] if preload else []), *(extra or [])]
+    extra = ["--warmup", str(warmup), "--timeline", str(trace), *(["--preload"] if preload else [])]
     t0 = time.perf_counter()
     try:
-        rc, stdout, stderr = run_tree(cmd, env=run_env(), timeout_s=timeout_s)  # stops its tree on Ctrl-C/SIGTERM
-    except subprocess.TimeoutExpired:
-        raise ValidateError(f"picasso run {plan_path.name}: no result in {timeout_s:.0f} s") from None
+        res = launch(str(plan_path), data, fmt, nproc=world, steps=steps + warmup, extra=extra, timeout_s=timeout_s)
+    except (LaunchError, ValueError, OSError) as exc:
+        raise ValidateError(f"run of {plan_path.name} failed: {exc}") from None
     wall = time.perf_counter() - t0
-    if rc != 0:
-        tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
-        log_path = out_dir / f"{plan_path.stem}.failed.log"
-        log_path.write_text(stdout + "\n--- stderr ---\n" + stderr)
-        raise ValidateError(f"picasso run {plan_path.name} failed (exit {rc}): {tail} (log: {log_path})")
-    try:
-        out = json.loads(stdout[stdout.index("{"):])
-    except (ValueError, json.JSONDecodeError):
-        raise ValidateError(f"picasso run {plan_path.name}: --json printed no JSON object") from None
     timeline = load_timeline(trace)
     timed = drop_warmup(timeline, warmup)
-    op_us = mean_op_durations(timed)
-    it = iteration_from_run(out, timed)
-    sps = next((float(v) for k, v in out.items() if "samples" in k and isinstance(v, (int, float))), 0.0)
-    return Measured(it, sps, op_us, timed, out, wall)
+    it = res.iteration_us() if res.timed_steps else 0.0
+    if it <= 0:  # no step timed by the executor: the spans of the timed steps in its trace
+        spans = step_times_us(timed)
+        if not spans:
+            raise ValidateError(f"run of {plan_path.name}: no timed step")
+        it = float(np.median(spans))
+    return Measured(it, res.samples_per_s, mean_op_durations(timed), timed, res, wall, [it], res.timed_steps)
 
 
 PASS_STEP_OFFSET = 1_000_000  # step numbers of pass r are shifted by r times this when passes merge
@@ -121,9 +116,9 @@ def merge_passes(ms: list[Measured]) -> Measured:
             args["step"] = int(args.get("step", 0)) + r * PASS_STEP_OFFSET
             events.append(Event(e.rank, e.lane, e.name, e.start_us + r * PASS_TIME_OFFSET_US, e.dur_us, args))
     tl = Timeline(events, dict(ms[0].timeline.meta))
-    raw = {**ms[0].raw, "passes_iteration_us": [m.iteration_us for m in ms]}
     return Measured(float(np.mean([m.iteration_us for m in ms])), float(np.mean([m.samples_per_s for m in ms])),
-                    mean_op_durations(tl), tl, raw, float(sum(m.wall_s for m in ms)))
+                    mean_op_durations(tl), tl, ms[0].result, float(sum(m.wall_s for m in ms)),
+                    [m.iteration_us for m in ms], sum(m.timed_steps for m in ms))
 
 
 def timed_steps_for(predicted_us: float, min_steps: int, timed_s: float, max_steps: int) -> int:
@@ -136,19 +131,6 @@ def timed_steps_for(predicted_us: float, min_steps: int, timed_s: float, max_ste
         return min_steps
     want = int(np.ceil(timed_s * 1e6 / predicted_us))
     return int(max(min_steps, min(max_steps, want)))
-
-
-def run_env() -> dict[str, str]:
-    """The executor's environment: ours, with OMP_ENV unless the user set those keys.
-
-    OpenMP threads that spin while they wait turn a core shared with other processes into
-    steps 5-10x slower (measured here: 358 ms against 53 ms per step at one rank with two
-    threads); measured runs and the calibration microbenchmarks both wait passively."""
-    from picasso.workflows.microbench import OMP_ENV
-
-    env = {**OMP_ENV, **os.environ}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def load_timeline(path: Path) -> Any:
@@ -253,26 +235,6 @@ def step_times_us(tl: Any) -> list[float]:
         lo[s] = min(lo.get(s, e.start_us), e.start_us)
         hi[s] = max(hi.get(s, e.end_us), e.end_us)
     return [hi[s] - lo[s] for s in sorted(lo)]
-
-
-def iteration_from_run(out: dict[str, Any], timed: Any) -> float:
-    """The measured iteration: the executor's median step time when it reports one, else
-    the median span of the timed steps in its trace."""
-    it = out.get("iteration_ms")
-    if isinstance(it, dict) and isinstance(it.get("p50"), (int, float)) and it["p50"] > 0:
-        return float(it["p50"]) * 1e3
-    for key in ("iteration_us_p50", "step_us_p50", "iteration_p50_us", "p50_us"):
-        v = out.get(key)
-        if isinstance(v, (int, float)) and v > 0:
-            return float(v)
-    for key in ("iteration_ms_p50", "step_ms_p50", "p50_ms"):
-        v = out.get(key)
-        if isinstance(v, (int, float)) and v > 0:
-            return float(v) * 1e3
-    spans = step_times_us(timed)
-    if not spans:
-        raise ValidateError("the executor reported no step time and its trace has no timed steps")
-    return float(np.median(spans))
 
 
 def predict(plan: Any, hw: Any, profile: Any = None, access: Any = None, engine: str = "fast") -> Predicted:
@@ -528,7 +490,7 @@ def run_validate(args: Any) -> tuple[dict[str, Any], list[Any]]:
         m, p = merge_passes(measured[i]), preds[i]
         rec = compare(case, m, p)
         rec["plan_file"] = str(paths[i])
-        rec["timed_steps"] = sum(int(x.raw.get("timed_steps", 0) or 0) for x in measured[i])
+        rec["timed_steps"] = m.timed_steps
         if len(measured[i]) > 1:
             rec["passes_measured_us"] = [round(x.iteration_us, 1) for x in measured[i]]
         results.append(rec)
