@@ -27,19 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from executor.launch import launch  # noqa: E402
 from planner.access import table_access  # noqa: E402
+from planner.builders import naive_plan  # noqa: E402
 from planner.plan import atomic_write_bytes  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402
-
-
-def naive(model, world: int, batch: int, hw_name: str):
-    try:
-        from planner.baselines import naive_plan
-    except ImportError:  # planner baselines not built: the executor's own naive plan
-        from executor.plans import naive_plan
-
-        return naive_plan(model, world, batch)
-    return naive_plan(model, world, batch, hw_name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             found = search(model, hw, profile, args.batch, time_budget_s=20)
             planned = found.plan
             planned.save(Path(tmp) / f"planned{world}.json", hot_ids=found.hot_ids)
-            base = naive(model, world, args.batch, hw.name)
+            base = naive_plan(model, world, args.batch, hw.name)
             ev = evaluate(base, hw, access, "simpy")
             base.notes["predicted_iteration_us"] = ev.iteration_us
             base.save(Path(tmp) / f"naive{world}.json")

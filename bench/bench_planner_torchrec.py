@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.access import table_access  # noqa: E402
-from planner.baselines import baseline_plan  # noqa: E402
 from planner.bounds import embedding_free_us  # noqa: E402
+from planner.builders import baseline_plan  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from planner.search import evaluate, full_symmetry, search  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402

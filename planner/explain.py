@@ -14,8 +14,8 @@ from typing import Any
 
 from planner import op_names as on
 from planner.access import TableAccess, table_access
-from planner.baselines import BASELINES, baseline_plan
 from planner.bounds import embedding_free_us
+from planner.builders import BASELINES, baseline_plan
 from planner.errors import PlanError
 from planner.memory import gib
 from planner.plan import Plan

@@ -33,13 +33,12 @@ from typing import Any
 import numpy as np
 
 from planner.access import TableAccess, table_access
-from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
-from planner.model_spec import ModelSpec, TableSpec
+from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.op_names import op_class
 from planner.plan import PackPlan, Plan, model_optimizer
-from planner.volumes import ID_BYTES, STATE_BYTES
+from planner.volumes import ID_BYTES, STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
 
 MICRO_BATCHES = (1, 2, 4, 8)

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from executor.plans import naive_plan
 from planner.access import table_access
+from planner.builders import naive_plan
 from planner.model_spec import ModelSpec, TableSpec
 from simulator.hardware import load_hardware
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from planner.access import table_access
-from planner.baselines import BASELINES, baseline_plan
+from planner.builders import BASELINES, baseline_plan
 from planner.errors import PlanError
 from planner.explain import explain
 from planner.plan import Plan

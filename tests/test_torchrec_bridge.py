@@ -86,7 +86,7 @@ def test_import_groups_fused_tables_and_lists_approximations():
 def test_absent_torchrec_is_one_line(monkeypatch):
     import builtins
 
-    from planner.baselines import baseline_plan
+    from planner.builders import baseline_plan
     from simulator.hardware import load_hardware
 
     real = builtins.__import__
@@ -215,7 +215,7 @@ def test_table_row_wise_matches_reference(world):
 @needs_torchrec
 def test_torchrec_planner_plan_converts_and_round_trips():
     from planner.access import table_access
-    from planner.baselines import baseline_plan
+    from planner.builders import baseline_plan
     from planner.search import evaluate
     from planner.torchrec_bridge import describe_sharding_plan, to_torchrec_objects
     from simulator.hardware import load_hardware

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from picasso.workflows.sweep import build_sweep
 from picasso.workflows.validate import mean_op_durations, op_class, predict
+from planner.builders import build_sweep
 
 
 @pytest.fixture(scope="module")

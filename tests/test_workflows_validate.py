@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from picasso.workflows.sweep import build_sweep
 from picasso.workflows.validate import (
     compare,
     dominant_ops,
@@ -18,6 +17,7 @@ from picasso.workflows.validate import (
     step_times_us,
     summary,
 )
+from planner.builders import build_sweep
 from simulator.timeline import Timeline
 
 
@@ -122,8 +122,8 @@ def test_chrome_trace_reads_back_as_a_timeline(tmp_path):
 
 
 def test_compare_reports_dominant_op_errors(setup):
-    from picasso.workflows.sweep import Case
     from picasso.workflows.validate import Measured, Predicted
+    from planner.builders import Case
 
     model, access, hw = setup
     case = build_sweep(model, access, hw_for(hw), n_plans=1, include_planner=False)[0]

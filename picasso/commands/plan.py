@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     from picasso.commands.simulate import load_inputs
     from picasso.progress import Progress
-    from planner.baselines import BASELINES, TORCHREC, baseline_plan
+    from planner.builders import BASELINES, TORCHREC, baseline_plan
     from planner.errors import PlanError
     from planner.explain import explain
     from planner.search import search

@@ -108,7 +108,7 @@ def run_demo(args: Namespace) -> int:
 
     with st.stage("simulate", "the plan and the baselines, discrete-event engine"):
         from picasso.workflows.validate import predict
-        from planner.baselines import BASELINES, baseline_plan
+        from planner.builders import BASELINES, baseline_plan
 
         predicted = {"picasso": predict(plan, hw, access=access, engine="simpy")}
         base_plans = {}

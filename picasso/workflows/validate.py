@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from executor.result import RunResult
-from picasso.workflows.sweep import Case, build_sweep
+from planner.builders import Case, build_sweep
 from planner.op_names import op_class
 
 # After the per-op fits (compute, collectives, host gaps: all measured per op), the
