@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from picasso.workflows.browser import ERROR_MARK, find_chromium, open_in_chromium
-from picasso.workflows.report import (
+from simulator.browser import ERROR_MARK, find_chromium, open_in_chromium
+from simulator.export import timeline_figure
+from simulator.report import (
     Section,
     bar_figure,
     coverage_figure,
-    gantt_figure,
     render,
     scatter_figure,
     table_html,
@@ -41,7 +41,7 @@ def small_page() -> str:
     tl.add(1, "comm", "fwd/pack0/a2a_ids", 50, 80, bytes_per_rank=4096)
     secs = [
         Section("coverage", figures=[coverage_figure({"C1": ([0.001, 0.1, 1.0], [0.3, 0.8, 1.0])}, "c")]),
-        Section("timelines", figures=[gantt_figure(tl, "simulated"), gantt_figure(tl, "measured")]),
+        Section("timelines", figures=[timeline_figure(tl, "simulated"), timeline_figure(tl, "measured")]),
         Section("scatter <&>", html=table_html([{"plan": "a<b", "ms": 1.5}]),
                 figures=[scatter_figure([{"name": "p", "measured_us": 1000, "predicted_us": 1100}], "s"),
                          bar_figure(["naive"], {"predicted": [2.0], "measured": [1.8]}, "b", "x")]),

@@ -102,8 +102,13 @@ def run(args: argparse.Namespace) -> int:
             _, d = one(hv)
             rows.append({key: v, "iteration_us": d["predicted_iteration_us"], "samples_per_s": d["samples_per_s"],
                          "fits_in_memory": d["fits_in_memory"]})
+        if args.html:
+            from planner.report import write_sweep_html
+
+            write_sweep_html(args.html, args.plan, key, rows)
         if args.json:
-            print(json.dumps({"plan": args.plan, "sweep": key, "results": rows}, indent=1))
+            print(json.dumps({"plan": args.plan, "sweep": key, "results": rows,
+                              **({"html": args.html} if args.html else {})}, indent=1))
         else:
             print(f"{key:>16}  {'iteration (us)':>14}  {'samples/s':>12}  fits")
             for r in rows:
@@ -116,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         ex.evaluation.result.timeline.save_chrome_trace(args.trace)
         d["trace"] = args.trace
     if args.html:
-        from picasso.commands.plan import write_plan_html
+        from planner.report import write_plan_html
 
         write_plan_html(args.html, ex)
         d["html"] = args.html

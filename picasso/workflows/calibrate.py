@@ -94,7 +94,7 @@ def calibrate(
 def run_calibrate(args: Any) -> int:
     import sys
 
-    from picasso.workflows.report import write_report
+    from simulator.report import write_report
 
     out = Path(args.output)
     t0 = time.perf_counter()

@@ -192,16 +192,9 @@ def demo_summary(ctx: dict[str, Any], stages: list[dict[str, Any]], total: float
 
 
 def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, Any]], total: float) -> None:
-    from picasso.workflows.report import (
-        Section,
-        bar_figure,
-        coverage_figure,
-        gantt_figure,
-        render,
-        table_html,
-        write_report,
-    )
     from picasso.workflows.validate import one_step, validation_sections
+    from simulator.export import timeline_figure
+    from simulator.report import Section, bar_figure, coverage_figure, render, table_html, write_report
 
     profile, plan, expl = ctx["profile"], ctx["plan"], ctx["explanation"]
     pred, meas = ctx["predicted"], ctx["measured"]
@@ -246,8 +239,8 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
     secs.append(Section("The plan and why", f"<pre>{html.escape(expl.text())}</pre>"))
 
     secs.append(Section("Simulated and measured timelines of the plan (one iteration / timed steps)", "",
-                        [gantt_figure(pred["picasso"].timeline, "simulated (calibrated spec)"),
-                         gantt_figure(one_step(meas["picasso"].timeline), "measured (median timed step)")]))
+                        [timeline_figure(pred["picasso"].timeline, "simulated (calibrated spec)"),
+                         timeline_figure(one_step(meas["picasso"].timeline), "measured (median timed step)")]))
     timelines_idx = len(secs) - 1
 
     base = [n for n in names if n != "picasso"]

@@ -560,7 +560,7 @@ def machine() -> dict[str, Any]:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    from picasso.workflows.report import write_report
+    from simulator.report import write_report
 
     write_report(path, json.dumps(obj, indent=1, default=_json_default))
 
@@ -570,7 +570,8 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
     """Report sections: summary, scatter, per-plan table, per-op errors, one timeline pair."""
-    from picasso.workflows.report import Section, bar_figure, gantt_figure, scatter_figure, table_html
+    from simulator.export import timeline_figure
+    from simulator.report import Section, bar_figure, scatter_figure, table_html
 
     s = result["summary"]
     met = result["goal"]["met"]
@@ -623,15 +624,15 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Any]:
         order = sorted(range(len(runs)), key=lambda i: abs(result["per_plan"][i]["error"]))
         c, m, p = runs[order[len(order) // 2]]
         secs.append(Section(f"Timelines of a typical plan: {c.name}", "",
-                            [gantt_figure(p.timeline, "simulated"),
-                             gantt_figure(one_step(m.timeline), "measured (median timed step)")]))
+                            [timeline_figure(p.timeline, "simulated"),
+                             timeline_figure(one_step(m.timeline), "measured (median timed step)")]))
     return secs
 
 
 def run_validate_command(args: Any) -> int:
     import sys
 
-    from picasso.workflows.report import render, write_report
+    from simulator.report import render, write_report
 
     args.log = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     result, runs = run_validate(args)
