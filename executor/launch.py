@@ -14,6 +14,7 @@ from pathlib import Path
 from executor.process_tree import run_tree
 from executor.result import RunResult
 from executor.spawn import free_port
+from executor.threads import rank_env
 from foundation.files import regular_file
 
 
@@ -125,9 +126,7 @@ def launch(
         args = ["--plan", str(plan_path), "--data", str(data), "--format", fmt, "--steps", str(steps),
                 "--result", str(result_path), *(extra or [])]
         cmd = torchrun_command(args, nproc, nnodes, node_rank, master_addr, master_port)
-        # OpenMP threads that spin while waiting make a shared core many times slower
-        defaults = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), "OMP_WAIT_POLICY": "PASSIVE",
-                    **socket_env(master_addr, nnodes)}
+        defaults = {**rank_env(nproc), **socket_env(master_addr, nnodes)}  # executor.threads: the policy
         full_env = {**defaults, **os.environ, **(env or {})}
         try:
             rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log)

@@ -36,6 +36,7 @@ from executor.batches import (
 from executor.comm import Comm
 from executor.memory import peak_bytes
 from executor.result import RunResult
+from executor.threads import set_rank_threads
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
@@ -144,9 +145,7 @@ def _malformed(dataset, bad: BadRows) -> int:
 def run_worker(args: argparse.Namespace) -> dict | None:
     comm, device = setup(args.timeout)
     rank, world = comm.rank, comm.world
-    threads = os.environ.get("OMP_NUM_THREADS")
-    torch.set_num_threads(int(threads) if threads and threads.isdigit() else
-                          max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
+    set_rank_threads(int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     plan = Plan.load(args.plan)
     if world != plan.world_size:
         raise ValueError(f"{args.plan}: the plan is for {plan.world_size} ranks, started with {world}")

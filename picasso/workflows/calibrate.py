@@ -48,7 +48,7 @@ def calibrate(
     log: Any = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Measure, fit and build the spec. Returns (HardwareSpec, report dict with residuals)."""
-    from picasso.workflows.microbench import run_microbenchmarks
+    from executor.microbench import run_microbenchmarks
     from planner.presets import get_model
     from simulator.calibration import calibrated_spec, fit_samples, summarize
     from simulator.hardware import load_hardware
