@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import struct
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -98,11 +97,12 @@ def test_browser_renders_a_small_report(tmp_path):
 def test_demo_report_opens_without_javascript_errors(tmp_path):
     """The whole demo (synth -> ... -> validate) writes a report that renders cleanly."""
     need_chromium()
-    from picasso.workflows.demo import run_demo
+    from validation.demo import DemoConfig, run_demo
 
     out = tmp_path / "demo"
-    args = Namespace(out=str(out), rows=60_000, seed=0, row_cap=20_000, batch=256, steps=4, plans=4, json=True)
-    assert run_demo(args) == 0
+    summary = run_demo(DemoConfig(out=str(out), rows=60_000, seed=0, row_cap=20_000, batch=256, steps=4, plans=4,
+                                  repeats=1, quiet=True))
+    assert summary["report"] == str(out / "report.html")
     report = out / "report.html"
     assert report.is_file()
     page = report.read_text()

@@ -38,11 +38,11 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from picasso.commands.simulate import load_inputs
     from picasso.progress import Progress
     from planner.builders import BASELINES, TORCHREC, baseline_plan
     from planner.errors import PlanError
     from planner.explain import explain
+    from planner.inputs import load_inputs
     from planner.search import search
 
     if args.print_spec:

@@ -23,33 +23,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run)
 
 
-def load_inputs(model_name: str | Any, hw_name: str, overrides: list[str], profile_path: str | None,
-                scale_to: int | None, row_cap: int | None) -> tuple[Any, Any, Any, dict]:
-    """(model, hardware, profile or None, per-table access statistics) from command-line values."""
-    from planner.access import table_access
-    from planner.errors import PlanError
-    from planner.presets import get_model
-    from simulator.hardware import load_hardware
-
-    model = get_model(model_name) if isinstance(model_name, str) else model_name
-    caps = {t.name: t.num_rows for t in model.tables}  # known cardinalities, before any --row-cap
-    if row_cap is not None:
-        if row_cap < 1:
-            raise PlanError(f"--row-cap must be at least 1, got {row_cap}")
-        model = model.with_row_cap(row_cap)
-    hw = load_hardware(hw_name, overrides)
-    profile = None
-    if profile_path:
-        from traces.profile import AccessProfile
-
-        profile = AccessProfile.load(profile_path)
-        if scale_to:
-            if scale_to < 1:
-                raise PlanError(f"--scale-to must be at least 1, got {scale_to}")
-            profile = profile.scale_to(scale_to, cardinality={n: v for n, v in caps.items() if n in profile.features})
-    return model, hw, profile, table_access(model, profile)
-
-
 def _sweep_values(text: str) -> tuple[str, list[str]]:
     from planner.errors import PlanError
 
@@ -65,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from planner.errors import PlanError
     from planner.explain import Explanation
+    from planner.inputs import load_inputs
     from planner.plan import Plan
     from planner.search import evaluate, full_symmetry
     from simulator.hardware import apply_overrides
