@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from executor.launch import launch  # noqa: E402
 from planner.access import table_access  # noqa: E402
 from planner.builders import naive_plan  # noqa: E402
-from planner.plan import atomic_write_bytes  # noqa: E402
+from planner.plan import Prediction, atomic_write_bytes  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402
 
@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             planned.save(Path(tmp) / f"planned{world}.json", hot_ids=found.hot_ids)
             base = naive_plan(model, world, args.batch, hw.name)
             ev = evaluate(base, hw, access, "simpy")
-            base.notes["predicted_iteration_us"] = ev.iteration_us
+            base.prediction = Prediction(iteration_us=ev.iteration_us)
             base.save(Path(tmp) / f"naive{world}.json")
             row = {"world_size": world, "batch_per_rank": args.batch,
-                   "planned_plan": {"label": planned.notes.get("label"), "micro_batches": planned.micro_batches,
+                   "planned_plan": {"label": planned.provenance.label, "micro_batches": planned.micro_batches,
                                     "kernel_interleaving": planned.kernel_interleaving,
                                     "packs": [[p.sharding, len(p.tables)] for p in planned.packs],
                                     "hot_rows": sum(planned.hot_rows.values())}}

@@ -118,8 +118,8 @@ def main() -> int:
 
     def same(a: dict, b: dict) -> bool:
         pa, pb = dict(a["_plan"]), dict(b["_plan"])
-        pa["notes"] = {k: v for k, v in pa["notes"].items() if k != "fast_iteration_us"}
-        pb["notes"] = {k: v for k, v in pb["notes"].items() if k != "fast_iteration_us"}
+        for p in (pa, pb):
+            p["prediction"] = {k: v for k, v in p.get("prediction", {}).items() if k != "fast_iteration_us"}
         return pa == pb and a["_hot"] == b["_hot"]
 
     deterministic = same(cases[0], again)

@@ -56,8 +56,8 @@ def case(model_name: str, cluster: str, batch: int, budget: float) -> dict:
         "model": model_name, "cluster": cluster, "hardware": hw_name, "overrides": over, "world": hw.world_size,
         "batch_per_rank": batch, "ours_us": ours, "ours_label": res.best.label, "ours_planning_s": round(ours_s, 3),
         "torchrec_us": tr_ev.iteration_us, "torchrec_problem": tr_ev.problem,
-        "torchrec_planning_s": tr.notes["torchrec"]["planning_s"],
-        "torchrec_sharding_types": tr.notes["torchrec"]["sharding_types"],
+        "torchrec_planning_s": tr.provenance.torchrec["planning_s"],
+        "torchrec_sharding_types": tr.provenance.torchrec["sharding_types"],
         "torchrec_like_us": like_ev.iteration_us, "embedding_free_us": free,
     }
     for name in ("torchrec", "torchrec_like"):

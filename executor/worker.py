@@ -94,15 +94,13 @@ def setup(timeout: float) -> tuple[Comm, torch.device]:
 
 
 def predicted_samples_per_s(plan: Plan) -> float | None:
-    """The planner's predicted throughput, from the plan's notes when it left one."""
-    n = plan.notes
-    for key in ("predicted_samples_per_s", "samples_per_s"):
-        if isinstance(n.get(key), (int, float)) and n[key] > 0:
-            return float(n[key])
-    for key in ("predicted_iteration_us", "iteration_us", "predicted_step_us"):
-        if isinstance(n.get(key), (int, float)) and n[key] > 0:
-            return plan.global_batch / (float(n[key]) * 1e-6)
-    return None
+    """The planner's predicted throughput, when the plan carries a prediction."""
+    p = plan.prediction
+    if p is None:
+        return None
+    if p.samples_per_s:
+        return p.samples_per_s
+    return plan.global_batch / (p.iteration_us * 1e-6) if p.iteration_us else None
 
 
 def resumed_batches(open_chunks, global_batch: int, skip: int):

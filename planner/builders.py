@@ -33,7 +33,7 @@ import numpy as np
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, attribute_groups
-from planner.plan import OptimizerPlan, PackPlan, Plan, model_optimizer
+from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
 from planner.volumes import STATE_BYTES, table_cost
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
@@ -47,7 +47,7 @@ TORCHREC = "torchrec"
 def _baseline(model: ModelSpec, world: int, batch: int, packs: list[PackPlan], hw_name: str | None,
               baseline: str, seed: int = 0) -> Plan:
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
-                notes={"baseline": baseline}, optimizer=model_optimizer(model), seed=seed)
+                provenance=Provenance(baseline=baseline), optimizer=model_optimizer(model), seed=seed)
     plan.validate()
     return plan
 
@@ -89,7 +89,7 @@ def torchrec_like_plan(
     plan = _baseline(model, world, batch, packs, hw_name, "torchrec-like")
     # TorchRec runs all table-wise tables of a group in one all-to-all; explain() scores it
     # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
-    plan.notes["fused_exchange"] = True
+    plan.exchange = "fused"
     return plan
 
 

@@ -67,7 +67,7 @@ def test_sweep_includes_the_planners_choice(setup):
     model, access, hw = setup
     cases = build_sweep(model, access, hw_for(hw), n_plans=2, worlds=(2,), batches=(256,))
     assert cases[0].knobs["recipe"] == "planner"
-    assert cases[0].plan.notes.get("planner") == "picasso.search"
+    assert cases[0].plan.provenance.planner == "picasso.search"
 
 
 def test_summary_mape_and_spearman():

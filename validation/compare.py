@@ -48,7 +48,7 @@ def predict_tagged(plan: Plan, hw: HardwareSpec, profile: Any = None, access: di
     ev = evaluate(plan, hw, access if access is not None else table_access(plan.model, profile), engine,
                   symmetric=None, check_memory=False)
     if ev.iteration_us is None:
-        raise ValidateError(f"plan {plan.notes.get('label', '')}: {ev.problem}")
+        raise ValidateError(f"plan {plan.provenance.label or ''}: {ev.problem}")
     tl = ev.result.timeline
     return Predicted(float(ev.iteration_us), mean_op_durations(tl), tl, ev.graph)
 

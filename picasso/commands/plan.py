@@ -79,25 +79,25 @@ def run(args: argparse.Namespace) -> int:
         plan, hot_ids, evaluation = res.plan, res.hot_ids, res.best
         search_info = {"elapsed_s": res.elapsed_s, "candidates": len(res.candidates), "chosen": res.best.label}
     plan.hardware = hw.name
+    prov = plan.provenance
     if args.profile:
         from pathlib import Path
 
-        plan.notes["profile"] = str(Path(args.profile).resolve())
-        if args.scale_to:
-            plan.notes["profile_scale_to"] = int(args.scale_to)
-    if args.row_cap:
-        plan.notes["row_cap"] = int(args.row_cap)
-    if args.set:
-        plan.notes["hardware_overrides"] = list(args.set)
+        prov.profile = str(Path(args.profile).resolve())
+        prov.profile_scale_to = int(args.scale_to) if args.scale_to else None
+    prov.row_cap = int(args.row_cap) if args.row_cap else None
+    prov.hardware_overrides = list(args.set)
     from planner.torchrec_bridge import INSTALL_HINT, torchrec_available
 
     # with TorchRec installed, its own plan is a baseline beside the others
     has_tr = torchrec_available()
     ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()),
                  sources=sources)
-    plan.notes["predicted_iteration_us"] = ex.evaluation.iteration_us
-    plan.notes["predicted_samples_per_s"] = plan.global_batch / ex.evaluation.iteration_us * 1e6
-    plan.notes["speedups"] = ex.speedups()
+    from planner.plan import Prediction
+
+    fast = plan.prediction.fast_iteration_us if plan.prediction else None
+    plan.prediction = Prediction(ex.evaluation.iteration_us, plan.global_batch / ex.evaluation.iteration_us * 1e6,
+                                 ex.evaluation.engine, fast, ex.speedups())
     plan.save(args.output, hot_ids=hot_ids if hot_ids else None)
     out = {"plan": str(args.output), **ex.to_dict()}
     if search_info:

@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     hw_name = args.hardware or plan.hardware
     if not hw_name:
         raise PlanError(f"{args.plan}: the plan names no hardware; give --hardware")
-    overrides = ([] if args.hardware else list(plan.notes.get("hardware_overrides", []))) + list(args.set)
-    profile_path = args.profile or plan.notes.get("profile")
-    scale_to = args.scale_to or (plan.notes.get("profile_scale_to") if not args.profile else None)
+    overrides = ([] if args.hardware else list(plan.provenance.hardware_overrides)) + list(args.set)
+    profile_path = args.profile or plan.provenance.profile
+    scale_to = args.scale_to or (plan.provenance.profile_scale_to if not args.profile else None)
     _, hw, _, access = load_inputs(plan.model, hw_name, overrides, profile_path, scale_to, None)
 
     def one(hw_) -> tuple[Any, dict]:
