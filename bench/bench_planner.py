@@ -47,6 +47,7 @@ SAMPLE = ROOT.parent / "shared" / "data" / "criteo_kaggle_head8k"
 
 def criteo_profile(tmp: Path):
     """The real Criteo head sample (train+dev+test splits, 8,000 rows), profiled and extrapolated."""
+    from traces.extrapolate import scale_profile
     from traces.profile import profile_file
 
     parts = [SAMPLE / f for f in ("train_split.tsv", "dev_split.tsv", "test_split.tsv")]
@@ -59,7 +60,7 @@ def criteo_profile(tmp: Path):
                 shutil.copyfileobj(f, out)
     t0 = time.perf_counter()
     prof = profile_file(joined, "criteo")
-    full = prof.scale_to(CRITEO_KAGGLE_ROWS)
+    full = scale_profile(prof, CRITEO_KAGGLE_ROWS)
     return full, {"source": str(SAMPLE), "sample_rows": prof.rows, "extrapolated_to": full.rows,
                   "profile_s": time.perf_counter() - t0}
 

@@ -12,6 +12,7 @@ from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 from planner.presets import get_model
 from simulator.hardware import load_hardware
+from traces.extrapolate import scale_profile
 from traces.profile import AccessProfile
 
 
@@ -33,5 +34,5 @@ def load_inputs(model_name: str | ModelSpec, hw_name: str, overrides: list[str],
         if scale_to:
             if scale_to < 1:
                 raise PlanError(f"--scale-to must be at least 1, got {scale_to}")
-            profile = profile.scale_to(scale_to, cardinality={n: v for n, v in caps.items() if n in profile.features})
+            profile = scale_profile(profile, scale_to, cardinality={n: v for n, v in caps.items() if n in profile.features})
     return model, hw, profile, table_access(model, profile)

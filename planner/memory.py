@@ -182,12 +182,13 @@ def run_memory(plan: Plan, device_kind: str, input_bytes: float | None = None) -
     profile = None
     path = plan.provenance.profile
     if path and Path(path).exists():
+        from traces.extrapolate import scale_profile
         from traces.profile import AccessProfile
 
         try:
             profile = AccessProfile.load(path)
             if plan.provenance.profile_scale_to:
-                profile = profile.scale_to(plan.provenance.profile_scale_to)
+                profile = scale_profile(profile, plan.provenance.profile_scale_to)
         except (ValueError, OSError, KeyError):
             profile = None
     access = table_access(plan.model, profile)

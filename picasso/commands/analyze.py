@@ -53,6 +53,7 @@ def run(args) -> int:
     import sys
 
     from picasso.progress import Progress
+    from traces.extrapolate import scale_profile
     from traces.profile import check_output, profile_file
 
     if args.batch_size <= 0:
@@ -76,7 +77,7 @@ def run(args) -> int:
         bar.close()
     measured = prof
     if args.scale_to:
-        prof = prof.scale_to(args.scale_to, cardinality=caps)
+        prof = scale_profile(prof, args.scale_to, cardinality=caps)
     if args.output:
         prof.save(args.output)
     if args.html:
