@@ -27,19 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from executor.launch import launch  # noqa: E402
 from planner.access import table_access  # noqa: E402
-from planner.plan import atomic_write_bytes  # noqa: E402
+from planner.builders import naive_plan  # noqa: E402
+from planner.plan import Prediction, atomic_write_bytes  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402
-
-
-def naive(model, world: int, batch: int, hw_name: str):
-    try:
-        from planner.baselines import naive_plan
-    except ImportError:  # planner baselines not built: the executor's own naive plan
-        from executor.plans import naive_plan
-
-        return naive_plan(model, world, batch)
-    return naive_plan(model, world, batch, hw_name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             found = search(model, hw, profile, args.batch, time_budget_s=20)
             planned = found.plan
             planned.save(Path(tmp) / f"planned{world}.json", hot_ids=found.hot_ids)
-            base = naive(model, world, args.batch, hw.name)
+            base = naive_plan(model, world, args.batch, hw.name)
             ev = evaluate(base, hw, access, "simpy")
-            base.notes["predicted_iteration_us"] = ev.iteration_us
+            base.prediction = Prediction(iteration_us=ev.iteration_us)
             base.save(Path(tmp) / f"naive{world}.json")
             row = {"world_size": world, "batch_per_rank": args.batch,
-                   "planned_plan": {"label": planned.notes.get("label"), "micro_batches": planned.micro_batches,
+                   "planned_plan": {"label": planned.provenance.label, "micro_batches": planned.micro_batches,
                                     "kernel_interleaving": planned.kernel_interleaving,
                                     "packs": [[p.sharding, len(p.tables)] for p in planned.packs],
                                     "hot_rows": sum(planned.hot_rows.values())}}
@@ -85,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
                 extra = ["--preload", "--warmup", "4"] + (["--op-timing"] if name.endswith("op_timing") else [])
                 res = launch(str(plan_file), str(data), "criteo", steps=args.steps, extra=extra)
                 row[name] = {
-                    "samples_per_s": res["samples_per_s"],
-                    "iteration_ms_p50": res["iteration_ms"]["p50"],
-                    "iteration_ms_p90": res["iteration_ms"]["p90"],
-                    "predicted_samples_per_s": res.get("predicted_samples_per_s"),
-                    "measured_over_predicted_samples": res.get("measured_over_predicted_samples"),
+                    "samples_per_s": res.samples_per_s,
+                    "iteration_ms_p50": res.iteration_ms["p50"],
+                    "iteration_ms_p90": res.iteration_ms["p90"],
+                    "predicted_samples_per_s": res.predicted_samples_per_s,
+                    "measured_over_predicted_samples": res.measured_over_predicted_samples,
                     "wall_s": round(time.perf_counter() - t, 1),
                 }
             row["planned_over_naive_samples"] = row["planned"]["samples_per_s"] / row["naive"]["samples_per_s"]

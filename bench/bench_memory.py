@@ -44,13 +44,13 @@ def main() -> int:
     ap.add_argument("-o", "--output", default=str(ROOT / "bench/results/memory.json"))
     args = ap.parse_args()
 
-    from picasso.workflows.sweep import build_sweep
-    from picasso.workflows.validate import machine
     from planner.access import table_access
+    from planner.builders import build_sweep
     from planner.presets import get_model
     from simulator.calibration import spec_for_world
     from simulator.hardware import load_hardware
     from traces.synth import generate_criteo
+    from validation.validate import machine
 
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-memory-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,7 @@ SAMPLE = ROOT.parent / "shared" / "data" / "criteo_kaggle_head8k"
 
 def criteo_profile(tmp: Path):
     """The real Criteo head sample (train+dev+test splits, 8,000 rows), profiled and extrapolated."""
+    from traces.extrapolate import scale_profile
     from traces.profile import profile_file
 
     parts = [SAMPLE / f for f in ("train_split.tsv", "dev_split.tsv", "test_split.tsv")]
@@ -59,7 +60,7 @@ def criteo_profile(tmp: Path):
                 shutil.copyfileobj(f, out)
     t0 = time.perf_counter()
     prof = profile_file(joined, "criteo")
-    full = prof.scale_to(CRITEO_KAGGLE_ROWS)
+    full = scale_profile(prof, CRITEO_KAGGLE_ROWS)
     return full, {"source": str(SAMPLE), "sample_rows": prof.rows, "extrapolated_to": full.rows,
                   "profile_s": time.perf_counter() - t0}
 
@@ -118,8 +119,8 @@ def main() -> int:
 
     def same(a: dict, b: dict) -> bool:
         pa, pb = dict(a["_plan"]), dict(b["_plan"])
-        pa["notes"] = {k: v for k, v in pa["notes"].items() if k != "fast_iteration_us"}
-        pb["notes"] = {k: v for k, v in pb["notes"].items() if k != "fast_iteration_us"}
+        for p in (pa, pb):
+            p["prediction"] = {k: v for k, v in p.get("prediction", {}).items() if k != "fast_iteration_us"}
         return pa == pb and a["_hot"] == b["_hot"]
 
     deterministic = same(cases[0], again)

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.access import table_access  # noqa: E402
-from planner.baselines import baseline_plan  # noqa: E402
 from planner.bounds import embedding_free_us  # noqa: E402
+from planner.builders import baseline_plan  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from planner.search import evaluate, full_symmetry, search  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402
@@ -56,8 +56,8 @@ def case(model_name: str, cluster: str, batch: int, budget: float) -> dict:
         "model": model_name, "cluster": cluster, "hardware": hw_name, "overrides": over, "world": hw.world_size,
         "batch_per_rank": batch, "ours_us": ours, "ours_label": res.best.label, "ours_planning_s": round(ours_s, 3),
         "torchrec_us": tr_ev.iteration_us, "torchrec_problem": tr_ev.problem,
-        "torchrec_planning_s": tr.notes["torchrec"]["planning_s"],
-        "torchrec_sharding_types": tr.notes["torchrec"]["sharding_types"],
+        "torchrec_planning_s": tr.provenance.torchrec["planning_s"],
+        "torchrec_sharding_types": tr.provenance.torchrec["sharding_types"],
         "torchrec_like_us": like_ev.iteration_us, "embedding_free_us": free,
     }
     for name in ("torchrec", "torchrec_like"):

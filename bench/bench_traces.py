@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from traces.extrapolate import validation_errors, write_row_sample  # noqa: E402
+from traces.extrapolate import scale_profile, validation_errors, write_row_sample  # noqa: E402
 from traces.profile import profile_file  # noqa: E402
 from traces.synth import CRITEO_KAGGLE_CARDINALITIES, CRITEO_KAGGLE_ROWS, generate_criteo  # noqa: E402
 
@@ -125,7 +125,7 @@ def extrapolation(work: Path, rows: int) -> dict:
         errs = validation_errors(full, profile_file(rsub, "criteo"))
         res["real_8k"] = {"rows": full.rows, "sample_fraction": 0.1, "summary_all": summarize(errs),
                           "summary_distinct_ge_1000": summarize(errs, 1000), "features": errs}  # fmt: skip
-        scaled = full.scale_to(CRITEO_KAGGLE_ROWS)
+        scaled = scale_profile(full, CRITEO_KAGGLE_ROWS)
         out = []
         for (name, f), card in zip(scaled.features.items(), CRITEO_KAGGLE_CARDINALITIES):
             out.append({"name": name, "pred_distinct": f.distinct, "published_cardinality": card,

@@ -165,7 +165,7 @@ def main() -> int:
     if args.repeats < 1 or args.steps < 1:
         raise SystemExit("--repeats and --steps must be at least 1")
 
-    from picasso.workflows.validate import machine
+    from validation.validate import machine
 
     py = ensure_venv(args.venv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-vs-torchrec-"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import shutil
@@ -13,7 +12,9 @@ import tempfile
 from pathlib import Path
 
 from executor.process_tree import run_tree
+from executor.result import RunResult
 from executor.spawn import free_port
+from executor.threads import rank_env
 from foundation.files import regular_file
 
 
@@ -94,8 +95,8 @@ def launch(
     master_port: int | None = None,
     timeout_s: float | None = None,
     env: dict[str, str] | None = None,
-) -> dict:
-    """Run the plan on `nproc` local workers; returns rank 0's result dict.
+) -> RunResult | None:
+    """Run the plan on `nproc` local workers; returns rank 0's result (None on another node).
 
     The workers' output goes to a log in a private temp folder (mode 0700), kept and
     named in the error when they fail, removed otherwise. An interrupt or timeout stops
@@ -125,9 +126,7 @@ def launch(
         args = ["--plan", str(plan_path), "--data", str(data), "--format", fmt, "--steps", str(steps),
                 "--result", str(result_path), *(extra or [])]
         cmd = torchrun_command(args, nproc, nnodes, node_rank, master_addr, master_port)
-        # OpenMP threads that spin while waiting make a shared core many times slower
-        defaults = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), "OMP_WAIT_POLICY": "PASSIVE",
-                    **socket_env(master_addr, nnodes)}
+        defaults = {**rank_env(nproc), **socket_env(master_addr, nnodes)}  # executor.threads: the policy
         full_env = {**defaults, **os.environ, **(env or {})}
         try:
             rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log)
@@ -137,11 +136,11 @@ def launch(
             keep_log = True  # the one-line error names where to read the whole output
             raise LaunchError(f"{first_error(output)} (full worker log: {log})")
         if node_rank != 0:
-            return {"node_rank": node_rank}
+            return None
         if not result_path.exists():
             keep_log = True
             raise LaunchError(f"the workers exited without a result: {first_error(output)} (full worker log: {log})")
-        return json.loads(result_path.read_text())
+        return RunResult.from_json(result_path.read_text())
     finally:
         if keep_log:
             for f in tmp.iterdir():

@@ -11,7 +11,12 @@ from __future__ import annotations
 PLANNING_ONLY: dict[str, str] = {
     "Plan.hardware": "the name of the hardware spec the plan was costed for; the executor runs on the "
                      "machine it is started on (validation compares measured with predicted times)",
-    "Plan.notes": "the planner's explanation and predicted times, for reports; training reads none of it",
+    "Plan.exchange": "how the planner scores the exchanges (fused as TorchRec runs them); the executor runs "
+                     "every pack's exchange on its own",
+    "Plan.provenance": "where the plan came from (search, baseline, profile, overrides), for reports and "
+                       "`picasso simulate`'s defaults; training reads none of it",
+    "Plan.prediction": "the planner's predicted times, set beside the measured ones in the run's result",
+    "Plan.path": "the file the plan was loaded from (its hot IDs lie beside it), not part of the document",
     "TableSpec.pooling_factor": "mean IDs per sample the planner assumes without a profile; the executor "
                                 "pools the bags the data holds (only the synthetic test data is drawn with it)",
 }

@@ -1,4 +1,8 @@
-"""Run a function on N local gloo ranks (tests and benchmarks; `picasso run` uses torchrun)."""
+"""Run a function on N local gloo ranks: the tests, benchmarks and calibration microbenchmarks.
+
+`picasso run` starts its ranks through torchrun (executor.launch, executor.process_tree).
+Threads per rank follow executor.threads.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from executor.threads import WAIT_ENV, set_rank_threads
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -31,9 +37,10 @@ def init_process_group(rank: int, world: int, port: int, timeout_s: float = 60.0
     )
 
 
-def _entry(rank: int, world: int, port: int, timeout_s: float, fn: Callable, args: tuple, q) -> None:
+def _entry(rank: int, world: int, port: int, timeout_s: float, threads: int | None, fn: Callable, args: tuple,
+           q) -> None:
     try:
-        torch.set_num_threads(1)
+        set_rank_threads(world, threads)
         init_process_group(rank, world, port, timeout_s)
         out = fn(rank, world, *args)
         buf = io.BytesIO()
@@ -46,22 +53,40 @@ def _entry(rank: int, world: int, port: int, timeout_s: float, fn: Callable, arg
             dist.destroy_process_group()
 
 
-def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 60.0) -> list[Any]:
+def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 60.0,
+              threads: int | None = 1) -> list[Any]:
     """fn(rank, world, *args) on `world` processes; returns the results in rank order.
 
-    `fn` must be importable (a module-level function). Raises RuntimeError with the first
-    rank's error when any rank fails.
+    `fn` must be importable (a module-level function). `threads`: intra-op threads per
+    rank (None: executor.threads' share of the cores). Raises RuntimeError with the first
+    rank's error when any rank fails; a failure, a timeout, Ctrl-C or SIGTERM stops every
+    rank (none outlives the caller).
     """
+    for k, v in WAIT_ENV.items():  # read by OpenMP as each rank loads torch
+        os.environ.setdefault(k, v)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, timeout_s, fn, args, q)) for r in range(world)]
-    for p in procs:
-        p.start()
+    procs = [ctx.Process(target=_entry, args=(r, world, port, timeout_s, threads, fn, args, q))
+             for r in range(world)]
+    try:
+        for p in procs:
+            p.start()
+        results, errors = _collect(procs, q, world, timeout_s * 3)
+    except BaseException:  # Ctrl-C, SIGTERM (picasso.cli raises it here): stop them now
+        _stop(procs, grace_s=0.0)
+        raise
+    _stop(procs)
+    if errors:
+        raise RuntimeError(errors[0])
+    return [results[r] for r in range(world)]
+
+
+def _collect(procs: list[Any], q: Any, world: int, wait_s: float) -> tuple[dict[int, Any], list[str]]:
     results: dict[int, Any] = {}
-    errors = []
+    errors: list[str] = []
     reported: set[int] = set()
-    deadline = time.monotonic() + timeout_s * 3
+    deadline = time.monotonic() + wait_s
     while len(reported) < world and time.monotonic() < deadline:
         try:
             rank, status, out = q.get(timeout=0.5)
@@ -78,11 +103,20 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
         else:
             errors.append(f"rank {rank}: {out}")
     if len(reported) < world and not errors:
-        errors.append(f"the ranks did not finish within {timeout_s * 3:.0f} s")
+        errors.append(f"the ranks did not finish within {wait_s:.0f} s")
+    return results, errors
+
+
+def _stop(procs: list[Any], grace_s: float = 10.0) -> None:
+    """Wait for the ranks a grace period, then terminate and, failing that, kill them."""
+    deadline = time.monotonic() + grace_s
     for p in procs:
-        p.join(timeout=10)
+        if p.pid is not None:
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=2.0)
         if p.is_alive():
             p.kill()
-    if errors:
-        raise RuntimeError(errors[0])
-    return [results[r] for r in range(world)]
+            p.join(timeout=2.0)

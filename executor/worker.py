@@ -35,6 +35,8 @@ from executor.batches import (
 )
 from executor.comm import Comm
 from executor.memory import peak_bytes
+from executor.result import RunResult
+from executor.threads import set_rank_threads
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
@@ -92,15 +94,13 @@ def setup(timeout: float) -> tuple[Comm, torch.device]:
 
 
 def predicted_samples_per_s(plan: Plan) -> float | None:
-    """The planner's predicted throughput, from the plan's notes when it left one."""
-    n = plan.notes
-    for key in ("predicted_samples_per_s", "samples_per_s"):
-        if isinstance(n.get(key), (int, float)) and n[key] > 0:
-            return float(n[key])
-    for key in ("predicted_iteration_us", "iteration_us", "predicted_step_us"):
-        if isinstance(n.get(key), (int, float)) and n[key] > 0:
-            return plan.global_batch / (float(n[key]) * 1e-6)
-    return None
+    """The planner's predicted throughput, when the plan carries a prediction."""
+    p = plan.prediction
+    if p is None:
+        return None
+    if p.samples_per_s:
+        return p.samples_per_s
+    return plan.global_batch / (p.iteration_us * 1e-6) if p.iteration_us else None
 
 
 def resumed_batches(open_chunks, global_batch: int, skip: int):
@@ -143,9 +143,7 @@ def _malformed(dataset, bad: BadRows) -> int:
 def run_worker(args: argparse.Namespace) -> dict | None:
     comm, device = setup(args.timeout)
     rank, world = comm.rank, comm.world
-    threads = os.environ.get("OMP_NUM_THREADS")
-    torch.set_num_threads(int(threads) if threads and threads.isdigit() else
-                          max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
+    set_rank_threads(int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     plan = Plan.load(args.plan)
     if world != plan.world_size:
         raise ValueError(f"{args.plan}: the plan is for {plan.world_size} ranks, started with {world}")
@@ -303,6 +301,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "start_step": start_step,
         "samples_per_s": (g * timed / float(tot[0])) if timed and float(tot[0]) > 0 else 0.0,
         "iteration_ms": {k: v * 1e3 for k, v in percentiles(times).items()},
+        "step_ms": [t * 1e3 for t in times],
         "mean_loss": float(tot[1]) / timed if timed else None,
         "last_loss_rank0_share": loss_values[-1] if loss_values else None,
         "op_timing": op_timing,
@@ -346,8 +345,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         result["max_rel_diff"] = verify["max_rel_diff"]
     if args.checkpoint:
         result["checkpoint"] = str(args.checkpoint)
-    if args.result:
-        atomic_write_bytes(Path(args.result), (json.dumps(result, indent=2) + "\n").encode())
+    if args.result:  # the schema checked as it is written (executor.result)
+        atomic_write_bytes(Path(args.result), RunResult.from_dict(result).to_json().encode())
     return result
 
 

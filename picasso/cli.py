@@ -25,13 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"picasso.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"picasso.commands.{name}":
-                raise
-            continue
-        module.register(sub, common)
+        importlib.import_module(f"picasso.commands.{name}").register(sub, common)
     return parser
 
 

@@ -11,8 +11,9 @@ Public entry points (import from the modules; this package imports nothing eager
 - planner.search.search(model, hw, profile=None, batch_size_per_rank=4096, *, access=None,
   time_budget_s=20, top_k=3, micro_batch_options=(1, 2, 4, 8), progress=None) -> SearchResult
   (.plan, .hot_ids, .best, .candidates); planner.search.evaluate(plan, hw, access, engine)
-- planner.baselines.baseline_plan(name, model, world, batch, hw=None, access=None) -> Plan
-  for name in BASELINES = ("naive", "torchrec-like", "dp-hot-only")
+- planner.builders: every plan built without a search: baseline_plan(name, model, world, batch,
+  hw=None, access=None) for name in BASELINES = ("naive", "torchrec-like", "dp-hot-only"),
+  naive_plan, the validation sweep (build_sweep -> [Case]) and random_plan (tests)
 - planner.explain.explain(plan, hw, profile=None, access=None, baselines=BASELINES,
   engine="simpy", evaluation=None) -> Explanation (.to_dict(), .text(), .speedups())
 """

@@ -31,6 +31,7 @@ class DenseOp:
 class DenseCost:
     ops: dict[str, DenseOp]  # "bottom_mlp", "interaction", "top_mlp", "loss"
     feature_width: int  # floats per sample entering the interaction from the tables
+    top_in: int = 0  # floats per sample entering the top MLP
 
     @property
     def params(self) -> int:
@@ -109,7 +110,20 @@ def dense_cost(model: ModelSpec) -> DenseCost:
         top_in = emb_width + model.num_dense
     top = mlp(top_in, model.top_mlp) if model.top_mlp else DenseOp(0.0, 0, 0.0)
     loss = DenseOp(8.0, 0, 4.0)
-    return DenseCost({"bottom_mlp": bottom, "interaction": inter, "top_mlp": top, "loss": loss}, emb_width)
+    return DenseCost({"bottom_mlp": bottom, "interaction": inter, "top_mlp": top, "loss": loss}, emb_width, top_in)
+
+
+def mlp_shapes(model: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(in, out) of every linear layer of the bottom and top MLPs: the GEMMs calibration times."""
+    shapes, w = [], model.num_dense
+    for out in model.bottom_mlp:
+        shapes.append((w, out))
+        w = out
+    w = dense_cost(model).top_in
+    for out in model.top_mlp:
+        shapes.append((w, out))
+        w = out
+    return tuple(shapes)
 
 
 def dense_dtype(model: ModelSpec, hw: Any) -> tuple[str, str | None]:

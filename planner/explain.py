@@ -14,8 +14,8 @@ from typing import Any
 
 from planner import op_names as on
 from planner.access import TableAccess, table_access
-from planner.baselines import BASELINES, baseline_plan
 from planner.bounds import embedding_free_us
+from planner.builders import BASELINES, baseline_plan
 from planner.errors import PlanError
 from planner.memory import gib
 from planner.plan import Plan
@@ -92,7 +92,7 @@ class Explanation:
         plan, k, world = self.plan, self.plan.micro_batches, self.plan.world_size
         access = self.access
         c_a2a, c_ar = byte_costs(self.hw, world) if self.hw is not None else (1.0, 1.0)
-        m = HOT_SCALE_RE.search(str(plan.notes.get("label", "")))
+        m = HOT_SCALE_RE.search(str(plan.provenance.label or ""))
         scale = float(m.group(1)) if m else None
         out = []
         for pack in plan.packs:
@@ -298,14 +298,14 @@ def explain(
     for name in baselines:
         try:
             # the plan may be TorchRec's own already: not planned twice
-            own = name == "torchrec" and plan.notes.get("exchange") == "torchrec"
+            own = name == "torchrec" and plan.exchange == "torchrec"
             bp = plan if own else baseline_plan(name, plan.model, plan.world_size, plan.batch_size_per_rank, hw,
                                                 access)
         except PlanError as exc:
             out[name] = Evaluation(name, plan, None, engine, problem=str(exc))
             continue
         # torchrec-like is scored as TorchRec runs it: one exchange per group of table-wise tables
-        fused = bool(bp.notes.get("fused_exchange"))
+        fused = bp.exchange == "fused"
         out[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name, fuse_table_wise=fused)
         if fused:
             executed[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name)

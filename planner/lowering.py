@@ -21,7 +21,7 @@ Table-row-wise packs exchange hierarchically, as two collectives per exchange: i
 node (`a2a_ids`, group: the node's ranks) and across nodes among the ranks of one local
 index (`a2a_ids_x`), where each node's requests arrive merged (planner.volumes).
 
-A plan with notes["exchange"] == "torchrec" (TorchRec's own plan, planner.torchrec_bridge)
+A plan with exchange == "torchrec" (TorchRec's own plan, planner.torchrec_bridge)
 is lowered as TorchRec executes it: fused per sharding type, every lookup's ID sent, owners
 look up and pool, pooled vectors back (table/column-wise: all-to-all; row-wise: a ring
 reduce-scatter, backward all-gather; table-row-wise: intra-node reduce-scatter then across
@@ -149,7 +149,7 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
 
 def torchrec_exchange(plan: Plan) -> bool:
     """Whether `plan` is scored as TorchRec runs it (see the module docstring)."""
-    return plan.notes.get("exchange") == "torchrec"
+    return plan.exchange == "torchrec"
 
 
 def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = ("table_wise",)) -> list[PackVolumes]:

@@ -166,7 +166,7 @@ def preload_input_bytes(plan: Plan, data_rows: float, steps: int) -> float:
 
 def run_memory(plan: Plan, device_kind: str, input_bytes: float | None = None) -> MemoryReport:
     """The memory report of `plan` as the executor runs it on a `device_kind` ("cpu" or
-    "cuda") device: the plan's hardware and profile from its notes where they still load
+    "cuda") device: the plan's hardware and profile from its provenance where they still load
     (else local-cpu and the Zipf fallback: only capacities and exchange buffers use them)."""
     from dataclasses import replace
     from pathlib import Path
@@ -175,19 +175,20 @@ def run_memory(plan: Plan, device_kind: str, input_bytes: float | None = None) -
     from simulator.hardware import load_hardware
 
     try:
-        hw = load_hardware(plan.hardware or "local-cpu", list(plan.notes.get("hardware_overrides", [])))
+        hw = load_hardware(plan.hardware or "local-cpu", list(plan.provenance.hardware_overrides))
     except (ValueError, OSError):
         hw = load_hardware("local-cpu")
     hw = replace(hw, kind="gpu" if device_kind == "cuda" else "cpu")
     profile = None
-    path = plan.notes.get("profile")
+    path = plan.provenance.profile
     if path and Path(path).exists():
+        from traces.extrapolate import scale_profile
         from traces.profile import AccessProfile
 
         try:
             profile = AccessProfile.load(path)
-            if plan.notes.get("profile_scale_to"):
-                profile = profile.scale_to(int(plan.notes["profile_scale_to"]))
+            if plan.provenance.profile_scale_to:
+                profile = scale_profile(profile, plan.provenance.profile_scale_to)
         except (ValueError, OSError, KeyError):
             profile = None
     access = table_access(plan.model, profile)

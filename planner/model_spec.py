@@ -181,3 +181,12 @@ def _table_from_dict(t: object, where: str) -> TableSpec:
         pooling_factor=fields.real(t.get("pooling_factor", 1.0), f"{where}.pooling_factor", 0.0, 1e6, lo_open=True),
         max_len=fields.integer(t.get("max_len", 1), f"{where}.max_len", 1, MAX_WIDTH),
     )
+
+
+def attribute_groups(model: ModelSpec) -> list[list[TableSpec]]:
+    """Tables grouped by packing attributes (the tables one pack may hold), groups and
+    tables in model order."""
+    groups: dict[tuple, list[TableSpec]] = {}
+    for t in model.tables:
+        groups.setdefault(t.attributes(), []).append(t)
+    return list(groups.values())

@@ -76,6 +76,36 @@ def table_optimizer(plan: Plan, table: TableSpec) -> str:
     return table.optimizer if table.optimizer != "sgd" else plan.optimizer.sparse
 
 
+EXCHANGES = ("per_pack", "fused", "torchrec")
+
+
+@dataclass
+class Provenance:
+    """Where a plan came from. Reports and `picasso simulate`'s defaults read it; training does not."""
+
+    planner: str | None = None  # "picasso.search" for the search's own choice
+    baseline: str | None = None  # naive, torchrec-like, dp-hot-only, torchrec
+    label: str | None = None  # the search candidate it is
+    profile: str | None = None  # the access profile it was planned from (absolute path)
+    profile_scale_to: int | None = None  # ... extrapolated to this many rows
+    row_cap: int | None = None  # tables capped at this many rows
+    hardware_overrides: list[str] = field(default_factory=list)  # --set on top of Plan.hardware
+    access_source: list[str] = field(default_factory=list)  # measured, zipf, ... (planner.access)
+    candidates_scored: int | None = None
+    torchrec: dict[str, Any] | None = None  # TorchRec's planner: sharding types, approximations, planning_s
+
+
+@dataclass
+class Prediction:
+    """What the planner predicted for the plan on Plan.hardware (the run sets its measurement beside it)."""
+
+    iteration_us: float | None = None
+    samples_per_s: float | None = None
+    engine: str | None = None  # simpy or fast
+    fast_iteration_us: float | None = None  # the fast evaluator's figure, when the engine was simpy
+    speedups: dict[str, float | None] = field(default_factory=dict)  # over each baseline
+
+
 @dataclass
 class Plan:
     model: ModelSpec
@@ -89,8 +119,14 @@ class Plan:
     optimizer: OptimizerPlan = field(default_factory=OptimizerPlan)
     hardware: str | None = None  # name of the hardware spec it was planned for
     seed: int = 0
-    notes: dict[str, Any] = field(default_factory=dict)  # planner's explanation, predicted times
+    # how the plan's exchanges are scored: per pack, "fused" (TorchRec-like: the table-wise
+    # packs of a group in one exchange) or "torchrec" (TorchRec's own plan, planner.lowering)
+    exchange: str = "per_pack"
+    provenance: Provenance = field(default_factory=Provenance)
+    prediction: Prediction | None = None
     version: int = PLAN_VERSION
+    # the file it was loaded from (hot IDs are found beside it); not part of the document
+    path: Path | None = field(default=None, compare=False, repr=False)
 
     # ---- derived views -------------------------------------------------------------
     def pack_of(self, table: str) -> PackPlan:
@@ -178,15 +214,21 @@ class Plan:
             raise PlanError("hot_rows are set but hot_ids_file is missing")
         if self.optimizer.sparse not in SPARSE_OPTIMIZERS:
             raise PlanError(f"sparse optimizer {self.optimizer.sparse!r} is not one of {list(SPARSE_OPTIMIZERS)}")
+        if self.exchange not in EXCHANGES:
+            raise PlanError(f"exchange {self.exchange!r} is not one of {list(EXCHANGES)}")
         if self.optimizer.dense not in DENSE_OPTIMIZERS:
             raise PlanError(f"dense optimizer {self.optimizer.dense!r} is not one of {list(DENSE_OPTIMIZERS)}")
 
     # ---- JSON --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("model", "packs", "optimizer")}
+        d = {k: v for k, v in asdict(self).items()
+             if k not in ("model", "packs", "optimizer", "provenance", "prediction", "path")}
         d["model"] = self.model.to_dict()
         d["packs"] = [asdict(p) for p in self.packs]
         d["optimizer"] = asdict(self.optimizer)
+        d["provenance"] = {k: v for k, v in asdict(self.provenance).items() if v not in (None, [])}
+        if self.prediction is not None:
+            d["prediction"] = {k: v for k, v in asdict(self.prediction).items() if v is not None}
         return {"version": self.version, **{k: v for k, v in d.items() if k != "version"}}
 
     @classmethod
@@ -226,14 +268,14 @@ class Plan:
             plan = cls.from_dict(d)
         except PlanError as exc:
             raise PlanError(f"{path}: {exc}") from None
-        plan.notes.setdefault("_path", str(path))
+        plan.path = path
         return plan
 
     def load_hot_ids(self, plan_path: str | os.PathLike | None = None) -> dict[str, np.ndarray]:
         """Hot rows per table (table-local, hottest first), checked against hot_rows."""
         if not self.hot_ids_file:
             return {}
-        base = Path(plan_path or self.notes.get("_path", ".")).parent
+        base = Path(plan_path or self.path or ".").parent
         f = base / self.hot_ids_file
         ids = read_hot_ids(f)
         out = {}
@@ -278,7 +320,14 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
 MAX_WORLD = 1 << 20
 MAX_BATCH = 1 << 26
 KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
-                "micro_batches", "kernel_interleaving", "optimizer", "hardware", "seed", "notes")
+                "micro_batches", "kernel_interleaving", "optimizer", "hardware", "seed", "exchange", "provenance",
+                "prediction", "notes")
+# plan files written before Provenance and Prediction kept both in a free-form "notes" object:
+# its keys, read into the typed fields (others, such as "_path", never described the plan)
+NOTE_PROVENANCE = ("planner", "baseline", "label", "profile", "profile_scale_to", "row_cap", "hardware_overrides",
+                   "access_source", "candidates_scored", "torchrec")
+NOTE_PREDICTION = {"predicted_iteration_us": "iteration_us", "predicted_samples_per_s": "samples_per_s",
+                   "predicted_engine": "engine", "fast_iteration_us": "fast_iteration_us", "speedups": "speedups"}
 
 
 def _plan_from_dict(d: object) -> Plan:
@@ -296,6 +345,14 @@ def _plan_from_dict(d: object) -> Plan:
     if unknown:
         raise FieldError(f"field optimizer.{unknown[0]}: unknown; known: {list(OptimizerPlan.__dataclass_fields__)}")
     dflt = OptimizerPlan()
+    if "notes" in d and ({"exchange", "provenance", "prediction"} & set(d)):
+        raise FieldError("field notes: an old plan's notes beside exchange/provenance/prediction; keep one")
+    if "notes" in d:
+        exchange, prov, pred = _legacy_notes(d)
+    else:
+        exchange = fields.text(d.get("exchange", "per_pack"), "exchange", EXCHANGES)
+        prov = dict(fields.mapping(d.get("provenance", {}), "provenance"))
+        pred = d.get("prediction")
     hot = fields.mapping(d.get("hot_rows", {}), "hot_rows")
     hot_file = d.get("hot_ids_file")
     hardware = d.get("hardware")
@@ -318,7 +375,61 @@ def _plan_from_dict(d: object) -> Plan:
         ),
         hardware=None if hardware is None else fields.text(hardware, "hardware"),
         seed=fields.integer(d.get("seed", 0), "seed", 0, (1 << 63) - 1),
-        notes=dict(fields.mapping(d.get("notes", {}), "notes")),
+        exchange=exchange,
+        provenance=_provenance(prov),
+        prediction=None if pred is None else _prediction(pred),
+    )
+
+
+def _legacy_notes(d: dict) -> tuple[str, dict, dict | None]:
+    """(exchange, provenance, prediction) of a plan written with a "notes" object instead."""
+    notes = fields.mapping(d["notes"], "notes")
+    exchange = ("torchrec" if notes.get("exchange") == "torchrec" else
+                "fused" if notes.get("fused_exchange") is True else "per_pack")
+    prov = {k: notes[k] for k in NOTE_PROVENANCE if notes.get(k) is not None}
+    pred = {new: notes[old] for old, new in NOTE_PREDICTION.items() if notes.get(old) is not None}
+    return exchange, prov, pred or None
+
+
+def _provenance(d: dict) -> Provenance:
+    unknown = sorted(set(d) - set(Provenance.__dataclass_fields__))
+    if unknown:
+        raise FieldError(f"field provenance.{unknown[0]}: unknown; known: {list(Provenance.__dataclass_fields__)}")
+
+    def opt(key: str, check: Any) -> Any:
+        return None if d.get(key) is None else check(d[key], f"provenance.{key}")
+
+    return Provenance(
+        planner=opt("planner", fields.text), baseline=opt("baseline", fields.text), label=opt("label", fields.text),
+        profile=opt("profile", fields.text), profile_scale_to=opt("profile_scale_to", fields.integer),
+        row_cap=opt("row_cap", fields.integer),
+        hardware_overrides=[fields.text(x, "provenance.hardware_overrides")
+                            for x in fields.sequence(d.get("hardware_overrides", []), "provenance.hardware_overrides")],
+        access_source=[fields.text(x, "provenance.access_source")
+                       for x in fields.sequence(d.get("access_source", []), "provenance.access_source")],
+        candidates_scored=opt("candidates_scored", fields.integer),
+        torchrec=None if d.get("torchrec") is None else dict(fields.mapping(d["torchrec"], "provenance.torchrec")),
+    )
+
+
+def _prediction(d: object) -> Prediction:
+    fields.mapping(d, "prediction")
+    unknown = sorted(set(d) - set(Prediction.__dataclass_fields__))
+    if unknown:
+        raise FieldError(f"field prediction.{unknown[0]}: unknown; known: {list(Prediction.__dataclass_fields__)}")
+
+    def num(key: str) -> float | None:
+        v = d.get(key)
+        return None if v is None else fields.real(v, f"prediction.{key}", 0.0, float("inf"))
+
+    speedups = fields.mapping(d.get("speedups", {}), "prediction.speedups")
+    return Prediction(
+        iteration_us=num("iteration_us"), samples_per_s=num("samples_per_s"),
+        engine=None if d.get("engine") is None else fields.text(d["engine"], "prediction.engine"),
+        fast_iteration_us=num("fast_iteration_us"),
+        speedups={fields.text(k, "prediction.speedups"):
+                  None if v is None else fields.real(v, f"prediction.speedups.{k}", 0.0, float("inf"))
+                  for k, v in speedups.items()},
     )
 
 

@@ -33,13 +33,12 @@ from typing import Any
 import numpy as np
 
 from planner.access import TableAccess, table_access
-from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
-from planner.model_spec import ModelSpec, TableSpec
+from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.op_names import op_class
-from planner.plan import PackPlan, Plan, model_optimizer
-from planner.volumes import ID_BYTES, STATE_BYTES
+from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer
+from planner.volumes import ID_BYTES, STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
 
 MICRO_BATCHES = (1, 2, 4, 8)
@@ -351,11 +350,9 @@ def search(
     # Plan.save(path, hot_ids=result.hot_ids) names the real file; until then a placeholder
     plan.hot_ids_file = "hot.npz" if plan.hot_rows else None
     fast_us = seen[_plan_key(plan)].iteration_us
-    plan.notes.update({
-        "planner": "picasso.search", "label": chosen.label, "predicted_iteration_us": chosen.iteration_us,
-        "predicted_engine": chosen.engine, "fast_iteration_us": fast_us,
-        "candidates_scored": len(log), "access_source": sorted({a.source for a in access.values()}),
-    })
+    plan.provenance = Provenance(planner="picasso.search", label=chosen.label, candidates_scored=len(log),
+                                 access_source=sorted({a.source for a in access.values()}))
+    plan.prediction = Prediction(iteration_us=chosen.iteration_us, engine=chosen.engine, fast_iteration_us=fast_us)
     return SearchResult(plan, hot_ids, chosen, log, time.perf_counter() - t0)
 
 
@@ -370,7 +367,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
                     pack.hot_sync)
            for j, names in enumerate(parts)]
     packs = [replace(p) for p in plan.packs[:i]] + new + [replace(p) for p in plan.packs[i + 1:]]
-    return replace(plan, packs=packs, notes={})
+    return replace(plan, packs=packs)
 
 
 def _plan_key(plan: Plan) -> str:
@@ -414,5 +411,5 @@ def _with_pack(plan: Plan, i: int, sharding: str, access: dict[str, TableAccess]
     if sharding == "replicated":
         for t in p.tables:
             hot.pop(t, None)  # a replicated pack is all hot already
-    new = replace(plan, packs=packs, hot_rows=hot, notes={})
+    new = replace(plan, packs=packs, hot_rows=hot)
     return new

@@ -11,7 +11,7 @@ TorchRec sharding plan, per table::
   `meta` with a `Topology` built from the hardware spec, and converts its ShardingPlan.
 - `plan_from_torchrec(...)`: neutral form -> picasso Plan. Tables of one attribute group
   and one placement become one pack per (sharding, ranks), as TorchRec fuses them into one
-  lookup kernel; the plan is scored as TorchRec runs it (notes["exchange"] = "torchrec").
+  lookup kernel; the plan is scored as TorchRec runs it (Plan.exchange == "torchrec").
 - `torchrec_sharding(plan)`: picasso Plan -> neutral form plus the list of what TorchRec
   cannot express (`picasso export --torchrec`).
 
@@ -30,7 +30,7 @@ from typing import Any
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
-from planner.plan import PackPlan, Plan, model_optimizer
+from planner.plan import PackPlan, Plan, Provenance, model_optimizer
 
 INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see README, "
                 "'TorchRec baseline')")
@@ -150,7 +150,7 @@ def torchrec_plan(model: ModelSpec, hw: Any, batch: int, access: dict[str, Table
     """TorchRec's plan for `model` on `hw` as a picasso Plan (see the module docstring)."""
     neutral, seconds = run_torchrec_planner(model, hw, batch, access)
     plan = plan_from_torchrec(model, hw.world_size, batch, neutral, getattr(hw, "name", None))
-    plan.notes["torchrec"]["planning_s"] = round(seconds, 3)
+    plan.provenance.torchrec["planning_s"] = round(seconds, 3)
     return plan
 
 
@@ -159,7 +159,7 @@ def torchrec_plan(model: ModelSpec, hw: Any, batch: int, access: dict[str, Table
 
 def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[str, dict],
                        hw_name: str | None = None) -> Plan:
-    """A picasso Plan with TorchRec's per-table choices; notes list what was approximated."""
+    """A picasso Plan with TorchRec's per-table choices; its provenance lists what was approximated."""
     missing = [t for t in model.table_names if t not in neutral]
     if missing:
         raise PlanError(f"TorchRec plan: no sharding for table(s) {', '.join(missing)}")
@@ -200,8 +200,8 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
         packs.append(PackPlan(f"tr{i}_{sharding}", names, sharding, ranks, placement))
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
                 optimizer=model_optimizer(model),
-                notes={"baseline": "torchrec", "exchange": "torchrec",
-                       "torchrec": {"sharding_types": dict(kinds), "approximations": approx}})
+                exchange="torchrec", provenance=Provenance(
+                    baseline="torchrec", torchrec={"sharding_types": dict(kinds), "approximations": approx}))
     plan.validate()
     return plan
 

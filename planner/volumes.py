@@ -28,6 +28,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.access import TableAccess
+from planner.model_spec import TableSpec
 from planner.plan import PackPlan, Plan, table_optimizer
 from traces.coverage import presence
 
@@ -283,3 +284,8 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         node_unique=max(p.node_unique for p in packs), gpus_per_node=first.gpus_per_node, owned_width=owned,
         update_rows=None if first.update_rows is None else sum(p.update_rows for p in packs),
     )
+
+
+def table_cost(t: TableSpec, acc: TableAccess, world: int, batch: int) -> float:
+    """Bytes an owner moves per step for table t: distinct rows requested by every rank, ids and rows."""
+    return world * acc.distinct(batch * acc.pooling) * (t.bytes_per_row + ID_BYTES)

@@ -784,7 +784,7 @@ STEP_GAP = "stepgap"  # efficiency["stepgap"]: host time per step outside every 
 def fit_host_gaps(hw: Any, runs: Sequence[tuple[int, float, float]]) -> tuple[Any, dict[str, Any]]:
     """The host time no op's timing holds, measured on executed plans: `runs` = (world
     size, compute ops per rank and step, median untimed host time per rank and step, us;
-    picasso.workflows.validate.host_gap). Modelled as a fixed part per step plus a part per
+    simulator.measured.host_gap). Modelled as a fixed part per step plus a part per
     op (the Python between two ops): gap = g0 + g1 * ops. g1 (us per op) is fitted on all
     runs, from the spread of op counts within each world size (the interpreter runs the
     same code at every world size); g0 per world size (what runs outside the ops each

@@ -7,8 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.timeline import _atomic_write_text
-
 
 @dataclass
 class SweepResult:
@@ -31,7 +29,10 @@ class SweepResult:
         return fig
 
     def save_html(self, path: str | os.PathLike) -> None:
-        _atomic_write_text(path, self.figure().to_html(include_plotlyjs=True, full_html=True))
+        from simulator.report import Section, table_html, write_page
+
+        rows = [{self.param: v, self.metric: m} for v, m in zip(self.values, self.metrics)]
+        write_page(path, f"{self.metric} vs {self.param}", [Section("Sweep", table_html(rows), [self.figure()])])
 
 
 def _metric_of(out: Any, metric: str) -> float:

@@ -9,10 +9,10 @@ import torch
 
 from executor.comm import Comm
 from executor.lowp import VERIFY_TOL_16, VERIFY_TOL_FP32
-from executor.plans import random_plan
 from executor.spawn import run_ranks
 from executor.trainer import Trainer
 from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare
+from planner.builders import random_plan
 from planner.model_spec import DTYPES, ModelSpec, TableSpec
 from planner.plan import OptimizerPlan
 

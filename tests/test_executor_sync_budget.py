@@ -22,11 +22,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from executor import kernels
 from executor.comm import Comm
-from executor.plans import random_plan
 from executor.spawn import run_ranks
 from executor.timing import OpTimer
 from executor.trainer import Trainer
 from executor.verify import local_rows, synthetic_global_batches
+from planner.builders import random_plan
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
 

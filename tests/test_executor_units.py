@@ -175,8 +175,8 @@ def test_loss_log_stops_on_the_first_non_finite_step():
 
 def test_diverging_run_exits_nonzero_naming_the_step(tmp_path, capsys):
     """A learning rate that blows the loss up ends the run with one line, not a NaN result."""
-    from executor.plans import naive_plan
     from executor.worker import main
+    from planner.builders import naive_plan
     from planner.model_spec import ModelSpec, TableSpec
     from planner.plan import OptimizerPlan
 

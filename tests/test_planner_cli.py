@@ -37,7 +37,7 @@ def test_plan_explain_text_and_baseline(tmp_path, capsys):
     assert main(["plan", "--model", "dlrm-criteo-kaggle", *CPU, "--row-cap", "100", "--batch-size", "16",
                  "--baseline", "naive", "-o", str(tmp_path / "n.json")]) == 0
     capsys.readouterr()
-    assert Plan.load(tmp_path / "n.json").notes["baseline"] == "naive"
+    assert Plan.load(tmp_path / "n.json").provenance.baseline == "naive"
 
 
 def test_simulate_what_if_sweep_and_trace(tmp_path, capsys):

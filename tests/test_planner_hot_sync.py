@@ -71,4 +71,4 @@ def test_search_records_a_choice():
             pv = lower(res.plan, hw(), access=acc).packs[[q.name for q in packs].index(p.name)]
             c = hot_sync_costs(res.plan, pv, hw())
             assert p.hot_sync == min(c, key=c.get), (p.name, c)
-    assert np.isfinite(res.plan.notes["predicted_iteration_us"])
+    assert np.isfinite(res.plan.prediction.iteration_us)

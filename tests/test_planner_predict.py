@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from executor.plans import naive_plan
 from planner.access import table_access
+from planner.builders import naive_plan
 from planner.model_spec import ModelSpec, TableSpec
 from simulator.hardware import load_hardware
 
@@ -24,8 +24,8 @@ def refined_spec(path) -> None:
 
 @pytest.mark.parametrize("engine", ["fast", "simpy"])
 def test_simulate_with_a_refined_spec_gives_validates_prediction(tmp_path, engine):
-    from picasso.workflows.validate import predict_tagged
     from planner.search import evaluate
+    from validation.compare import predict_tagged
 
     m = ModelSpec("u", "dlrm", 13, tuple(TableSpec(f"C{i + 1}", n, 8) for i, n in enumerate([500, 40, 3000])),
                   bottom_mlp=(16, 8), top_mlp=(16, 1))

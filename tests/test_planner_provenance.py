@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from picasso.cli import main
-from picasso.commands.simulate import load_inputs
+from planner.inputs import load_inputs
 from planner.model_spec import ModelSpec
 from planner.presets import PRESETS, get_model
 from traces.profile import profile_file

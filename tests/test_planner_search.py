@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from planner.access import table_access
-from planner.baselines import BASELINES, baseline_plan
+from planner.builders import BASELINES, baseline_plan
 from planner.errors import PlanError
 from planner.explain import explain
 from planner.plan import Plan
@@ -24,7 +24,7 @@ def test_search_is_deterministic_and_beats_baselines(kaggle_p2res):
     m, hw, res = kaggle_p2res
     again = search(m, hw, batch_size_per_rank=4096)
     a, b = res.plan.to_dict(), again.plan.to_dict()
-    a["notes"].pop("fast_iteration_us"), b["notes"].pop("fast_iteration_us")
+    a["prediction"].pop("fast_iteration_us"), b["prediction"].pop("fast_iteration_us")
     assert a == b
     assert all(np.array_equal(res.hot_ids[t], again.hot_ids[t]) for t in res.hot_ids)
     ex = explain(res.plan, hw, evaluation=res.best)
@@ -76,7 +76,7 @@ def test_baselines_are_valid_runnable_plans(name, tmp_path):
     plan = baseline_plan(name, m, 2, 64, hw)
     plan.save(tmp_path / "b.json")
     back = Plan.load(tmp_path / "b.json")
-    assert back.notes["baseline"] == name and not back.hot_rows
+    assert back.provenance.baseline == name and not back.hot_rows
     assert evaluate(back, hw, table_access(m), "fast").iteration_us > 0
     if name == "naive":
         assert [p.ranks for p in back.packs[:3]] == [[0], [1], [0]] and all(len(p.tables) == 1 for p in back.packs)
@@ -107,7 +107,7 @@ def test_torchrec_like_is_scored_with_a_fused_exchange():
     hw = load_hardware("p2res-v100")
     acc = table_access(m)
     plan = baseline_plan("torchrec-like", m, hw.world_size, 4096, hw, acc)
-    assert plan.notes["fused_exchange"]
+    assert plan.exchange == "fused"
     fused = evaluate(plan, hw, acc, "fast", fuse_table_wise=True)
     apart = evaluate(plan, hw, acc, "fast")
     tw = [p for p in plan.packs if p.sharding == "table_wise"]

@@ -51,8 +51,8 @@ def test_plan_larger_than_the_machine_is_refused_before_any_rank(setup, capsys, 
 
 
 def test_verify_states_its_cost_and_refuses_rather_than_being_killed(setup, capsys, monkeypatch):
+    from executor import run_memory
     from executor.reference import reference_bytes
-    from picasso.workflows import run_memory
 
     plan = Plan.load(setup / "plan.json")
     pred = run_memory.predicted_peaks(plan, "cpu", str(setup / "data.tsv"), "criteo", False, 3, verify=False)

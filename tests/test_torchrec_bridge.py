@@ -49,7 +49,7 @@ def test_round_trip_every_sharding_type():
     assert neutral["C6"]["shards"] == [[0, 0, 32, 8, 2], [32, 0, 32, 8, 3]]
     back = plan_from_torchrec(plan.model, plan.world_size, plan.batch_size_per_rank, neutral)
     assert shardings(back) == shardings(plan)
-    assert back.notes["exchange"] == "torchrec"
+    assert back.exchange == "torchrec"
     assert any("packed into one table" in x for x in lost)  # rw packs two tables
 
 
@@ -75,7 +75,7 @@ def test_import_groups_fused_tables_and_lists_approximations():
     by = {tuple(p.tables): p for p in plan.packs}
     assert by[("C1", "C2")].sharding == "table_wise" and by[("C1", "C2")].ranks == [0]
     assert by[("C6",)].placement == "host" and by[("C4",)].ranks == [0]
-    approx = " | ".join(plan.notes["torchrec"]["approximations"])
+    approx = " | ".join(plan.provenance.torchrec["approximations"])
     assert "table_column_wise" in approx and "fused_uvm_caching" in approx
     with pytest.raises(PlanError, match="no sharding for table"):
         plan_from_torchrec(m, 2, 16, {k: v for k, v in neutral.items() if k != "C3"})
@@ -86,7 +86,7 @@ def test_import_groups_fused_tables_and_lists_approximations():
 def test_absent_torchrec_is_one_line(monkeypatch):
     import builtins
 
-    from planner.baselines import baseline_plan
+    from planner.builders import baseline_plan
     from simulator.hardware import load_hardware
 
     real = builtins.__import__
@@ -140,7 +140,7 @@ def test_torchrec_execution_pipelines_the_input_exchange():
     from planner.lowering import lower
 
     plan = every_sharding_plan()
-    plan.notes["exchange"] = "torchrec"
+    plan.exchange = "torchrec"
     lo = lower(plan, hw4(), access=table_access(plan.model))
     names = {o.name: o for o in lo.ops}
     ids = [o for o in lo.ops if o.name.endswith("/a2a_ids")]
@@ -215,7 +215,7 @@ def test_table_row_wise_matches_reference(world):
 @needs_torchrec
 def test_torchrec_planner_plan_converts_and_round_trips():
     from planner.access import table_access
-    from planner.baselines import baseline_plan
+    from planner.builders import baseline_plan
     from planner.search import evaluate
     from planner.torchrec_bridge import describe_sharding_plan, to_torchrec_objects
     from simulator.hardware import load_hardware
@@ -226,7 +226,7 @@ def test_torchrec_planner_plan_converts_and_round_trips():
     hw = load_hardware("dgx-h100", ["nodes=2", "gpus_per_node=4"])
     acc = table_access(m)
     plan = baseline_plan("torchrec", m, 8, 1024, hw, acc)
-    assert plan.notes["exchange"] == "torchrec" and plan.notes["torchrec"]["planning_s"] > 0
+    assert plan.exchange == "torchrec" and plan.provenance.torchrec["planning_s"] > 0
     assert evaluate(plan, hw, acc).iteration_us > 0
     neutral, _ = torchrec_sharding(plan)
     constraints, sp = to_torchrec_objects(neutral, 4)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from traces.extrapolate import ZipfMandelbrotFit, validation_errors, write_row_sample
+from traces.extrapolate import ZipfMandelbrotFit, scale_profile, validation_errors, write_row_sample
 from traces.profile import AccessProfile, profile_file
 from traces.synth import ZipfSampler, generate_criteo
 
@@ -50,7 +50,7 @@ def test_synthetic_sample_predicts_whole(synthetic):
 
 def test_scaled_profile_is_usable(synthetic, tmp_path):
     full, sub = synthetic
-    big = sub.scale_to(full.rows)
+    big = scale_profile(sub, full.rows)
     f, g = full.features["C3"], big.features["C3"]
     assert g.extrapolated_to == full.rows and not g.exact and g.model["kind"] == "zipf-mandelbrot"
     assert g.hot_ids(10).tolist() == sub.features["C3"].ids[:10].tolist()
@@ -98,8 +98,8 @@ def test_sketched_sample_extrapolates_like_exact(synthetic, tmp_path):
     exact = subset(profile_file(sub_path, "criteo"), ["C3"])
     sk = subset(profile_file(sub_path, "criteo", exact_cap=2000), ["C3"])
     assert exact.features["C3"].exact and not sk.features["C3"].exact
-    a = exact.scale_to(full.rows).features["C3"]
-    b = sk.scale_to(full.rows).features["C3"]
+    a = scale_profile(exact, full.rows).features["C3"]
+    b = scale_profile(sk, full.rows).features["C3"]
     assert b.model["kind"] == "zipf-mandelbrot"
     assert b.distinct == pytest.approx(a.distinct, rel=0.1)
     assert b.coverage(0.01) == pytest.approx(a.coverage(0.01), abs=0.03)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from picasso.cli import main
 from traces.errors import TraceError
+from traces.extrapolate import scale_profile
 from traces.profile import AccessProfile, profile_file
 from traces.readers import open_reader
 from traces.sniff import parse_sep
@@ -256,13 +257,13 @@ def test_cardinality_caps_extrapolation(tmp_path, card, seen, seed):
     p = tmp_path / "d.csv"
     p.write_text("click,item,other\n" + "".join(f"0,{v},{i}\n" for i, v in enumerate(vals)))
     prof = profile_file(p, "csv")
-    big = prof.scale_to(len(vals) * 5000, cardinality={"item": card})
+    big = scale_profile(prof, len(vals) * 5000, cardinality={"item": card})
     f = big.features["item"]
     assert f.distinct <= card and f.model["cardinality"] == card
     assert big.features["other"].distinct > card  # uncapped: grows
     assert any("extrapolating 5,000x" in w for w in big.meta["warnings"])
     with pytest.raises(TraceError, match="no feature 'nope'"):
-        prof.scale_to(100, cardinality={"nope": 3})
+        scale_profile(prof, 100, cardinality={"nope": 3})
 
 
 def test_analyze_cardinality_flag(tmp_path, capsys):

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from picasso.workflows.sweep import build_sweep
-from picasso.workflows.validate import mean_op_durations, op_class, predict
+from planner.builders import build_sweep
+from planner.op_names import op_class
+from simulator.measured import mean_op_durations
+from validation.compare import predict
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +216,7 @@ def test_host_gaps_fitted_per_step_and_per_op(setup):
 def test_queued_collectives_count_from_when_the_lane_is_free():
     """Three exchanges launched at once run one after another: the second and third wait in
     the queue, and only their own run counts as their duration."""
-    from picasso.workflows.validate import host_gap, service_durations
+    from simulator.measured import host_gap, service_durations
     from simulator.timeline import Timeline
 
     tl = Timeline()

@@ -122,7 +122,7 @@ def test_spec_carries_per_world_factors(tmp_path):
 
 @pytest.mark.dist
 def test_microbenchmarks_run_in_two_gloo_ranks():
-    from picasso.workflows.microbench import run_microbenchmarks
+    from executor.microbench import run_microbenchmarks
 
     samples = run_microbenchmarks(2, quick=True, timeout_s=120)
     kinds = {s["kind"] for s in samples}

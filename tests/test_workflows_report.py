@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import os
 import struct
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
-from picasso.workflows.browser import ERROR_MARK, find_chromium, open_in_chromium
-from picasso.workflows.report import (
+from simulator.browser import ERROR_MARK, find_chromium, open_in_chromium
+from simulator.export import timeline_figure
+from simulator.report import (
     Section,
     bar_figure,
     coverage_figure,
-    gantt_figure,
     render,
     scatter_figure,
     table_html,
@@ -41,7 +40,7 @@ def small_page() -> str:
     tl.add(1, "comm", "fwd/pack0/a2a_ids", 50, 80, bytes_per_rank=4096)
     secs = [
         Section("coverage", figures=[coverage_figure({"C1": ([0.001, 0.1, 1.0], [0.3, 0.8, 1.0])}, "c")]),
-        Section("timelines", figures=[gantt_figure(tl, "simulated"), gantt_figure(tl, "measured")]),
+        Section("timelines", figures=[timeline_figure(tl, "simulated"), timeline_figure(tl, "measured")]),
         Section("scatter <&>", html=table_html([{"plan": "a<b", "ms": 1.5}]),
                 figures=[scatter_figure([{"name": "p", "measured_us": 1000, "predicted_us": 1100}], "s"),
                          bar_figure(["naive"], {"predicted": [2.0], "measured": [1.8]}, "b", "x")]),
@@ -98,11 +97,12 @@ def test_browser_renders_a_small_report(tmp_path):
 def test_demo_report_opens_without_javascript_errors(tmp_path):
     """The whole demo (synth -> ... -> validate) writes a report that renders cleanly."""
     need_chromium()
-    from picasso.workflows.demo import run_demo
+    from validation.demo import DemoConfig, run_demo
 
     out = tmp_path / "demo"
-    args = Namespace(out=str(out), rows=60_000, seed=0, row_cap=20_000, batch=256, steps=4, plans=4, json=True)
-    assert run_demo(args) == 0
+    summary = run_demo(DemoConfig(out=str(out), rows=60_000, seed=0, row_cap=20_000, batch=256, steps=4, plans=4,
+                                  repeats=1, quiet=True))
+    assert summary["report"] == str(out / "report.html")
     report = out / "report.html"
     assert report.is_file()
     page = report.read_text()

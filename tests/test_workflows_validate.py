@@ -7,18 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from picasso.workflows.sweep import build_sweep
-from picasso.workflows.validate import (
-    compare,
-    dominant_ops,
-    drop_warmup,
-    load_timeline,
-    mean_op_durations,
-    predict,
-    step_times_us,
-    summary,
-)
+from planner.builders import build_sweep
+from simulator.measured import drop_warmup, load_timeline, mean_op_durations, step_times_us
 from simulator.timeline import Timeline
+from validation.compare import compare, dominant_ops, predict, summary
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +67,7 @@ def test_sweep_includes_the_planners_choice(setup):
     model, access, hw = setup
     cases = build_sweep(model, access, hw_for(hw), n_plans=2, worlds=(2,), batches=(256,))
     assert cases[0].knobs["recipe"] == "planner"
-    assert cases[0].plan.notes.get("planner") == "picasso.search"
+    assert cases[0].plan.provenance.planner == "picasso.search"
 
 
 def test_summary_mape_and_spearman():
@@ -122,8 +114,9 @@ def test_chrome_trace_reads_back_as_a_timeline(tmp_path):
 
 
 def test_compare_reports_dominant_op_errors(setup):
-    from picasso.workflows.sweep import Case
-    from picasso.workflows.validate import Measured, Predicted
+    from planner.builders import Case
+    from validation.compare import Predicted
+    from validation.measure import Measured
 
     model, access, hw = setup
     case = build_sweep(model, access, hw_for(hw), n_plans=1, include_planner=False)[0]
@@ -177,7 +170,7 @@ def test_refine_recovers_known_factors(setup):
 def test_op_class_fit_recovers_known_coefficients(setup):
     """Per-op-class fixed costs and rate factors set on a 'true' machine are recovered
     from op timings of simulated runs, and predict held-out plans' iterations."""
-    from picasso.workflows.validate import op_class
+    from planner.op_names import op_class
     from simulator.calibration import fit_op_classes, refine_iterations, spec_for_world, tag_op_classes
     from simulator.engine import simulate
     from simulator.hardware import HardwareSpec
@@ -213,7 +206,7 @@ def test_collective_wait_for_compute_is_recovered(setup):
     """Collectives that wait for the slowest rank in proportion to the compute before them
     (w{n}.collwait on a 'true' machine) are fitted back per world size, and the fitted model
     predicts held-out plans' iterations; without the term a pure size model cannot."""
-    from picasso.workflows.validate import op_class
+    from planner.op_names import op_class
     from simulator.calibration import COLL_WAIT, fit_op_classes, spec_for_world, tag_op_classes
     from simulator.engine import simulate
     from simulator.hardware import HardwareSpec
@@ -252,7 +245,7 @@ def test_collective_wait_for_compute_is_recovered(setup):
 
 
 def test_timed_steps_grow_with_short_predicted_steps():
-    from picasso.workflows.validate import timed_steps_for
+    from validation.measure import timed_steps_for
 
     assert timed_steps_for(20_000.0, 8, 1.0, 40) == 40  # 50 wanted, capped
     assert timed_steps_for(50_000.0, 8, 1.0, 40) == 20
@@ -264,7 +257,8 @@ def test_timed_steps_grow_with_short_predicted_steps():
 def test_passes_merge_without_mixing_their_steps():
     """Two runs of one plan: the iteration is the mean of their medians, and op durations
     and host gaps count every timed step of both, each run's steps kept apart."""
-    from picasso.workflows.validate import Measured, host_gap, merge_passes
+    from simulator.measured import host_gap
+    from validation.measure import Measured, merge_passes
 
     def run(step_us: float, op_us: float) -> Measured:
         tl = Timeline()
@@ -272,7 +266,7 @@ def test_passes_merge_without_mixing_their_steps():
             t0 = s * step_us
             tl.add(0, "compute", "fwd/dense/top_mlp", t0, op_us, step=s)
             tl.add(0, "comm", "bwd/dense/allreduce", t0 + op_us, 10.0, step=s)
-        return Measured(step_us, 1.0, mean_op_durations(tl), tl, {"timed_steps": 3})
+        return Measured(step_us, 1.0, mean_op_durations(tl), tl, timed_steps=3)
 
     a, b = run(100.0, 40.0), run(300.0, 80.0)
     m = merge_passes([a, b])
@@ -285,8 +279,9 @@ def test_passes_merge_without_mixing_their_steps():
 
 
 def test_unfitted_classes_name_what_the_fit_never_ran_at_that_world(setup):
-    from picasso.workflows.validate import op_class, unfitted_classes
     from planner.lowering import lower
+    from planner.op_names import op_class
+    from validation.compare import unfitted_classes
 
     model, access, hw = setup
     case = build_sweep(model, access, hw_for(hw), n_plans=6, worlds=(2,), batches=(256,), include_planner=False)[1]
@@ -300,3 +295,38 @@ def test_unfitted_classes_name_what_the_fit_never_ran_at_that_world(setup):
     assert "fwd/dense/top_mlp" in unfitted_classes(graph, 4, fitted)  # fitted at 2 ranks only
     every = {c: {"worlds": {"2": {}}} for c in classes | {"comm#collective"}}
     assert unfitted_classes(graph, 2, every) == []
+
+
+@pytest.mark.dist
+def test_a_measured_run_is_the_executors_typed_result(tmp_path):
+    """validate measures through executor.launch's RunResult, not the stdout of a child command."""
+    from executor.result import RunResult
+    from planner.plan import PackPlan, Plan
+    from planner.presets import get_model
+    from traces.synth import generate_criteo
+    from validation.measure import run_measured
+
+    generate_criteo(tmp_path / "data.tsv", 400, seed=0)
+    m = get_model("dlrm-criteo-kaggle").with_row_cap(200)
+    plan = Plan(m, 1, 32, [PackPlan("p0", m.table_names, "row_wise")])
+    plan.save(tmp_path / "plan.json")
+    got = run_measured(tmp_path / "plan.json", str(tmp_path / "data.tsv"), "criteo", 1, 3, 1, tmp_path)
+    assert isinstance(got.result, RunResult) and got.result.timed_steps == 3 == got.timed_steps
+    assert got.iteration_us == got.result.iteration_us() > 0 and len(got.result.step_ms) == 3
+    assert got.samples_per_s == got.result.samples_per_s and "fwd/p0/pool" in got.op_us
+
+
+def test_workflow_parameters_are_checked_dataclasses():
+    from validation.calibrate import CalibrateConfig
+    from validation.demo import DemoConfig
+    from validation.validate import ValidateConfig
+
+    ValidateConfig(data="d.tsv").check()
+    with pytest.raises(ValueError, match="--fit-plans"):
+        ValidateConfig(data="d.tsv", plans=5, fit_plans=5).check()
+    with pytest.raises(ValueError, match="--max-steps"):
+        ValidateConfig(data="d.tsv", steps=9, max_steps=8).check()
+    with pytest.raises(ValueError, match="--nproc"):
+        CalibrateConfig(nproc=0).check()
+    with pytest.raises(ValueError, match="--row-cap"):
+        DemoConfig(row_cap=0).check()

@@ -21,7 +21,8 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import pdtr
 
-from traces.profile import FeatureProfile
+from traces.errors import TraceError
+from traces.profile import AccessProfile, FeatureProfile
 
 HEAD_MIN = 10  # sightings from which an ID's empirical share is trusted
 EXACT_RANKS = 64
@@ -271,7 +272,7 @@ def write_row_sample(src, dst, fraction: float, seed: int = 0) -> int:
 
 def validation_errors(full, sample, fractions=(0.01, 0.1)) -> list[dict]:
     """Per feature: predicted (from `sample` scaled to full.rows) vs actual distinct and coverage."""
-    pred = sample.scale_to(full.rows)
+    pred = scale_profile(sample, full.rows)
     out = []
     for name, f in full.features.items():
         g = pred.features[name]
@@ -290,3 +291,21 @@ def validation_errors(full, sample, fractions=(0.01, 0.1)) -> list[dict]:
         rec["model"] = (g.model or {}).get("kind")
         out.append(rec)
     return out
+
+
+def scale_profile(profile: AccessProfile, rows: int, cardinality: dict[str, int] | None = None) -> AccessProfile:
+    """`profile` (an AccessProfile) extrapolated to `rows` rows.
+
+    `cardinality`: known numbers of values per feature (caps); meta["warnings"] gains
+    what makes the result doubtful (a large scale factor, a fit that passed a cap).
+    """
+    caps = cardinality or {}
+    unknown = sorted(set(caps) - set(profile.features))
+    if unknown:
+        raise TraceError(f"--cardinality: no feature {unknown[0]!r} in the profile "
+                         f"(features: {', '.join(list(profile.features)[:8])}...)")
+    feats = {n: scale_feature(f, rows, caps.get(n)) for n, f in profile.features.items()}
+    meta = dict(profile.meta, extrapolated_from_rows=profile.rows)
+    meta["warnings"] = [*profile.meta.get("warnings", []), *extrapolation_warnings(feats, profile.rows, rows)]
+    return AccessProfile(features=feats, rows=int(rows), source=profile.source, batch_size=profile.batch_size,
+                         meta=meta)  # fmt: skip

@@ -281,25 +281,6 @@ class AccessProfile:
         return cls(features=feats, rows=doc["rows"], source=doc["source"], batch_size=doc.get("batch_size"),
                    meta=doc.get("meta", {}))  # fmt: skip
 
-    def scale_to(self, rows: int, cardinality: dict[str, int] | None = None) -> AccessProfile:
-        """The profile extrapolated to `rows` rows (see traces/extrapolate.py).
-
-        `cardinality`: known numbers of values per feature (caps); meta["warnings"] gains
-        what makes the result doubtful (a large scale factor, a fit that passed a cap).
-        """
-        from traces.extrapolate import extrapolation_warnings, scale_feature
-
-        caps = cardinality or {}
-        unknown = sorted(set(caps) - set(self.features))
-        if unknown:
-            raise TraceError(f"--cardinality: no feature {unknown[0]!r} in the profile "
-                             f"(features: {', '.join(list(self.features)[:8])}...)")
-        feats = {n: scale_feature(f, rows, caps.get(n)) for n, f in self.features.items()}
-        meta = dict(self.meta, extrapolated_from_rows=self.rows)
-        meta["warnings"] = [*self.meta.get("warnings", []), *extrapolation_warnings(feats, self.rows, rows)]
-        return AccessProfile(features=feats, rows=int(rows), source=self.source, batch_size=self.batch_size,
-                             meta=meta)  # fmt: skip
-
     def table(self) -> list[dict[str, Any]]:
         """One summary record per feature (what `picasso analyze --json` prints)."""
         return [f.summary() for f in self.features.values()]

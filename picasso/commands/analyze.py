@@ -53,6 +53,7 @@ def run(args) -> int:
     import sys
 
     from picasso.progress import Progress
+    from traces.extrapolate import scale_profile
     from traces.profile import check_output, profile_file
 
     if args.batch_size <= 0:
@@ -76,11 +77,13 @@ def run(args) -> int:
         bar.close()
     measured = prof
     if args.scale_to:
-        prof = prof.scale_to(args.scale_to, cardinality=caps)
+        prof = scale_profile(prof, args.scale_to, cardinality=caps)
     if args.output:
         prof.save(args.output)
     if args.html:
-        write_html(args.html, prof, measured=measured if args.scale_to else None)
+        from planner.report import write_profile_html
+
+        write_profile_html(args.html, prof, measured=measured if args.scale_to else None)
     meta = measured.meta
     if args.json:
         print(json.dumps(prof.table()))
@@ -129,66 +132,3 @@ def summary_table(prof) -> str:
             f"{f.coverage(0.01):>7.1%} {f.coverage(0.1):>7.1%}  {kind}"
         )
     return "\n".join(lines)
-
-
-def _cover(f, x: float) -> str:
-    from traces.coverage import top_ids
-
-    return f"{f.coverage(x):.1%} ({top_ids(x, f.distinct):,})"
-
-
-def write_html(path: str, prof, measured=None) -> None:
-    """Self-contained plotly report: coverage curves, batch presence, top-k coverage table."""
-    import os
-
-    import numpy as np
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    from foundation.files import atomic_write_text
-
-    feats = list(prof.features.values())
-    fig = make_subplots(
-        rows=3, cols=1, row_heights=[0.38, 0.30, 0.32], vertical_spacing=0.08,
-        specs=[[{"type": "xy"}], [{"type": "xy"}], [{"type": "table"}]],
-        subplot_titles=(
-            "Coverage: share of accesses served by the top x of distinct IDs",
-            "Batch presence: IDs by the number of sampled batches they appear in"
-            + (f" (batch {measured.batch_size if measured else prof.batch_size})"),
-            "Top-k coverage",
-        ),
-    )  # fmt: skip
-    for f in feats:
-        x, y = f.coverage_curve()
-        fig.add_trace(go.Scatter(x=x, y=y, name=f.name, mode="lines", legendgroup=f.name), row=1, col=1)
-        if measured is not None and f.name in measured.features:
-            mx, my = measured.features[f.name].coverage_curve()
-            fig.add_trace(go.Scatter(x=mx, y=my, name=f"{f.name} (sample)", mode="lines", legendgroup=f.name,
-                                     line={"dash": "dot"}, visible="legendonly"), row=1, col=1)  # fmt: skip
-    src = measured if measured is not None else prof
-    for f in src.features.values():
-        h = np.asarray(f.presence_hist)
-        if f.presence_batches and h.sum():
-            j = np.arange(len(h))
-            fig.add_trace(go.Bar(x=j[1:] / f.presence_batches, y=h[1:], name=f"{f.name} presence",
-                                 legendgroup=f.name, showlegend=False), row=2, col=1)  # fmt: skip
-    ks = (10, 100, 1000, 10000, 100000)
-    header = ["feature", "distinct", "pooling", "top 0.1% (IDs)", "top 1% (IDs)", "top 10% (IDs)", *[f"top {k:,}" for k in ks], "kind"]
-    cells = [
-        [f.name for f in feats],
-        [f"{f.distinct:,}" for f in feats],
-        [f"{f.pooling:.3f}" for f in feats],
-        *[[_cover(f, x) for f in feats] for x in (0.001, 0.01, 0.1)],
-        *[[f"{f.coverage_at(k):.1%}" for f in feats] for k in ks],
-        ["exact" if f.exact else ("extrapolated" if f.extrapolated_to else "sketch") for f in feats],
-    ]
-    fig.add_trace(go.Table(header={"values": header}, cells={"values": cells}), row=3, col=1)
-    fig.update_xaxes(type="log", title_text="top fraction of distinct IDs", row=1, col=1)
-    fig.update_yaxes(title_text="coverage", range=[0, 1.02], row=1, col=1)
-    fig.update_xaxes(title_text="fraction of sampled batches an ID appears in", row=2, col=1)
-    fig.update_yaxes(type="log", title_text="IDs", row=2, col=1)
-    title = f"picasso analyze: {os.path.basename(prof.source)}, {prof.rows:,} rows"
-    if measured is not None:
-        title += f" (extrapolated from {measured.rows:,})"
-    fig.update_layout(title=title, height=1500, barmode="overlay", template="plotly_white")
-    atomic_write_text(path, fig.to_html(include_plotlyjs=True, full_html=True))

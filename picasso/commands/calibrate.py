@@ -17,8 +17,33 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from picasso.workflows.calibrate import run_calibrate
+    import json
+    import sys
+    import time
+    from pathlib import Path
 
-    if args.nproc < 1:
-        raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
-    return run_calibrate(args)
+    from simulator.report import write_report
+    from validation.calibrate import CalibrateConfig, calibrate
+
+    cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick)
+    out = Path(args.output)
+    t0 = time.perf_counter()
+    hw, report = calibrate(cfg, None if args.json else (lambda m: print(m, file=sys.stderr)))
+    hw.save(out)
+    fit_path = out.with_name(out.stem + ".fit.json")
+    write_report(fit_path, json.dumps(report, indent=1))
+    report["seconds_total"] = round(time.perf_counter() - t0, 2)
+    if args.json:
+        slim = {k: v for k, v in report.items() if k not in ("samples", "fits")}
+        print(json.dumps({**slim, "output": str(out), "fit_file": str(fit_path)}, indent=1))
+        return 0
+    print(f"wrote {out} (fit details in {fit_path}) in {report['seconds_total']:.1f} s")
+    print(f"{'world':>5} {'kind':<12} {'fixed us':>9} {'rate':>12} {'unit':<7} {'rel rms':>8} {'rel max':>8}")
+    for n, fits in report["fits"].items():
+        for k, f in fits.items():
+            print(f"{n:>5} {k:<12} {f['latency_us']:9.1f} {f['rate']:12.4g} {f['unit']:<7} "
+                  f"{f['rel_rms']:8.3f} {f['rel_max']:8.3f}")
+    live = ", ".join(f"{k}={v:.3g}" for k, v in sorted(report["efficiency"].items()))
+    print(f"efficiency (live, world {args.nproc}): {live}")
+    print(f"launch_us={hw.gpu.launch_us:.1f} intra_latency_us={hw.intra_latency_us:.1f}")
+    return 0

@@ -19,9 +19,19 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from picasso.workflows.demo import run_demo
+    import json
 
-    for name in ("rows", "row_cap", "batch", "steps", "plans", "repeats"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    return run_demo(args)
+    from validation.demo import DemoConfig, run_demo
+
+    summary = run_demo(DemoConfig(out=args.out, rows=args.rows, seed=args.seed, row_cap=args.row_cap,
+                                  batch=args.batch, steps=args.steps, plans=args.plans, repeats=args.repeats,
+                                  quiet=args.json))
+    if args.json:
+        print(json.dumps(summary, indent=1, default=str))
+        return 0
+    print(f"picasso demo: done in {summary['seconds']:.0f} s; report: {summary['report']}")
+    for k in ("predicted_speedup", "predicted_speedup_refit", "measured_speedup"):
+        print(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
+    v = summary["validate"]
+    print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {v['spearman']}")
+    return 0

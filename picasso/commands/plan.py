@@ -38,11 +38,11 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from picasso.commands.simulate import load_inputs
     from picasso.progress import Progress
-    from planner.baselines import BASELINES, TORCHREC, baseline_plan
+    from planner.builders import BASELINES, TORCHREC, baseline_plan
     from planner.errors import PlanError
     from planner.explain import explain
+    from planner.inputs import load_inputs
     from planner.search import search
 
     if args.print_spec:
@@ -79,25 +79,25 @@ def run(args: argparse.Namespace) -> int:
         plan, hot_ids, evaluation = res.plan, res.hot_ids, res.best
         search_info = {"elapsed_s": res.elapsed_s, "candidates": len(res.candidates), "chosen": res.best.label}
     plan.hardware = hw.name
+    prov = plan.provenance
     if args.profile:
         from pathlib import Path
 
-        plan.notes["profile"] = str(Path(args.profile).resolve())
-        if args.scale_to:
-            plan.notes["profile_scale_to"] = int(args.scale_to)
-    if args.row_cap:
-        plan.notes["row_cap"] = int(args.row_cap)
-    if args.set:
-        plan.notes["hardware_overrides"] = list(args.set)
+        prov.profile = str(Path(args.profile).resolve())
+        prov.profile_scale_to = int(args.scale_to) if args.scale_to else None
+    prov.row_cap = int(args.row_cap) if args.row_cap else None
+    prov.hardware_overrides = list(args.set)
     from planner.torchrec_bridge import INSTALL_HINT, torchrec_available
 
     # with TorchRec installed, its own plan is a baseline beside the others
     has_tr = torchrec_available()
     ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()),
                  sources=sources)
-    plan.notes["predicted_iteration_us"] = ex.evaluation.iteration_us
-    plan.notes["predicted_samples_per_s"] = plan.global_batch / ex.evaluation.iteration_us * 1e6
-    plan.notes["speedups"] = ex.speedups()
+    from planner.plan import Prediction
+
+    fast = plan.prediction.fast_iteration_us if plan.prediction else None
+    plan.prediction = Prediction(ex.evaluation.iteration_us, plan.global_batch / ex.evaluation.iteration_us * 1e6,
+                                 ex.evaluation.engine, fast, ex.speedups())
     plan.save(args.output, hot_ids=hot_ids if hot_ids else None)
     out = {"plan": str(args.output), **ex.to_dict()}
     if search_info:
@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         ex.evaluation.result.timeline.save_chrome_trace(args.trace)
     if args.html:
+        from planner.report import write_plan_html
+
         write_plan_html(args.html, ex)
         out["html"] = str(args.html)
     if args.json:
@@ -176,40 +178,3 @@ def _int_list(text: str, flag: str) -> list[int]:
     if not vals or min(vals) < 1:
         raise PlanError(f"{flag} {text!r}: expected positive integers")
     return vals
-
-
-def _memory_rows(mem: dict) -> list[dict]:
-    gib = 2.0**30
-    rows = [{"memory": "device", "component": k, "GiB": v / gib} for k, v in mem["hbm_by_component"].items()]
-    rows.append({"memory": "device", "component": "peak / capacity",
-                 "GiB": f"{mem['hbm_peak'] / gib:.2f} / {mem['hbm_capacity'] / gib:.2f}"})
-    rows += [{"memory": "host", "component": k, "GiB": v / gib} for k, v in mem["host_by_component"].items()]
-    rows.append({"memory": "host", "component": "peak / capacity",
-                 "GiB": f"{mem['host_peak'] / gib:.2f} / {mem['host_capacity'] / gib:.2f}"})
-    return rows
-
-
-def write_plan_html(path: str, ex) -> None:
-    """The explanation as one HTML page: tables, the simulated timeline, speedups."""
-    from picasso.workflows.report import Section, bar_figure, json_block, render, table_html, write_report
-    from simulator.export import timeline_figure
-
-    d = ex.to_dict()
-    packs = [{**p, "tables": ", ".join(p["tables"][:8]) + (" ..." if len(p["tables"]) > 8 else "")}
-             for p in d["packs"]]
-    names = [n for n, v in d["baselines_us"].items() if v]
-    sections = [
-        Section("Packs", table_html(packs)),
-        Section("Predicted timeline", figures=[timeline_figure(ex.evaluation.result.timeline)]),
-        Section("Speedup over baselines", table_html(
-            [{"baseline": n, "iteration_us": d["baselines_us"][n], "speedup": d["speedups"][n]} for n in d["speedups"]]
-        ), figures=[bar_figure(["plan"] + names, {"iteration (us)": [d["predicted_iteration_us"]]
-                                                   + [d["baselines_us"][n] for n in names]},
-                               "predicted iteration time", "us")]),
-        Section("Memory per rank (peak over ranks, GiB)", table_html(_memory_rows(d["memory"]))),
-        Section("Time by phase and resource", json_block({"phase": d["time_by_phase_us"],
-                                                           "resource": d["time_by_resource_us"]})),
-    ]
-    sub = (f"{d['model']} on {d['hardware']}: {d['world_size']} ranks, predicted "
-           f"{d['predicted_iteration_us']:.1f} us per step ({d['engine']})")
-    write_report(path, render("picasso plan", sections, subtitle=sub))

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from executor.result import RunResult
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -91,59 +95,58 @@ def run(args: argparse.Namespace) -> int:
         nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
         master_port=args.master_port,
     )
+    if res is None:  # another node's workers: rank 0's node reports
+        print(json.dumps({"node_rank": args.node_rank}) if args.json else f"node {args.node_rank}: workers finished")
+        return 0
     if pred is not None:
-        from picasso.workflows.run_memory import attach_measured
+        from executor.run_memory import attach_measured
 
         attach_measured(res, pred)
     failed = verify_failure(res)
     if args.json:
-        print(json.dumps(res, indent=2))
+        print(res.to_json(), end="")
         return _fail(failed)
-    if "samples_per_s" not in res:
-        print(f"node {args.node_rank}: workers finished")
-        return 0
-    it = res["iteration_ms"]
-    print(f"plan {res['plan']} ({res['model']}), {res['world_size']} ranks on {res['backend']}/{res['device']}, "
-          f"global batch {res['global_batch']}, {res['micro_batches']} micro-batch(es)")
-    print(f"throughput   {res['samples_per_s']:,.0f} samples/s over {res['timed_steps']} timed steps")
+    it = res.iteration_ms
+    print(f"plan {res.plan} ({res.model}), {res.world_size} ranks on {res.backend}/{res.device}, "
+          f"global batch {res.global_batch}, {res.micro_batches} micro-batch(es)")
+    print(f"throughput   {res.samples_per_s:,.0f} samples/s over {res.timed_steps} timed steps")
     print(f"iteration    p50 {it['p50']:.2f} ms  p90 {it['p90']:.2f} ms  p99 {it['p99']:.2f} ms")
-    if res.get("mean_loss") is not None:
-        print(f"loss         {res['mean_loss']:.4f} (mean over timed steps)")
-    if "predicted_samples_per_s" in res:
-        print(f"prediction   {res['predicted_samples_per_s']:,.0f} samples/s "
-              f"(measured/predicted {res['measured_over_predicted_samples']:.2f})")
-    if "peak_memory" in res and "predicted_bytes_per_rank" in res["peak_memory"]:
-        pm = res["peak_memory"]
+    if res.mean_loss is not None:
+        print(f"loss         {res.mean_loss:.4f} (mean over timed steps)")
+    if res.predicted_samples_per_s is not None:
+        print(f"prediction   {res.predicted_samples_per_s:,.0f} samples/s "
+              f"(measured/predicted {res.measured_over_predicted_samples:.2f})")
+    pm = res.peak_memory
+    if pm.predicted_bytes_per_rank is not None:
         print("peak memory  " + ", ".join(
             f"rank {r}: {m / 2**30:.2f} GiB (predicted {p / 2**30:.2f})"
-            for r, (m, p) in enumerate(zip(pm["measured_bytes_per_rank"], pm["predicted_bytes_per_rank"]))))
-    d = res.get("data", {})
-    if d.get("malformed_rows_skipped"):
-        print(f"data         {d['malformed_rows_skipped']:,} malformed rows skipped"
-              + (f" (first: {d['first_malformed']})" if d.get("first_malformed") else ""))
-    for e in res.get("eval", []):
-        print(f"eval         step {e['step']}: AUC {e['auc']:.4f}  logloss {e['logloss']:.4f} "
-              f"({e['rows']:,} held-out rows)")
-    if "verify" in res:
-        v = res["verify"]
-        print(f"verify       max relative difference to the reference {v['max_rel_diff']:.2e} "
-              f"(embeddings {v['embedding_rel_diff']:.2e}, dense {v['dense_rel_diff']:.2e})")
-        cost = res.get("peak_memory", {}).get("verify_reference_bytes")
-        if cost:
-            print(f"             the reference (every full table, on rank 0) was predicted to cost {cost / 2**30:.2f} GiB")
+            for r, (m, p) in enumerate(zip(pm.measured_bytes_per_rank, pm.predicted_bytes_per_rank))))
+    d = res.data
+    if d.malformed_rows_skipped:
+        print(f"data         {d.malformed_rows_skipped:,} malformed rows skipped"
+              + (f" (first: {d.first_malformed})" if d.first_malformed else ""))
+    for e in res.eval:
+        print(f"eval         step {e.step}: AUC {e.auc:.4f}  logloss {e.logloss:.4f} ({e.rows:,} held-out rows)")
+    if res.verify is not None:
+        v = res.verify
+        print(f"verify       max relative difference to the reference {v.max_rel_diff:.2e} "
+              f"(embeddings {v.embedding_rel_diff:.2e}, dense {v.dense_rel_diff:.2e})")
+        if pm.verify_reference_bytes:
+            print(f"             the reference (every full table, on rank 0) was predicted to cost "
+                  f"{pm.verify_reference_bytes / 2**30:.2f} GiB")
     for key in ("trace", "timeline", "checkpoint"):
-        if key in res:
-            print(f"{key:12} {res[key]}")
+        if getattr(res, key):
+            print(f"{key:12} {getattr(res, key)}")
     return _fail(failed)
 
 
-def verify_failure(res: dict) -> str | None:
+def verify_failure(res: RunResult) -> str | None:
     """The one line to print when --verify found the run off the reference, else None."""
-    v = res.get("verify")
-    if not v or v.get("passed", True):
+    v = res.verify
+    if v is None or v.passed:
         return None
-    return (f"picasso run: error: --verify: the trained weights differ from the reference by {v['max_rel_diff']:.3g} "
-            f"(relative), above the tolerance {v['tolerance']:.3g}")
+    return (f"picasso run: error: --verify: the trained weights differ from the reference by {v.max_rel_diff:.3g} "
+            f"(relative), above the tolerance {v.tolerance:.3g}")
 
 
 def _fail(line: str | None) -> int:
@@ -153,11 +156,13 @@ def _fail(line: str | None) -> int:
 
     print(line, file=sys.stderr)
     return 1
+
+
 def _memory_check(args: argparse.Namespace) -> dict | None:
     """The planner's predicted peak per rank; refuses (one line) a plan this machine cannot hold."""
     from pathlib import Path
 
-    from picasso.workflows.run_memory import check_fits, predicted_peaks
+    from executor.run_memory import check_fits, predicted_peaks
     from planner.plan import Plan
 
     if args.data != "synthetic" and not Path(args.data).exists():

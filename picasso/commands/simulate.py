@@ -23,33 +23,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run)
 
 
-def load_inputs(model_name: str | Any, hw_name: str, overrides: list[str], profile_path: str | None,
-                scale_to: int | None, row_cap: int | None) -> tuple[Any, Any, Any, dict]:
-    """(model, hardware, profile or None, per-table access statistics) from command-line values."""
-    from planner.access import table_access
-    from planner.errors import PlanError
-    from planner.presets import get_model
-    from simulator.hardware import load_hardware
-
-    model = get_model(model_name) if isinstance(model_name, str) else model_name
-    caps = {t.name: t.num_rows for t in model.tables}  # known cardinalities, before any --row-cap
-    if row_cap is not None:
-        if row_cap < 1:
-            raise PlanError(f"--row-cap must be at least 1, got {row_cap}")
-        model = model.with_row_cap(row_cap)
-    hw = load_hardware(hw_name, overrides)
-    profile = None
-    if profile_path:
-        from traces.profile import AccessProfile
-
-        profile = AccessProfile.load(profile_path)
-        if scale_to:
-            if scale_to < 1:
-                raise PlanError(f"--scale-to must be at least 1, got {scale_to}")
-            profile = profile.scale_to(scale_to, cardinality={n: v for n, v in caps.items() if n in profile.features})
-    return model, hw, profile, table_access(model, profile)
-
-
 def _sweep_values(text: str) -> tuple[str, list[str]]:
     from planner.errors import PlanError
 
@@ -65,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from planner.errors import PlanError
     from planner.explain import Explanation
+    from planner.inputs import load_inputs
     from planner.plan import Plan
     from planner.search import evaluate, full_symmetry
     from simulator.hardware import apply_overrides
@@ -77,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     hw_name = args.hardware or plan.hardware
     if not hw_name:
         raise PlanError(f"{args.plan}: the plan names no hardware; give --hardware")
-    overrides = ([] if args.hardware else list(plan.notes.get("hardware_overrides", []))) + list(args.set)
-    profile_path = args.profile or plan.notes.get("profile")
-    scale_to = args.scale_to or (plan.notes.get("profile_scale_to") if not args.profile else None)
+    overrides = ([] if args.hardware else list(plan.provenance.hardware_overrides)) + list(args.set)
+    profile_path = args.profile or plan.provenance.profile
+    scale_to = args.scale_to or (plan.provenance.profile_scale_to if not args.profile else None)
     _, hw, _, access = load_inputs(plan.model, hw_name, overrides, profile_path, scale_to, None)
 
     def one(hw_) -> tuple[Any, dict]:
@@ -102,8 +76,13 @@ def run(args: argparse.Namespace) -> int:
             _, d = one(hv)
             rows.append({key: v, "iteration_us": d["predicted_iteration_us"], "samples_per_s": d["samples_per_s"],
                          "fits_in_memory": d["fits_in_memory"]})
+        if args.html:
+            from planner.report import write_sweep_html
+
+            write_sweep_html(args.html, args.plan, key, rows)
         if args.json:
-            print(json.dumps({"plan": args.plan, "sweep": key, "results": rows}, indent=1))
+            print(json.dumps({"plan": args.plan, "sweep": key, "results": rows,
+                              **({"html": args.html} if args.html else {})}, indent=1))
         else:
             print(f"{key:>16}  {'iteration (us)':>14}  {'samples/s':>12}  fits")
             for r in rows:
@@ -116,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         ex.evaluation.result.timeline.save_chrome_trace(args.trace)
         d["trace"] = args.trace
     if args.html:
-        from picasso.commands.plan import write_plan_html
+        from planner.report import write_plan_html
 
         write_plan_html(args.html, ex)
         d["html"] = args.html

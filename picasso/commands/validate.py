@@ -39,23 +39,46 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
-    import math
+    import json
+    import sys
 
-    from picasso.workflows.validate import run_validate_command
+    from simulator.report import write_page, write_report
+    from validation.report import validation_sections
+    from validation.validate import ValidateConfig, json_default, run_validate
 
     try:
-        args.batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b.strip()]
+        batches = tuple(int(b) for b in str(args.batch_sizes).split(",") if b.strip())
     except ValueError:
         raise ValueError(f"--batch-sizes {args.batch_sizes!r}: expected integers separated by commas") from None
-    if not args.batch_sizes or min(args.batch_sizes) < 1:
-        raise ValueError(f"--batch-sizes {args.batch_sizes}: expected positive integers separated by commas")
-    if not (math.isfinite(args.timed_seconds) and math.isfinite(args.run_timeout) and args.run_timeout > 0):
-        raise ValueError("--timed-seconds and --run-timeout must be finite numbers (--run-timeout > 0)")
-    for name in ("plans", "nproc_max", "steps", "repeats"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.max_steps < args.steps or args.timed_seconds < 0:
-        raise ValueError("--max-steps must be at least --steps and --timed-seconds non-negative")
-    if args.warmup < 0 or args.fit_plans < 0 or args.fit_plans >= args.plans:
-        raise ValueError("--warmup must be >= 0 and --fit-plans in [0, --plans)")
-    return run_validate_command(args)
+    cfg = ValidateConfig(
+        data=args.data, format=args.format, hardware=args.hardware, model=args.model, row_cap=args.row_cap or None,
+        plans=args.plans, fit_plans=args.fit_plans, nproc_max=args.nproc_max, batch_sizes=batches, steps=args.steps,
+        timed_seconds=args.timed_seconds, max_steps=args.max_steps, warmup=args.warmup, repeats=args.repeats,
+        run_timeout=args.run_timeout, include_planner=not args.no_planner, out_dir=args.out_dir,
+        save_refined=args.save_refined)
+    log = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    result, runs = run_validate(cfg, log)
+    text = json.dumps(result, indent=1, default=json_default)
+    if args.results:
+        write_report(args.results, text)
+    if args.html:
+        secs = validation_sections(result, runs)
+        write_page(args.html, "picasso validate", secs, side_by_side=[len(secs) - 1])
+    if args.json:
+        print(text)
+        return 1 if result["failed"] else 0
+    s = result["summary"]
+    print(f"{'plan':<34} {'role':<8} {'measured ms':>11} {'predicted ms':>12} {'error':>8}")
+    for r in result["per_plan"]:
+        print(f"{r['name']:<34} {r['role']:<8} {r['measured_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
+              f"{r['error']:+8.1%}")
+    sp = s["spearman"]
+    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {sp if sp is None else round(sp, 3)}  "
+          f"goal {'met' if result['goal']['met'] else 'not met'} (MAPE <= 10%, Spearman >= 0.9)")
+    if "microbench_only" in result:
+        mb = result["microbench_only"]
+        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman']}")
+    print(f"results in {cfg.out_dir}/validate.json" + (f", report {args.html}" if args.html else ""))
+    for f in result["failed"]:
+        print(f"FAILED {f['name']}: {f['error']}", file=sys.stderr)
+    return 1 if result["failed"] else 0

@@ -1,7 +1,7 @@
 """Microbenchmarks of this machine for `picasso calibrate`.
 
-Every benchmark runs inside a spawned group of `nproc` worker processes (gloo on
-loopback), all ranks doing the same work at the same moment: that is the condition of
+Every benchmark runs inside a group of `nproc` ranks (executor.spawn.run_ranks: gloo on
+loopback, threads per executor.threads), all ranks doing the same work at the same moment: that is the condition of
 a real `picasso run` with the same number of ranks, so the contention of ranks over the
 cores and the memory bus is in the numbers. Each sample is a plain dict
 `{"kind", <size features>, "us"}` (median over repetitions, slowest rank), which
@@ -10,16 +10,12 @@ cores and the memory bus is in the numbers. Each sample is a plain dict
 
 from __future__ import annotations
 
-import os
-import socket
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 Sample = dict[str, Any]
-OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}  # also set for measured runs (validate.run_env)
 
 # Sizes kept small: the whole calibration must stay well under two minutes on 2 cores.
 GATHER_ROWS = 200_000
@@ -30,12 +26,6 @@ POOL_FACTORS = (1, 4, 16)
 COLL_BYTES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
 GEMM_BATCHES = (128, 512, 2048)
 DEFAULT_MLP = ((13, 512), (512, 256), (256, 16), (367, 512), (512, 256), (256, 1))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _time_us(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None = None) -> float:
@@ -177,47 +167,22 @@ def bench_cuda() -> list[Sample]:
     return out
 
 
-def _worker(rank: int, world: int, port: int, opts: dict[str, Any], result_dir: str) -> None:
-    import json
-
-    import torch
+def _rank(rank: int, world: int, opts: dict[str, Any]) -> list[Sample]:
+    """One rank's samples (run by executor.spawn.run_ranks, process group set up)."""
     import torch.distributed as dist
 
-    torch.set_num_threads(int(opts["threads"]))
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-    )
-    try:
-        quick = bool(opts.get("quick"))
-        shapes = tuple(tuple(s) for s in opts.get("mlp_shapes") or DEFAULT_MLP)
-        samples: list[Sample] = []
-        barrier = dist.barrier if world > 1 else None
-        samples += bench_gather(barrier, quick)
-        samples += bench_pool(barrier, quick)
-        samples += bench_gemm(shapes, barrier, quick)
-        if world > 1:
-            samples += bench_collectives(world, quick)
-        if rank == 0 and opts.get("cuda", True):
-            samples += bench_cuda()
-        tmp = os.path.join(result_dir, f".rank{rank}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(samples, f)
-        os.replace(tmp, os.path.join(result_dir, f"rank{rank}.json"))
-    finally:
-        dist.destroy_process_group()
-
-
-def _stop_ranks(procs, grace_s: float = 5.0) -> None:
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        p.join(timeout=max(0.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=grace_s)
+    quick = bool(opts.get("quick"))
+    shapes = tuple(tuple(s) for s in opts.get("mlp_shapes") or DEFAULT_MLP)
+    samples: list[Sample] = []
+    barrier = dist.barrier if world > 1 else None
+    samples += bench_gather(barrier, quick)
+    samples += bench_pool(barrier, quick)
+    samples += bench_gemm(shapes, barrier, quick)
+    if world > 1:
+        samples += bench_collectives(world, quick)
+    if rank == 0 and opts.get("cuda", True):
+        samples += bench_cuda()
+    return samples
 
 
 def run_microbenchmarks(
@@ -227,40 +192,22 @@ def run_microbenchmarks(
     quick: bool = False,
     timeout_s: float = 300.0,
 ) -> list[Sample]:
-    """Run every microbenchmark in `nproc` spawned gloo ranks; slowest rank per sample.
+    """Run every microbenchmark in `nproc` gloo ranks; slowest rank per sample.
 
-    `threads` is the intra-op thread count per rank (default: the cores shared out over
-    the ranks, as the executor does).
+    `threads` is the intra-op thread count per rank (default: executor.threads' share of
+    the cores, as a run's ranks get).
     """
-    import json
-
-    import torch.multiprocessing as mp
+    from executor.spawn import run_ranks
+    from executor.threads import threads_per_rank
 
     if nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {nproc}")
-    if threads is None:
-        threads = max(1, (os.cpu_count() or 1) // nproc)
-    opts = {"threads": threads, "quick": quick, "mlp_shapes": [list(s) for s in mlp_shapes or DEFAULT_MLP]}
-    # Workers inherit the environment at spawn: the same OpenMP waiting as measured runs
-    # (validate.run_env), read by the OpenMP runtime when torch loads.
-    for k, v in OMP_ENV.items():
-        os.environ.setdefault(k, v)
-    with tempfile.TemporaryDirectory(prefix="picasso-calib-") as d:
-        ctx = mp.start_processes(
-            _worker, args=(nproc, free_port(), opts, d), nprocs=nproc, join=False, start_method="spawn",
-        )
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not ctx.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"calibration microbenchmarks did not finish in {timeout_s:.0f} s")
-        except BaseException:  # a timeout, a failed rank, Ctrl-C or SIGTERM: no rank outlives us
-            _stop_ranks(ctx.processes)
-            raise
-        per_rank = []
-        for r in range(nproc):
-            with open(os.path.join(d, f"rank{r}.json")) as f:
-                per_rank.append(json.load(f))
+    threads = threads or threads_per_rank(nproc)
+    opts = {"quick": quick, "mlp_shapes": [list(s) for s in mlp_shapes or DEFAULT_MLP]}
+    try:
+        per_rank = run_ranks(_rank, nproc, opts, timeout_s=timeout_s / 3, threads=threads)
+    except RuntimeError as exc:
+        raise RuntimeError(f"calibration microbenchmarks failed: {exc}".splitlines()[0]) from None
     # Ranks run the same list in the same order; a step is as slow as its slowest rank.
     merged = []
     for i, s in enumerate(per_rank[0]):

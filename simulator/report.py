@@ -1,8 +1,10 @@
-"""One self-contained HTML report: plotly figures (plotly.js embedded once) and tables.
+"""The one HTML report writer: plotly figures (plotly.js embedded once) and tables.
 
-The report is assembled from sections; each section is a title, optional HTML text or
-table, and optional figures. Nothing is fetched when the page opens: plotly.js is
-inlined in the first figure, the rest reuse it.
+Every page picasso writes (analyze, plan, simulate and its sweeps, validate, the demo)
+is assembled here from sections; each section is a title, optional HTML text or table,
+and optional figures. Nothing is fetched when the page opens: plotly.js is inlined in
+the first figure, the rest reuse it. The page's head hook marks console errors for
+`simulator.browser` (the headless-browser check).
 """
 
 from __future__ import annotations
@@ -15,11 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LANE_COLOURS = {
-    "compute": "#4C78A8", "comm": "#F58518", "copy": "#54A24B", "nic": "#F58518",
-    "memory": "#B279A2", "host": "#9D755D",
-}
+from foundation.files import atomic_write_text
 
+ERROR_MARK = "[picasso-js-error]"
+
+# Put first in <head>: makes errors distinguishable in Chromium's console log.
+ERROR_HOOK_JS = """<script>
+(function () {
+  var mark = 'MARK';
+  var orig = console.error.bind(console);
+  console.error = function () { orig.apply(null, [mark].concat([].slice.call(arguments))); };
+  window.addEventListener('error', function (e) {
+    console.log(mark + ' uncaught: ' + (e.message || e) + ' at ' + (e.filename || '') + ':' + (e.lineno || 0));
+  });
+  window.addEventListener('unhandledrejection', function (e) {
+    console.log(mark + ' unhandled rejection: ' + (e.reason && e.reason.message || e.reason));
+  });
+})();
+</script>""".replace("MARK", ERROR_MARK)
 
 @dataclass
 class Section:
@@ -44,49 +59,6 @@ def table_html(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = N
 
     body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def gantt_figure(timeline: Any, title: str, max_events: int = 4000) -> Any:
-    """A Gantt of a Timeline (rows rank x lane), one bar per event, hover with its args."""
-    import plotly.graph_objects as go
-
-    events = sorted(timeline.events, key=lambda e: (e.rank, e.lane, e.start_us))[:max_events]
-    t0 = min((e.start_us for e in events), default=0.0)
-    rows = sorted({(e.rank, e.lane) for e in events})
-    label = {k: f"rank {k[0]} / {k[1]}" for k in rows}
-    fig = go.Figure()
-    by_lane: dict[str, list[Any]] = {}
-    for e in events:
-        by_lane.setdefault(e.lane, []).append(e)
-    palette = list(LANE_COLOURS.values())
-    for i, (lane, evs) in enumerate(sorted(by_lane.items())):
-        colour = LANE_COLOURS.get(lane.split(":")[0], palette[i % len(palette)])
-        fig.add_trace(go.Bar(
-            orientation="h",
-            y=[label[(e.rank, e.lane)] for e in evs],
-            x=[max(e.dur_us, 1e-3) / 1e3 for e in evs],
-            base=[(e.start_us - t0) / 1e3 for e in evs],
-            name=lane,
-            marker={"color": colour, "line": {"width": 0.5, "color": "white"}},
-            text=[e.name for e in evs],
-            textposition="none",
-            customdata=[[e.name, f"{e.dur_us:.1f}", _args_text(e.args)] for e in evs],
-            hovertemplate="%{customdata[0]}<br>%{customdata[1]} us<br>%{customdata[2]}<extra></extra>",
-        ))
-    end_ms = max(((e.end_us - t0) / 1e3 for e in events), default=1.0)
-    fig.update_layout(
-        title=title, barmode="overlay", xaxis_title="time (ms)", xaxis_range=[0, end_ms * 1.02], height=max(260, 40 * len(rows) + 120),
-        margin={"l": 140, "r": 20, "t": 50, "b": 40}, legend={"orientation": "h"},
-    )
-    fig.update_yaxes(categoryorder="array", categoryarray=[label[k] for k in reversed(rows)])
-    return fig
-
-
-def _args_text(args: dict[str, Any]) -> str:
-    parts = []
-    for k, v in list(args.items())[:6]:
-        parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
-    return html.escape(", ".join(parts))
 
 
 def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str) -> Any:
@@ -167,8 +139,6 @@ window.addEventListener('load', function () {
 
 def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_side: Sequence[int] = ()) -> str:
     """The whole page. Figures of sections whose index is in `side_by_side` share a row."""
-    from picasso.workflows.browser import ERROR_HOOK_JS
-
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              ERROR_HOOK_JS,
              f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
@@ -199,10 +169,14 @@ def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_
 
 def write_report(path: str | os.PathLike, page: str) -> Path:
     """Write the page atomically (temp + rename)."""
-    from planner.plan import atomic_write_bytes
-
-    atomic_write_bytes(path, page.encode("utf-8"))
+    atomic_write_text(path, page)
     return Path(path)
+
+
+def write_page(path: str | os.PathLike, title: str, sections: Sequence[Section], subtitle: str = "",
+               side_by_side: Sequence[int] = ()) -> Path:
+    """render + write_report."""
+    return write_report(path, render(title, sections, subtitle, side_by_side))
 
 
 def json_block(obj: Any) -> str:

@@ -1,19 +1,126 @@
-"""The validation sweep: a deterministic list of varied plans for one model and machine.
+"""Every plan built without a search: the baselines, the validation sweep's recipes, random test plans.
 
-Every knob the issue names is varied across the list: packing on/off, hot-set sizes,
+Baselines, scored by the same lowering and simulator as the planner's own plans:
+- `naive`: table-wise round-robin model parallelism, one pack (so one set of ops) per
+  table, no hot cache, no interleaving: the PyTorch model-parallel baseline of PICASSO.
+- `torchrec-like`: cost-balanced placement as TorchRec's planner does it: tables too big
+  or too busy for one rank are row-wise over all ranks (one fused pack per attribute
+  group), the others are placed table-wise by greedy cost balancing, one pack per rank
+  and group; scored as one fused exchange per group (`Plan.exchange == "fused"`), as
+  TorchRec runs it; no hot replication, no interleaving.
+- `dp-hot-only`: every table replicated (pure data parallelism, the "all hot" extreme of
+  P2RES): no all-to-all at all, a full-table gradient all-reduce; only where it fits.
+
+The validation sweep (`build_sweep`): a deterministic list of varied plans for one model
+and machine. Every knob is varied across the list: packing on/off, hot-set sizes,
 sharding types (row-wise, table-wise, column-wise, replicated, mixed), micro-batches
 1/2/4 with kernel interleaving, batch sizes, 1/2/4 ranks; the baselines and the
-planner's own choice are among them. Plans are built with planner's Plan/PackPlan and
-baselines; hot IDs come from the access statistics (hottest rows first).
+planner's own choice are among them. Hot IDs come from the access statistics.
+
+`random_plan`: a random valid plan (packing, shardings, rank subsets, hot sets from empty
+to whole tables, micro-batches), for the executor's equivalence tests.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from planner.access import TableAccess, table_access
+from planner.errors import PlanError
+from planner.model_spec import ModelSpec, attribute_groups
+from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
+from planner.volumes import STATE_BYTES, table_cost
+
+BASELINES = ("naive", "torchrec-like", "dp-hot-only")
+# TorchRec's own planner (planner.torchrec_bridge): needs the optional TorchRec install
+TORCHREC = "torchrec"
+
+
+# ----------------------------------------------------------------------------- baselines
+
+
+def _baseline(model: ModelSpec, world: int, batch: int, packs: list[PackPlan], hw_name: str | None,
+              baseline: str, seed: int = 0) -> Plan:
+    plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
+                provenance=Provenance(baseline=baseline), optimizer=model_optimizer(model), seed=seed)
+    plan.validate()
+    return plan
+
+
+def naive_plan(model: ModelSpec, world: int, batch: int, hw_name: str | None = None, seed: int = 0) -> Plan:
+    """One table-wise pack per table, table i on rank i % world."""
+    packs = [PackPlan(f"t_{t.name}", [t.name], "table_wise", [i % world]) for i, t in enumerate(model.tables)]
+    return _baseline(model, world, batch, packs, hw_name, "naive", seed)
+
+
+def torchrec_like_plan(
+    model: ModelSpec, world: int, batch: int, hw: Any | None = None,
+    access: dict[str, TableAccess] | None = None, hw_name: str | None = None,
+) -> Plan:
+    """Cost-balanced table-wise / row-wise placement with fused per-group lookups, no hot rows."""
+    access = access if access is not None else table_access(model)
+    hbm = float(hw.gpu.hbm_bytes) if hw is not None else 16e9
+    packs: list[PackPlan] = []
+    for gi, group in enumerate(attribute_groups(model)):
+        costs = {t.name: table_cost(t, access[t.name], world, batch) for t in group}
+        fair = sum(costs.values()) / world
+        big, small = [], []
+        for t in group:
+            size = t.num_rows * (t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0))
+            # TorchRec shards row-wise what would dominate a rank's memory or time
+            (big if world > 1 and (costs[t.name] > fair or size > 0.25 * hbm) else small).append(t)
+        if big:
+            packs.append(PackPlan(f"g{gi}_rw", [t.name for t in big], "row_wise"))
+        load = [0.0] * world
+        on_rank: dict[int, list[str]] = defaultdict(list)
+        for t in sorted(small, key=lambda t: (-costs[t.name], t.name)):  # greedy LPT, deterministic
+            r = min(range(world), key=lambda r: (load[r], r))
+            load[r] += costs[t.name]
+            on_rank[r].append(t.name)
+        order = {t.name: i for i, t in enumerate(group)}
+        for r in sorted(on_rank):
+            names = sorted(on_rank[r], key=order.__getitem__)
+            packs.append(PackPlan(f"g{gi}_r{r}", names, "table_wise", [r]))
+    plan = _baseline(model, world, batch, packs, hw_name, "torchrec-like")
+    # TorchRec runs all table-wise tables of a group in one all-to-all; explain() scores it
+    # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
+    plan.exchange = "fused"
+    return plan
+
+
+def dp_hot_only_plan(model: ModelSpec, world: int, batch: int, hw_name: str | None = None) -> Plan:
+    """Every table replicated on every rank, one replicated pack per attribute group."""
+    packs = [PackPlan(f"g{gi}_dp", [t.name for t in g], "replicated") for gi, g in enumerate(attribute_groups(model))]
+    return _baseline(model, world, batch, packs, hw_name, "dp-hot-only")
+
+
+def baseline_plan(
+    name: str, model: ModelSpec, world: int, batch: int, hw: Any | None = None,
+    access: dict[str, TableAccess] | None = None,
+) -> Plan:
+    """A baseline by name (see BASELINES)."""
+    hw_name = getattr(hw, "name", None)
+    if name == "naive":
+        return naive_plan(model, world, batch, hw_name)
+    if name == "torchrec-like":
+        return torchrec_like_plan(model, world, batch, hw, access, hw_name)
+    if name == "dp-hot-only":
+        return dp_hot_only_plan(model, world, batch, hw_name)
+    if name == TORCHREC:
+        from planner.torchrec_bridge import torchrec_plan
+
+        if hw is None:
+            raise PlanError("the torchrec baseline needs the hardware spec (its topology)")
+        return torchrec_plan(model, hw, batch, access)
+    raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES + (TORCHREC,))}")
+
+
+# ----------------------------------------------------------------------------- the validation sweep
 
 
 @dataclass
@@ -25,11 +132,11 @@ class Case:
     role: str = "validate"  # or "fit"
 
 
-def _groups(model: Any) -> list[list[str]]:
-    groups: dict[tuple, list[str]] = {}
-    for t in model.tables:
-        groups.setdefault(t.attributes(), []).append(t.name)
-    return list(groups.values())
+def _groups(model: ModelSpec, packing: bool) -> list[list[str]]:
+    """Table names per pack: one pack per attribute group, or one per table."""
+    if not packing:
+        return [[t.name] for t in model.tables]
+    return [[t.name for t in g] for g in attribute_groups(model)]
 
 
 def _hot(model: Any, access: dict[str, Any], fraction: float, min_rows: int = 0) -> tuple[dict, dict]:
@@ -47,8 +154,6 @@ def _hot(model: Any, access: dict[str, Any], fraction: float, min_rows: int = 0)
 
 def _make(model: Any, world: int, batch: int, packs: list[Any], *, hot: tuple[dict, dict] = ({}, {}),
           mb: int = 1, ki: bool = False, seed: int = 0) -> tuple[Any, dict]:
-    from planner.plan import Plan
-
     hot_rows, hot_ids = hot
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hot_rows=hot_rows,
                 hot_ids_file="hot.npz" if hot_rows else None, micro_batches=mb, kernel_interleaving=ki,
@@ -65,8 +170,6 @@ Recipe = Callable[[Any, int, int, dict, Any], tuple[Any, dict, dict]]
 
 def r_baseline(name: str) -> Recipe:
     def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
-        from planner.baselines import baseline_plan
-
         plan = baseline_plan(name, model, world, batch, hw=hw, access=access)
         return plan, {}, {"baseline": name}
     return build
@@ -74,9 +177,7 @@ def r_baseline(name: str) -> Recipe:
 
 def r_packed(sharding: str, hot: float = 0.0, mb: int = 1, ki: bool = False, packing: bool = True) -> Recipe:
     def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
-        from planner.plan import PackPlan
-
-        groups = _groups(model) if packing else [[t.name] for t in model.tables]
+        groups = _groups(model, packing)
         packs = []
         for i, g in enumerate(groups):
             s = sharding
@@ -94,8 +195,6 @@ def r_packed(sharding: str, hot: float = 0.0, mb: int = 1, ki: bool = False, pac
 def r_mixed(hot: float = 0.0, mb: int = 1, ki: bool = False) -> Recipe:
     """Large tables row-wise in one pack, small tables replicated in another (P2RES two-fold)."""
     def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
-        from planner.plan import PackPlan
-
         rows = sorted(t.num_rows for t in model.tables)
         cut = rows[len(rows) // 2]
         big = [t.name for t in model.tables if t.num_rows > cut]
@@ -116,10 +215,7 @@ def r_planner() -> Recipe:
 
         res = search(model, hw, access=access, batch_size_per_rank=batch, time_budget_s=PLANNER_BUDGET_S)
         plan = res.plan
-        ids = dict(getattr(res, "hot_ids", None) or {})
-        if not ids and any(plan.hot_rows.values()):
-            ids = {t: np.asarray(access[t].hot_rows(n), dtype=np.int64) for t, n in plan.hot_rows.items() if n}
-        return plan, ids, {"planner": True}
+        return plan, dict(res.hot_ids), {"planner": True}
     return build
 
 
@@ -225,3 +321,58 @@ def _cases(model: Any, access: dict[str, Any], hw_for_world: Callable[[int], Any
             continue
         knobs = {"recipe": name, "world": world, "batch": plan.batch_size_per_rank, **knobs}
         yield Case(key, plan, ids, knobs)
+
+
+# ----------------------------------------------------------------------------- random test plans
+
+# the shardings random plans draw from (fixed, so seeded tests keep their plans;
+# table_row_wise runs as row_wise over a rank subset and is tested on its own)
+RANDOM_SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated")
+
+
+def random_plan(
+    model: ModelSpec,
+    world: int,
+    batch_per_rank: int,
+    rng: np.random.Generator,
+    packing: bool | None = None,
+    sharding: str | None = None,
+    micro_batches: int | None = None,
+    hot: str | None = None,
+    optimizer: OptimizerPlan | None = None,
+    seed: int = 0,
+) -> tuple[Plan, dict[str, np.ndarray]]:
+    """A random valid plan and its hot IDs; any argument given fixes that choice."""
+    packing = bool(rng.integers(2)) if packing is None else packing
+    groups = _groups(model, packing)
+    packs = []
+    for i, g in enumerate(groups):
+        s = sharding or str(rng.choice(RANDOM_SHARDINGS))
+        dim = model.table(g[0]).dim
+        if s == "column_wise" and dim < world:
+            s = "row_wise"
+        if s == "table_wise":
+            ranks = [int(rng.integers(world))]
+        elif s == "replicated" or rng.random() < 0.5:
+            ranks = None
+        else:
+            n = int(rng.integers(1, world + 1))
+            ranks = [int(r) for r in rng.permutation(world)[:n]]
+            if s == "column_wise" and dim < len(ranks):
+                ranks = ranks[:dim]
+        packs.append(PackPlan(f"pack{i}", g, s, ranks=ranks))
+    hot_rows, hot_ids = {}, {}
+    for t in model.tables:
+        mode = hot or str(rng.choice(["none", "some", "all"]))
+        n = {"none": 0, "some": int(rng.integers(1, t.num_rows + 1)), "all": t.num_rows}[mode]
+        if n:
+            hot_rows[t.name] = n
+            hot_ids[t.name] = rng.permutation(t.num_rows)[:n].astype(np.int64)
+    k = micro_batches or int(rng.choice([1, 2, 4]))
+    plan = Plan(
+        model, world, batch_per_rank, packs, hot_rows=hot_rows,
+        hot_ids_file="hot.npz" if hot_rows else None, micro_batches=k,
+        kernel_interleaving=bool(rng.integers(2)), optimizer=optimizer or OptimizerPlan(), seed=seed,
+    )
+    plan.validate()
+    return plan, hot_ids

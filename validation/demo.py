@@ -1,8 +1,8 @@
 """`picasso demo`: the whole workflow on built-in synthetic Criteo data, one HTML report.
 
 Stages, in order: synth -> analyze -> calibrate -> plan -> simulate -> run -> validate ->
-report. A stage that cannot run (a layer missing or failing) stops the demo with one
-line naming the stage; nothing is skipped silently.
+report. A stage that fails stops the demo with one line naming the stage; nothing is
+skipped silently.
 """
 
 from __future__ import annotations
@@ -11,15 +11,55 @@ import html
 import json
 import sys
 import time
-from argparse import Namespace
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from foundation.files import atomic_write_text
+from planner.access import table_access
+from planner.builders import BASELINES, baseline_plan
+from planner.explain import explain
+from planner.plan import Plan
+from planner.presets import get_model
+from planner.search import search
+from simulator.calibration import spec_for_world
+from simulator.export import timeline_figure
+from simulator.hardware import load_hardware
+from simulator.measured import one_step
+from simulator.report import Section, bar_figure, coverage_figure, table_html, write_page
+from traces.profile import profile_file
+from traces.synth import generate_criteo
+from validation.calibrate import CalibrateConfig, calibrate
+from validation.compare import predict, predict_tagged
+from validation.measure import run_measured
+from validation.report import validation_sections
+from validation.validate import ValidateConfig, json_default, run_validate
 
 MODEL = "dlrm-criteo-kaggle"
 WORLD = 2
 COVERAGE_FEATURES = 8  # curves drawn: the largest tables
+
+
+@dataclass
+class DemoConfig:
+    """The parameters of the demo (`picasso demo`'s flags)."""
+
+    out: str = "picasso-demo"
+    rows: int = 200_000  # synthetic rows
+    seed: int = 0
+    row_cap: int = 50_000  # every table capped at this many rows (CPU runs)
+    batch: int = 512  # per rank, of the planned run
+    steps: int = 8  # timed steps of each real run
+    plans: int = 12  # in the small validation sweep (a third of them fit)
+    repeats: int = 2  # passes over the validation sweep
+    quiet: bool = False  # no progress lines (--json)
+
+    def check(self) -> None:
+        for name in ("rows", "row_cap", "batch", "steps", "plans", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
 
 
 class DemoError(RuntimeError):
@@ -44,8 +84,6 @@ class Stages:
         t = time.perf_counter()
         try:
             yield
-        except (ImportError, AttributeError) as exc:
-            raise DemoError(f"stage {name}: a layer is missing or incomplete: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - every failure stops the demo, named
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DemoError(f"stage {name} failed: {first}") from exc
@@ -54,48 +92,30 @@ class Stages:
         self.log(f"demo [{name}] done in {dt:.1f} s")
 
 
-def run_demo(args: Namespace) -> int:
-    """Entry point of `picasso demo` (see module docstring)."""
-    out = Path(args.out)
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Every stage (see the module docstring); returns the summary it also writes to demo.json."""
+    cfg.check()
+    out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    quiet = bool(getattr(args, "json", False))
-    st = Stages(quiet)
-    rows = int(getattr(args, "rows", 200_000))
-    seed = int(getattr(args, "seed", 0))
-    row_cap = int(getattr(args, "row_cap", 50_000))
-    batch = int(getattr(args, "batch", 512))
-    steps = int(getattr(args, "steps", 8))
-    n_plans = int(getattr(args, "plans", 12))
+    st = Stages(cfg.quiet)
+    rows, seed, row_cap, batch, steps, n_plans = cfg.rows, cfg.seed, cfg.row_cap, cfg.batch, cfg.steps, cfg.plans
     ctx: dict[str, Any] = {}
 
     data = out / "data.tsv"
     with st.stage("synth", f"{rows:,} synthetic Criteo rows"):
-        from traces.synth import generate_criteo
-
         generate_criteo(data, rows, seed=seed)
 
     with st.stage("analyze", "access profile of every feature"):
-        from traces.profile import profile_file
-
         profile = profile_file(data, "criteo", batch_size=batch * WORLD)
         profile.save(out / "profile.json")
         ctx["profile"] = profile
 
     with st.stage("calibrate", f"microbenchmarks at 1 and {WORLD} ranks, least-squares fit"):
-        from picasso.workflows.calibrate import calibrate
-
-        hw_cal, cal_report = calibrate(nproc=WORLD, quick=True, log=st.log)
+        hw_cal, cal_report = calibrate(CalibrateConfig(nproc=WORLD, quick=True), st.log)
         hw_cal.save(out / "hardware.json")
         ctx["calibration"] = {k: v for k, v in cal_report.items() if k not in ("samples",)}
 
     with st.stage("plan", f"search on the calibrated machine, {WORLD} ranks, tables capped at {row_cap:,} rows"):
-        from planner.access import table_access
-        from planner.explain import explain
-        from planner.plan import Plan
-        from planner.presets import get_model
-        from planner.search import search
-        from simulator.calibration import spec_for_world
-
         model = get_model(MODEL).with_row_cap(row_cap)
         hw = spec_for_world(hw_cal, WORLD)
         access = table_access(model, profile)
@@ -107,9 +127,6 @@ def run_demo(args: Namespace) -> int:
         ctx.update(plan=plan, hot_ids=res.hot_ids, explanation=expl, access=access, hw=hw, model=model)
 
     with st.stage("simulate", "the plan and the baselines, discrete-event engine"):
-        from picasso.workflows.validate import predict
-        from planner.baselines import BASELINES, baseline_plan
-
         predicted = {"picasso": predict(plan, hw, access=access, engine="simpy")}
         base_plans = {}
         for name in BASELINES:
@@ -122,8 +139,6 @@ def run_demo(args: Namespace) -> int:
         ctx["predicted"] = predicted
 
     with st.stage("run", f"the plan and the baselines for real on {WORLD} gloo ranks"):
-        from picasso.workflows.validate import run_measured
-
         measured = {"picasso": run_measured(plan_path, str(data), "criteo", WORLD, steps, 3, out)}
         for name, bpath in base_plans.items():
             measured[name] = run_measured(bpath, str(data), "criteo", WORLD, steps, 3, out)
@@ -131,21 +146,14 @@ def run_demo(args: Namespace) -> int:
         ctx["measured"] = measured
 
     with st.stage("validate", f"{n_plans} varied plans at 1-{WORLD} ranks, predicted against measured"):
-        from picasso.workflows.validate import run_validate
-
-        vargs = Namespace(
+        vcfg = ValidateConfig(
             data=str(data), format="criteo", hardware=str(out / "hardware.json"), model=MODEL, row_cap=row_cap,
             plans=n_plans, fit_plans=min(max(2, n_plans // 3), n_plans - 2) if n_plans >= 4 else 0,
-            nproc_max=WORLD, batch_sizes=[256, 512], steps=6, warmup=2, timed_seconds=0.5, max_steps=24,
-            repeats=int(getattr(args, "repeats", 1)),
-            run_timeout=300.0, no_planner=False, out_dir=str(out / "validate"), log=st.log, save_refined=None,
-        )
-        vres, vruns = run_validate(vargs)
+            nproc_max=WORLD, batch_sizes=(256, 512), steps=6, warmup=2, timed_seconds=0.5, max_steps=24,
+            repeats=cfg.repeats, run_timeout=300.0, out_dir=str(out / "validate"))
+        vres, vruns = run_validate(vcfg, st.log)
         ctx["validate"] = (vres, vruns)
         # the plan and the baselines once more, with the spec refined on the fit plans
-        from picasso.workflows.validate import predict_tagged
-        from simulator.hardware import load_hardware
-
         if vres.get("refined_hardware"):
             refined = load_hardware(vres["refined_hardware"])
             ctx["refined"] = {n: predict_tagged(Plan.load(pth), refined, access=access)
@@ -157,16 +165,8 @@ def run_demo(args: Namespace) -> int:
 
     total = time.perf_counter() - st.t0
     summary = demo_summary(ctx, st.times, total, report_path)
-    (out / "demo.json").write_text(json.dumps(summary, indent=1, default=str))
-    if getattr(args, "json", False):
-        print(json.dumps(summary, indent=1, default=str))
-    else:
-        print(f"picasso demo: done in {total:.0f} s; report: {report_path}")
-        for k in ("predicted_speedup", "predicted_speedup_refit", "measured_speedup"):
-            print(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
-        v = summary["validate"]
-        print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {v['spearman']}")
-    return 0
+    atomic_write_text(out / "demo.json", json.dumps(summary, indent=1, default=json_default))
+    return summary
 
 
 def _speedups(times: dict[str, float]) -> dict[str, float | None]:
@@ -192,17 +192,6 @@ def demo_summary(ctx: dict[str, Any], stages: list[dict[str, Any]], total: float
 
 
 def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, Any]], total: float) -> None:
-    from picasso.workflows.report import (
-        Section,
-        bar_figure,
-        coverage_figure,
-        gantt_figure,
-        render,
-        table_html,
-        write_report,
-    )
-    from picasso.workflows.validate import one_step, validation_sections
-
     profile, plan, expl = ctx["profile"], ctx["plan"], ctx["explanation"]
     pred, meas = ctx["predicted"], ctx["measured"]
     vres, vruns = ctx["validate"]
@@ -246,8 +235,8 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
     secs.append(Section("The plan and why", f"<pre>{html.escape(expl.text())}</pre>"))
 
     secs.append(Section("Simulated and measured timelines of the plan (one iteration / timed steps)", "",
-                        [gantt_figure(pred["picasso"].timeline, "simulated (calibrated spec)"),
-                         gantt_figure(one_step(meas["picasso"].timeline), "measured (median timed step)")]))
+                        [timeline_figure(pred["picasso"].timeline, "simulated (calibrated spec)"),
+                         timeline_figure(one_step(meas["picasso"].timeline), "measured (median timed step)")]))
     timelines_idx = len(secs) - 1
 
     base = [n for n in names if n != "picasso"]
@@ -273,11 +262,10 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
                         table_html([{"world": w, "kind": k, "fixed us": f["latency_us"], "rate": f["rate"],
                                      "unit": f["unit"], "rel rms": f["rel_rms"], "n": f["n"]}
                                     for w, fits in cal["fits"].items() for k, f in fits.items()])))
-    page = render("picasso demo report", secs,
-                  subtitle="Plan, simulate and run hybrid-parallel training of a recommendation model; "
-                           "predicted against measured.",
-                  side_by_side=[timelines_idx, speed_idx, start + len(vsecs) - 1])
-    write_report(path, page)
+    write_page(path, "picasso demo report", secs,
+               subtitle="Plan, simulate and run hybrid-parallel training of a recommendation model; "
+                        "predicted against measured.",
+               side_by_side=[timelines_idx, speed_idx, start + len(vsecs) - 1])
 
 
 def _fmt(v: Any) -> str:

@@ -2,7 +2,7 @@
 
 Chromium's `--enable-logging=stderr` prints every console message as
 `INFO:CONSOLE(...)] "text", source: ...` without its level, so the report's head
-script (ERROR_HOOK_JS) prefixes console.error/warn calls and uncaught errors with a
+script (simulator.report.ERROR_HOOK_JS) prefixes console.error/warn calls and uncaught errors with a
 marker that this module looks for; Chromium's own "Uncaught ..." lines count too.
 """
 
@@ -16,22 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ERROR_MARK = "[picasso-js-error]"
-
-# Put first in <head>: makes errors distinguishable in Chromium's console log.
-ERROR_HOOK_JS = """<script>
-(function () {
-  var mark = 'MARK';
-  var orig = console.error.bind(console);
-  console.error = function () { orig.apply(null, [mark].concat([].slice.call(arguments))); };
-  window.addEventListener('error', function (e) {
-    console.log(mark + ' uncaught: ' + (e.message || e) + ' at ' + (e.filename || '') + ':' + (e.lineno || 0));
-  });
-  window.addEventListener('unhandledrejection', function (e) {
-    console.log(mark + ' unhandled rejection: ' + (e.reason && e.reason.message || e.reason));
-  });
-})();
-</script>""".replace("MARK", ERROR_MARK)
+from simulator.report import ERROR_MARK
 
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -1,4 +1,4 @@
-"""`picasso run`'s memory check: the planner's predicted peak per rank against this machine,
+"""A run's memory check: the planner's predicted peak per rank against this machine,
 before any rank starts, and the measured peaks set beside the prediction afterwards."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import gzip
 import os
 from pathlib import Path
 
+from executor.result import RunResult
 from planner.errors import PlanError
 from planner.memory import (
     CPU_RUNTIME,
@@ -105,12 +106,13 @@ def check_fits(pred: dict, device_kind: str, local_ranks: range, verify: bool) -
             )
 
 
-def attach_measured(result: dict, pred: dict) -> None:
-    """Set the prediction beside the measured peaks in the run's result (rank 0's JSON)."""
-    pm = result.get("peak_memory")
-    if not pm:
-        return
-    pm.update(pred)
-    measured = pm["measured_bytes_per_rank"]
-    want = pred.get("predicted_bytes_per_rank_with_verify", pred["predicted_bytes_per_rank"])
-    pm["measured_over_predicted"] = [m / p if p else None for m, p in zip(measured, want)]
+def attach_measured(result: RunResult, pred: dict) -> None:
+    """Set the prediction beside the measured peaks in the run's result."""
+    pm = result.peak_memory
+    pm.predicted_bytes_per_rank = pred["predicted_bytes_per_rank"]
+    pm.by_component = pred["by_component"]
+    pm.predicted_host_bytes_per_rank = pred.get("predicted_host_bytes_per_rank")
+    pm.verify_reference_bytes = pred.get("verify_reference_bytes")
+    pm.predicted_bytes_per_rank_with_verify = pred.get("predicted_bytes_per_rank_with_verify")
+    want = pred.get("predicted_bytes_per_rank_with_verify") or pred["predicted_bytes_per_rank"]
+    pm.measured_over_predicted = [m / p if p else None for m, p in zip(pm.measured_bytes_per_rank, want)]

@@ -1,1 +1,0 @@
-"""Workflows that span layers (demo, calibrate, validate, report)."""

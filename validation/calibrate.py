@@ -1,0 +1,84 @@
+"""`picasso calibrate`: microbenchmark this machine, fit the cost model, build a hardware spec.
+
+The benchmarks (executor.microbench) run at every world size in {1, 2, 4, ...} up to
+`nproc` (the ranks of a CPU "cluster" share the cores, so a rank's speed depends on how
+many there are); the fitting is simulator.calibration's. The spec's live factors are
+those of `nproc`, the others are kept as `w{n}.` keys that
+`simulator.calibration.spec_for_world` selects for plans of another world size.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from executor.microbench import run_microbenchmarks
+from planner.dense import mlp_shapes
+from planner.presets import get_model
+from simulator.calibration import calibrated_spec, fit_samples, summarize
+from simulator.hardware import HardwareSpec, load_hardware
+
+
+@dataclass
+class CalibrateConfig:
+    """The parameters of a calibration (`picasso calibrate`'s flags)."""
+
+    nproc: int = 2
+    base: str = "local-cpu"  # the hardware preset or file the fitted factors go into
+    model: str = "dlrm-criteo-kaggle"  # whose MLP shapes are timed
+    quick: bool = False  # fewer sizes (tests, the demo)
+
+    def check(self) -> None:
+        if self.nproc < 1:
+            raise ValueError(f"--nproc must be at least 1, got {self.nproc}")
+
+
+def calibration_worlds(nproc: int) -> list[int]:
+    worlds = [n for n in (1, 2, 4, 8) if n < nproc] + [nproc]
+    return sorted(set(worlds))
+
+
+def calibrate(cfg: CalibrateConfig, log: Callable[[str], None] | None = None) -> tuple[HardwareSpec, dict[str, Any]]:
+    """Measure, fit and build the spec. Returns (HardwareSpec, report dict with residuals)."""
+    cfg.check()
+    nproc, base = cfg.nproc, cfg.base
+    base_hw = load_hardware(base)
+    shapes = mlp_shapes(get_model(cfg.model))
+    fits_by_world, samples_by_world, timings = {}, {}, {}
+    for n in calibration_worlds(nproc):
+        t0 = time.perf_counter()
+        if log:
+            log(f"calibrate: microbenchmarks at {n} rank(s) ...")
+        samples = run_microbenchmarks(n, mlp_shapes=shapes, quick=cfg.quick)
+        fits_by_world[n] = fit_samples(samples)
+        samples_by_world[n] = samples
+        timings[n] = time.perf_counter() - t0
+    hw = calibrated_spec(base_hw, fits_by_world, nproc)
+    hw.name = f"{base}-calibrated"
+    source = dict(hw.source)
+    source["calibration"] = (
+        f"picasso calibrate on {platform.node() or 'this machine'} ({platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores), {time.strftime('%Y-%m-%d %H:%M:%S')}, worlds {sorted(fits_by_world)}"
+    )
+    for n, fits in fits_by_world.items():
+        for k, f in fits.items():
+            source[f"fit.w{n}.{k}"] = f"rel_rms={f.rel_rms:.3f} rel_max={f.rel_max:.3f} n={f.n}"
+    hw.source = source
+    report = {
+        "hardware": hw.name,
+        "nproc": nproc,
+        "worlds": sorted(fits_by_world),
+        "efficiency": {k: v for k, v in hw.efficiency.items() if "." not in k},
+        "launch_us": hw.gpu.launch_us,
+        "intra_latency_us": hw.intra_latency_us,
+        "fits": {str(n): {k: f.to_dict() for k, f in fits.items()} for n, fits in fits_by_world.items()},
+        "residuals": {str(n): summarize(fits) for n, fits in fits_by_world.items()},
+        "seconds": {str(n): round(t, 2) for n, t in timings.items()},
+        "samples": {str(n): s for n, s in samples_by_world.items()},
+        "machine": {"processor": platform.processor(), "cpus": os.cpu_count(), "platform": platform.platform()},
+    }
+    return hw, report

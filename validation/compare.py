@@ -1,0 +1,146 @@
+"""Predicted against measured: the prediction of a plan, and the comparison arithmetic."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.access import TableAccess, table_access
+from planner.builders import Case
+from planner.lowering import lower
+from planner.op_names import base_name, op_class, split_name
+from planner.plan import Plan
+from planner.search import evaluate
+from simulator.calibration import class_key
+from simulator.engine import simulate
+from simulator.hardware import HardwareSpec
+from simulator.measured import mean_op_durations
+from simulator.timeline import Timeline
+from validation.measure import Measured, ValidateError
+
+DOMINANT_SHARE = 0.8  # per-op errors for the ops making up this share of measured op time
+MAX_DOMINANT = 6
+
+
+@dataclass
+class Predicted:
+    iteration_us: float
+    op_us: dict[str, float]
+    timeline: Timeline
+    graph: Any = None
+
+
+def predict(plan: Plan, hw: HardwareSpec, profile: Any = None, access: dict[str, TableAccess] | None = None,
+            engine: str = "fast") -> Predicted:
+    """Lower the plan on `hw` (already set to the plan's world size) and simulate one iteration."""
+    low = lower(plan, hw, profile=profile, access=access, check_memory=False)
+    res = simulate(low.graph, hw, engine=engine)
+    tl = res.timeline
+    return Predicted(float(res.iteration_us), mean_op_durations(tl), tl, low.graph)
+
+
+def predict_tagged(plan: Plan, hw: HardwareSpec, profile: Any = None, access: dict[str, TableAccess] | None = None,
+                   engine: str = "fast") -> Predicted:
+    """The calibrated prediction, through the one path `picasso plan` and `simulate` take."""
+    ev = evaluate(plan, hw, access if access is not None else table_access(plan.model, profile), engine,
+                  symmetric=None, check_memory=False)
+    if ev.iteration_us is None:
+        raise ValidateError(f"plan {plan.provenance.label or ''}: {ev.problem}")
+    tl = ev.result.timeline
+    return Predicted(float(ev.iteration_us), mean_op_durations(tl), tl, ev.graph)
+
+
+def unfitted_classes(graph: Any, world: int, fitted: dict[str, Any]) -> list[str]:
+    """The op classes of a lowered graph that the fit plans never ran at its world size
+    (`fitted`: refit_on_runs' report of op classes, with the worlds each was fitted at):
+    their coefficients there are extrapolated from other worlds or from the
+    microbenchmarks, so a plan made of them is predicted with less behind it."""
+    out = set()
+    for _, a in graph.ops():
+        cls = class_key(op_class(a["name"]), a.get("collective") is not None)
+        if str(int(world)) not in (fitted.get(cls) or {}).get("worlds", {}):
+            out.add(cls)
+    return sorted(out)
+
+
+def dominant_ops(measured: dict[str, float], share: float = DOMINANT_SHARE, most: int = MAX_DOMINANT) -> list[str]:
+    """The ops that make up `share` of the measured op time, largest first."""
+    total = sum(measured.values()) or 1.0
+    out, acc = [], 0.0
+    for name, v in sorted(measured.items(), key=lambda kv: -kv[1]):
+        if acc >= share * total or len(out) >= most:
+            break
+        out.append(name)
+        acc += v
+    return out
+
+
+def by_base_name(op_us: dict[str, float]) -> dict[str, float]:
+    """Per-step op time summed over micro-batches (`@mbK` dropped): the executor and lowering
+    may split an op over micro-batches differently (the input copy), the sum compares."""
+    out: dict[str, float] = defaultdict(float)
+    for k, v in op_us.items():
+        out[base_name(k)] += v
+    return dict(out)
+
+
+def compare(case: Case, m: Measured, p: Predicted) -> dict[str, Any]:
+    err = (p.iteration_us - m.iteration_us) / m.iteration_us
+    ops = []
+    mops, pops = by_base_name(m.op_us), by_base_name(p.op_us)
+    for name in dominant_ops(mops):
+        pred = pops.get(name)
+        ops.append({
+            "op": name, "measured_us": round(mops[name], 1),
+            "predicted_us": None if pred is None else round(pred, 1),
+            "error": None if pred is None else round((pred - mops[name]) / mops[name], 4),
+        })
+    return {
+        "name": case.name, "role": case.role, "knobs": case.knobs,
+        "measured_us": round(m.iteration_us, 1), "predicted_us": round(p.iteration_us, 1),
+        "error": round(err, 4), "abs_error": round(abs(err), 4),
+        "samples_per_s": round(m.samples_per_s, 1), "dominant_ops": ops,
+        "run_wall_s": round(m.wall_s, 2),
+    }
+
+
+def summary(records: list[dict[str, Any]], key_pred: str = "predicted_us") -> dict[str, Any]:
+    """MAPE, Spearman and Pearson over records (predicted vs measured iteration)."""
+    from scipy.stats import pearsonr, spearmanr  # scipy loads on demand
+
+    meas = np.array([r["measured_us"] for r in records], dtype=float)
+    pred = np.array([r[key_pred] for r in records], dtype=float)
+    if len(meas) == 0:
+        return {"plans": 0, "mape": None, "spearman": None}
+    ape = np.abs(pred - meas) / meas
+    out: dict[str, Any] = {
+        "plans": int(len(meas)),
+        "mape": float(ape.mean()),
+        "median_ape": float(np.median(ape)),
+        "max_ape": float(ape.max()),
+        "within_10pct": int((ape <= 0.10).sum()),
+    }
+    if len(meas) >= 3 and np.ptp(meas) > 0 and np.ptp(pred) > 0:
+        out["spearman"] = float(spearmanr(pred, meas).statistic)
+        out["pearson"] = float(pearsonr(pred, meas).statistic)
+    else:
+        out["spearman"] = None
+    return out
+
+
+def op_error_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per base op (micro-batch suffix dropped, pack names generalised): mean signed and
+    absolute error over the plans where it dominated."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        for o in r["dominant_ops"]:
+            if o["error"] is None:
+                continue
+            phase, scope, op, _ = split_name(base_name(o["op"]))
+            scope = scope if scope in ("dense", "input") else "pack"
+            acc[f"{phase}/{scope}/{op}"].append(o["error"])
+    return {k: {"n": len(v), "mean_error": round(float(np.mean(v)), 4),
+                "mean_abs_error": round(float(np.mean(np.abs(v))), 4)} for k, v in sorted(acc.items())}

@@ -1,0 +1,47 @@
+"""Refining the calibrated spec on the fit plans' measured runs (`picasso validate --fit-plans`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.builders import Case
+from planner.lowering import lower
+from planner.op_names import op_class
+from simulator.calibration import fit_host_gaps, fit_op_classes, refine_iterations, spec_for_world
+from simulator.hardware import HardwareSpec
+from simulator.measured import host_gap
+from validation.measure import Measured, ValidateError
+
+# After the per-op fits (compute, collectives, host gaps: all measured per op), the
+# iteration-level refit only corrects what ops alone do not show: its collective factors
+# stay within e**REFINE_BOUND of the per-op fit.
+REFINE_BOUND = 1.0
+
+
+def refit_on_runs(hw: HardwareSpec, fit: list[tuple[Case, Measured]], profile: Any, access: Any,
+                  fixed: bool = True, keys: tuple[str, ...] | None = None) -> tuple[HardwareSpec, dict[str, Any]]:
+    """Refine `hw` on the fit plans' measurements: per op class and world size, the fixed
+    cost and rate of compute ops and of collectives from their op timings
+    (simulator.calibration.fit_op_classes), the untimed host time per step and per op from
+    their timelines (fit_host_gaps, host_gap), then multiplicative factors of `keys`
+    (default: collective latency and bandwidths) from their iteration times
+    (refine_iterations)."""
+    if not fit:
+        raise ValidateError("--fit-plans: no fit plan could be run")
+
+    def graph(c: Case) -> Any:
+        return lower(c.plan, spec_for_world(hw, c.plan.world_size), profile=profile, access=access,
+                     check_memory=False).graph
+
+    spec1, classes = fit_op_classes(hw, [(graph(c), c.plan.world_size, m.op_us) for c, m in fit], op_class,
+                                    fixed=fixed)
+    spec1, gaps = fit_host_gaps(spec1, [(c.plan.world_size, *host_gap(m.timeline)[::-1]) for c, m in fit])
+    # then the fit plans' iterations: what the ops alone do not show (ranks waiting for each
+    # other at a collective, compute slowed by collectives in flight) as global collective
+    # factors, bounded (REFINE_BOUND): a few single runs on a shared machine must not carry
+    # the model after whichever plan another process slowed down
+    kw = {} if keys is None else {"keys": keys}
+    spec2, it = refine_iterations(spec1, [(graph(c), c.plan.world_size, m.iteration_us) for c, m in fit], op_class,
+                                  fit_gap=False, bound=REFINE_BOUND, **kw)
+    return spec2, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "host_gaps": gaps,
+                   "iterations": it}

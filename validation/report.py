@@ -1,0 +1,67 @@
+"""The validation pages: summary, predicted against measured, per plan, per op, one timeline pair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.export import timeline_figure
+from simulator.measured import one_step
+from simulator.report import Section, bar_figure, scatter_figure, table_html
+
+
+def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section]:
+    """Report sections: summary, scatter, per-plan table, per-op errors, one timeline pair."""
+    s = result["summary"]
+    met = result["goal"]["met"]
+    lines = [
+        f"<p>{s['plans']} validated plans ({result.get('plans_fit', 0)} more used to fit). "
+        f"MAPE <b>{s['mape']:.1%}</b>, Spearman <b>{(s['spearman'] or float('nan')):.3f}</b>, "
+        f"{s['within_10pct']} of {s['plans']} within 10%. Goal (MAPE &le; 10%, Spearman &ge; 0.9): "
+        f"<span class='{'ok' if met else 'fail'}'>{'met' if met else 'not met'}</span>.</p>"
+    ]
+    if "microbench_only" in result:
+        mb = result["microbench_only"]
+        lines.append(f"<p>With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
+                     f"{(mb['spearman'] or float('nan')):.3f}. Refit on the fit plans' op timings: "
+                     f"coefficients per world size for {len(result['refit']['op_classes'])} op classes "
+                     "(compute ops and collectives); untimed host time per step "
+                     + ", ".join(f"{v['step_us'] / 1e3:.2f} ms at {w} rank(s)"
+                                 for w, v in result['refit'].get('host_gaps', {}).get('worlds', {}).items())
+                     + (", iteration factors " + ", ".join(
+                         f"{k} x{v:.3g}" for k, v in result['refit']['iterations']['factors'].items())
+                        if result['refit']['iterations']['factors'] else "")
+                     + ".</p>")
+    u = result.get("unfitted")
+    if u and u["plans"]:
+        those, others = (("-" if v is None else f"{v:.1%}") for v in (u["mape_those"], u["mape_others"]))
+        lines.append(f"<p>{u['plans']} of {s['plans']} validated plans hold op classes that no fit plan ran at "
+                     f"their world size (their coefficients there are extrapolated; listed per plan below): "
+                     f"MAPE {those} on those, {others} on the others.</p>")
+    rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
+             "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
+             "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
+             "samples/s": r["samples_per_s"],
+             "op classes not fitted at its world": ", ".join(r.get("unfitted_classes", [])) or "-"}
+            for r in result["per_plan"]]
+    ops = [{"op": k, **v} for k, v in result["op_errors"].items()]
+    secs = [
+        Section("Predicted against measured", "".join(lines),
+                [scatter_figure([{"name": r["name"], "measured_us": r["measured_us"],
+                                  "predicted_us": r["predicted_us"]} for r in result["per_plan"]
+                                 if r["role"] == "validate"], "Iteration time, validated plans")]),
+        Section("Per plan", table_html(rows)),
+        Section("Per-op errors of the dominant ops (signed: predicted - measured, over measured)",
+                table_html(ops),
+                [bar_figure(list(result["op_errors"]),
+                            {"mean abs error": [v["mean_abs_error"] for v in result["op_errors"].values()],
+                             "mean error": [v["mean_error"] for v in result["op_errors"].values()]},
+                            "Per-op error", "relative error")] if ops else []),
+    ]
+    if runs:
+        # The plan with the median error: a typical case, not the best one.
+        order = sorted(range(len(runs)), key=lambda i: abs(result["per_plan"][i]["error"]))
+        c, m, p = runs[order[len(order) // 2]]
+        secs.append(Section(f"Timelines of a typical plan: {c.name}", "",
+                            [timeline_figure(p.timeline, "simulated"),
+                             timeline_figure(one_step(m.timeline), "measured (median timed step)")]))
+    return secs
