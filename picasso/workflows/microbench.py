@@ -11,7 +11,6 @@ cores and the memory bus is in the numbers. Each sample is a plain dict
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -30,12 +29,6 @@ POOL_FACTORS = (1, 4, 16)
 COLL_BYTES = (1 << 10, 1 << 14, 1 << 17, 1 << 20, 1 << 22)
 GEMM_BATCHES = (128, 512, 2048)
 DEFAULT_MLP = ((13, 512), (512, 256), (256, 16), (367, 512), (512, 256), (256, 1))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _time_us(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None = None) -> float:
@@ -184,10 +177,9 @@ def _worker(rank: int, world: int, port: int, opts: dict[str, Any], result_dir: 
     import torch.distributed as dist
 
     torch.set_num_threads(int(opts["threads"]))
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-    )
+    from executor.rendezvous import init_loopback_group
+
+    init_loopback_group(rank, world, port, timeout_s=300.0)
     try:
         quick = bool(opts.get("quick"))
         shapes = tuple(tuple(s) for s in opts.get("mlp_shapes") or DEFAULT_MLP)
@@ -245,6 +237,8 @@ def run_microbenchmarks(
     # (validate.run_env), read by the OpenMP runtime when torch loads.
     for k, v in OMP_ENV.items():
         os.environ.setdefault(k, v)
+    from executor.rendezvous import free_port
+
     with tempfile.TemporaryDirectory(prefix="picasso-calib-") as d:
         ctx = mp.start_processes(
             _worker, args=(nproc, free_port(), opts, d), nprocs=nproc, join=False, start_method="spawn",
