@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + exc.signum
     except Exception as exc:  # noqa: BLE001 - one line; the ranks must not outlive the agent
         _stop(procs, GRACE_S)
-        msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"{PREFIX}: error: {msg}", file=sys.stderr, flush=True)
         return 1
     finally:

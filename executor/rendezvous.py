@@ -44,7 +44,7 @@ def listen_socket(addr: str, port: int, backlog: int = 2048) -> socket.socket:
     except OSError as exc:
         sock.close()
         hint = "; it must be an address of node 0" if exc.errno == 99 else ""  # EADDRNOTAVAIL
-        raise OSError(exc.errno, f"cannot listen on {addr}:{port} ({exc.strerror}){hint}") from None
+        raise OSError(f"cannot listen on {addr}:{port} ({exc.strerror}){hint}") from None
     return sock
 
 
