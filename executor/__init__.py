@@ -8,6 +8,7 @@
 - `trainer.Trainer`: one rank's step (micro-batches, async collectives, updates).
 - `reference.Reference`: the single-process nn.EmbeddingBag reference; `verify`: the check.
 - `checkpoint`: save/load with manifest, resharding on load.
-- `worker` (`python -m executor`) and `launch` (torchrun) behind `picasso run`.
+- `worker` (`python -m executor`), `agent` (starts a node's ranks), `rendezvous` (the store, bound
+  to --master-addr only) and `launch` behind `picasso run`.
 - `kernels`: the hot-path functions (pure PyTorch reference, native versions from csrc).
 """

@@ -117,34 +117,50 @@ def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None 
         (folder / name).mkdir(parents=True)
     name = _agree(comm, name)
     version = folder / name
-    _stage(rank, "start")
-    for k, p in enumerate(trainer.packs):
-        atomic_write_bytes(version / _piece_file(rank, k), _torch_bytes({"rank": rank, "pack": p.shard_state()}))
-    _stage(rank, "shard")
+    try:
+        _stage(rank, "start")
+        for k, p in enumerate(trainer.packs):
+            atomic_write_bytes(version / _piece_file(rank, k), _torch_bytes({"rank": rank, "pack": p.shard_state()}))
+        _stage(rank, "shard")
+        if rank == 0:
+            dense = {"dense": trainer.dense.state_dict(), "optimizer": trainer.opt.state_dict(), "steps": trainer.steps_done}
+            atomic_write_bytes(version / "dense.pt", _torch_bytes(dense))
+        _stage(rank, "dense")
+        comm.barrier()  # every file of the version is written and fsynced
+        if rank == 0:
+            manifest = {
+                "format": FORMAT,
+                "model": trainer.plan.model.name,
+                "model_fingerprint": model_fingerprint(trainer.plan),
+                "world_size": comm.world,
+                "packs": [[p.name, list(p.tables), p.sharding] for p in trainer.plan.packs],
+                "steps": trainer.steps_done,
+                "data_position": trainer.steps_done if data_position is None else int(data_position),
+                "files": {f: {"bytes": (version / f).stat().st_size, "sha256": _sha(version / f)}
+                          for f in expected_files(comm.world, len(trainer.packs))},
+            }
+            atomic_write_bytes(version / "manifest.json", _json_bytes(manifest))
+            _stage(rank, "version")
+            atomic_write_bytes(folder / "manifest.json", _json_bytes({**manifest, "dir": name}))  # the switch
+            _stage(rank, "switch")
+    except BaseException:
+        # a full disk or a dead peer: free what the new version took (every failing rank tries,
+        # the last one out finds no peer still writing there)
+        if _current(folder) != name:
+            shutil.rmtree(version, ignore_errors=True)
+        raise
     if rank == 0:
-        dense = {"dense": trainer.dense.state_dict(), "optimizer": trainer.opt.state_dict(), "steps": trainer.steps_done}
-        atomic_write_bytes(version / "dense.pt", _torch_bytes(dense))
-    _stage(rank, "dense")
-    comm.barrier()  # every file of the version is written and fsynced
-    if rank == 0:
-        manifest = {
-            "format": FORMAT,
-            "model": trainer.plan.model.name,
-            "model_fingerprint": model_fingerprint(trainer.plan),
-            "world_size": comm.world,
-            "packs": [[p.name, list(p.tables), p.sharding] for p in trainer.plan.packs],
-            "steps": trainer.steps_done,
-            "data_position": trainer.steps_done if data_position is None else int(data_position),
-            "files": {f: {"bytes": (version / f).stat().st_size, "sha256": _sha(version / f)}
-                      for f in expected_files(comm.world, len(trainer.packs))},
-        }
-        atomic_write_bytes(version / "manifest.json", _json_bytes(manifest))
-        _stage(rank, "version")
-        atomic_write_bytes(folder / "manifest.json", _json_bytes({**manifest, "dir": name}))  # the switch
-        _stage(rank, "switch")
         prune(folder, keep)
     comm.barrier()
     return version
+
+
+def _current(folder: Path) -> str | None:
+    """The version the folder's manifest points to (None when unreadable)."""
+    try:
+        return json.loads((folder / "manifest.json").read_text()).get("dir")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _json_bytes(doc: dict) -> bytes:

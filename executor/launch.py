@@ -1,70 +1,29 @@
-"""Start the workers of a plan through torchrun and collect rank 0's result."""
+"""Start the workers of a plan (executor.agent on each node) and collect rank 0's result."""
 
 from __future__ import annotations
 
 import glob
 import os
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from executor.agent import agent_command, first_error
 from executor.process_tree import run_tree
 from executor.result import RunResult
-from executor.spawn import free_port
 from executor.threads import rank_env
 from foundation.files import regular_file
+
+__all__ = ["LaunchError", "check_topology", "first_error", "launch"]
 
 
 class LaunchError(RuntimeError):
     """A worker failed; the message is the first worker error (one line)."""
 
 
-def torchrun_command(
-    worker_args: list[str],
-    nproc: int,
-    nnodes: int = 1,
-    node_rank: int = 0,
-    master_addr: str = "127.0.0.1",
-    master_port: int | None = None,
-) -> list[str]:
-    return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nproc-per-node", str(nproc), "--nnodes", str(nnodes), "--node-rank", str(node_rank),
-        "--master-addr", master_addr, "--master-port", str(master_port or free_port()),
-        "--max-restarts", "0", "--monitor-interval", "0.5",
-        "-m", "executor", *worker_args,
-    ]
-
-
-def first_error(log: str) -> str:
-    """The clearest single line out of the workers' and torchrun's output."""
-    lines = log.splitlines()
-    mine = [ln for ln in lines if re.match(r"executor rank \d+: error:", ln)]
-    direct = [m for m in mine if "another rank probably died" not in m]
-    if direct:  # a rank that failed on its own says why
-        return re.sub(r"^executor (rank \d+): error: ", r"\1: ", direct[0])
-    # torchrun lists every failed rank; its "root cause" is only the first it noticed, often a
-    # healthy rank whose collective broke (exit 1, our error path) when a peer died, or one it
-    # stopped itself (SIGTERM, -15). A rank that exited otherwise (os._exit, a crash, another
-    # signal) is the one that died.
-    failed = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank.*?exitcode\s*:\s*(-?\d+)", log, re.S)
-    died = [(r, c) for r, c in failed if c not in ("1", "-15")]
-    root = log.split("Root Cause", 1)[1] if "Root Cause" in log else ""
-    m = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", root, re.S)
-    if died or m:  # a rank that died gives no line of its own; torchrun names it
-        r, c = died[0] if died else m.groups()
-        return f"worker rank {r} died (exit code {c}); the other ranks stopped"
-    if mine:
-        return re.sub(r"^executor (rank \d+): error: ", r"\1: ", mine[0])
-    tail = [ln for ln in lines if ln.strip()]
-    return tail[-1] if tail else "the workers failed without output"
-
-
 def check_topology(nproc: int | None, nnodes: int, node_rank: int, steps: int) -> None:
-    """Refuse counts that would make torchrun wait forever or fail deep inside."""
+    """Refuse counts that would make the rendezvous wait forever or fail deep inside."""
     if nnodes < 1:
         raise ValueError(f"--nnodes must be at least 1, got {nnodes}")
     if not 0 <= node_rank < nnodes:
@@ -73,13 +32,6 @@ def check_topology(nproc: int | None, nnodes: int, node_rank: int, steps: int) -
         raise ValueError(f"--nproc must be at least 1, got {nproc}")
     if steps < 1:
         raise ValueError(f"--steps must be at least 1, got {steps}")
-
-
-def socket_env(master_addr: str, nnodes: int) -> dict[str, str]:
-    """Keep one-node runs on the loopback interface (gloo and NCCL bind where told)."""
-    if nnodes == 1 and master_addr in ("127.0.0.1", "localhost", "::1"):
-        return {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
-    return {}
 
 
 def launch(
@@ -125,8 +77,8 @@ def launch(
         log = tmp / "workers.log"
         args = ["--plan", str(plan_path), "--data", str(data), "--format", fmt, "--steps", str(steps),
                 "--result", str(result_path), *(extra or [])]
-        cmd = torchrun_command(args, nproc, nnodes, node_rank, master_addr, master_port)
-        defaults = {**rank_env(nproc), **socket_env(master_addr, nnodes)}  # executor.threads: the policy
+        cmd = agent_command(args, nproc, nnodes, node_rank, master_addr, master_port)
+        defaults = rank_env(nproc)  # executor.threads: the policy; the agent sets the socket interface
         full_env = {**defaults, **os.environ, **(env or {})}
         try:
             rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log)

@@ -1,16 +1,14 @@
 """Run a function on N local gloo ranks: the tests, benchmarks and calibration microbenchmarks.
 
-`picasso run` starts its ranks through torchrun (executor.launch, executor.process_tree).
-Threads per rank follow executor.threads.
+`picasso run` starts its ranks through executor.agent (executor.launch). The store listens
+on loopback only (executor.rendezvous); threads per rank follow executor.threads.
 """
 
 from __future__ import annotations
 
-import datetime
 import io
 import os
 import queue
-import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -20,21 +18,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from executor.rendezvous import free_port, init_loopback_group
 from executor.threads import WAIT_ENV, set_rank_threads
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def init_process_group(rank: int, world: int, port: int, timeout_s: float = 60.0, backend: str = "gloo") -> None:
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group(
-        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
+__all__ = ["free_port", "init_process_group", "run_ranks"]
+init_process_group = init_loopback_group  # the store on loopback only (executor.rendezvous)
 
 
 def _entry(rank: int, world: int, port: int, timeout_s: float, threads: int | None, fn: Callable, args: tuple,

@@ -1,4 +1,4 @@
-"""The worker a rank runs (`python -m executor ...`, started by torchrun or by hand).
+"""The worker a rank runs (`python -m executor ...`, started by executor.agent, torchrun or by hand).
 
 It reads the plan, joins the process group (NCCL with CUDA, gloo otherwise, with a
 timeout on collectives), streams its rows of each global batch from the data file in a
@@ -35,6 +35,7 @@ from executor.batches import (
 )
 from executor.comm import Comm
 from executor.memory import peak_bytes
+from executor.rendezvous import join_store
 from executor.result import RunResult
 from executor.threads import set_rank_threads
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def setup(timeout: float) -> tuple[Comm, torch.device]:
-    """Join the process group from torchrun's environment (or run alone without one)."""
+    """Join the process group from executor.agent's (or torchrun's) environment, or run alone."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
@@ -89,7 +90,8 @@ def setup(timeout: float) -> tuple[Comm, torch.device]:
     if cuda:
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout))
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout),
+                                store=join_store(timeout), rank=int(os.environ.get("RANK", "0")), world_size=world)
     return Comm(device), device
 
 

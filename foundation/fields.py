@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import numbers
 
+MAX_RANKS = 1 << 20  # the largest cluster a plan or hardware spec may describe (planning it takes ~2 GB)
+
 
 class FieldError(ValueError):
     """A field of a document has the wrong type or value; str() names the field."""

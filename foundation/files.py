@@ -120,3 +120,17 @@ def regular_file(path: str | os.PathLike, what: str) -> Path:
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"{path}: {what} is not a regular file")
     return path
+
+
+def read_text_file(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of a regular file; one line naming the file when it is missing, special,
+    unreadable or not text (a decode error alone names no file)."""
+    path = regular_file(path, what)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise OSError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: {what} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None

@@ -317,7 +317,7 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
         raise PlanError(f"{not_ours}: damaged, truncated or another format") from None
     return ids
 
-MAX_WORLD = 1 << 20
+MAX_WORLD = fields.MAX_RANKS
 MAX_BATCH = 1 << 26
 KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
                 "micro_batches", "kernel_interleaving", "optimizer", "hardware", "seed", "exchange", "provenance",

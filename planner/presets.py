@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from foundation.files import read_text_file
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 
@@ -247,9 +248,9 @@ def load_model_file(path: str | Path) -> ModelSpec:
     """
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise PlanError(f"{path}: no such model-spec file") from None
+        text = read_text_file(path, "model-spec file")
+    except (OSError, ValueError) as exc:
+        raise PlanError(str(exc)) from None
     try:
         if path.suffix.lower() == ".json":
             d = json.loads(text)

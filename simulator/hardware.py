@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from foundation.fields import MAX_RANKS
+from foundation.files import read_text_file
 from simulator.timeline import _atomic_write_text
 
 
@@ -212,6 +214,9 @@ def validate_hardware(hw: HardwareSpec) -> None:
         v = getattr(hw, key)
         if not isinstance(v, int) or v < 1:
             raise HardwareError(f"{w}: {key}: expected a positive integer, got {v!r}")
+    if hw.nodes * hw.gpus_per_node > MAX_RANKS:
+        raise HardwareError(f"{w}: nodes x gpus_per_node = {hw.nodes * hw.gpus_per_node:,} devices, "
+                            f"more than the {MAX_RANKS:,} picasso plans for")
     for key in ("pcie_bw", "nic_bw"):
         if not getattr(hw, key) > 0:
             raise HardwareError(f"{w}: {key}: expected a positive number, got {getattr(hw, key)!r}")
@@ -347,7 +352,10 @@ def load_hardware(name_or_path: str | os.PathLike, overrides: Sequence[str] | Ma
         if not path.exists():
             raise HardwareError(f"hardware {s!r}: neither a preset ({', '.join(PRESETS)}) nor an existing file")
     try:
-        text = path.read_text()
+        text = read_text_file(path, "hardware spec")
+    except (OSError, ValueError) as exc:
+        raise HardwareError(str(exc)) from None
+    try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
         raise HardwareError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None

@@ -1,4 +1,4 @@
-"""`picasso run`: torchrun workers on synthetic Criteo data, --verify, trace, dead rank, bad input."""
+"""`picasso run`: agent-started workers on synthetic Criteo data, --verify, trace, dead rank, bad input."""
 
 from __future__ import annotations
 
@@ -66,8 +66,13 @@ def test_world_size_mismatch_is_one_line(setup, capsys):
 
 def test_first_error_prefers_the_failing_rank():
     log = ("executor rank 0: error: a collective failed, another rank probably died or hung (reset)\n"
-           "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 3 (pid: 9)\n")
+           "picasso agent: rank 0 exited with code 1\npicasso agent: rank 1 exited with code 3\n")
     assert first_error(log) == "worker rank 1 died (exit code 3); the other ranks stopped"
+    hung = ("executor rank 0: error: a collective failed, another rank probably died or hung (timed out)\n"
+            "picasso agent: rank 0 exited with code 1\n"
+            "picasso agent: rank 1 was still running after rank 0 failed; stopped\n")
+    assert first_error(hung).startswith("worker rank 1 hung")
+    assert first_error("picasso agent: error: cannot listen on 10.0.0.9:5 (x)") == "cannot listen on 10.0.0.9:5 (x)"
     assert first_error("executor rank 1: error: bad data\nexecutor rank 0: error: x") == "rank 1: bad data"
 
 

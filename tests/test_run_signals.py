@@ -45,13 +45,13 @@ def _start(plan_path: Path, tmp: Path) -> subprocess.Popen:
 
 
 def _wait_for(proc: subprocess.Popen, workers: int, limit_s: float = 90.0) -> dict[int, str]:
-    """The process tree once `workers` executor processes run (0: once torchrun runs)."""
+    """The process tree once `workers` executor processes run (0: once the agent runs)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         tree = descendants(proc.pid)
         cmds = [_cmdline(p) for p in tree]
-        launcher = any("torch.distributed.run" in c for c in cmds)
-        ranks = sum("-m executor " in c and "torch.distributed.run" not in c for c in cmds)
+        launcher = any("-m executor.agent " in c for c in cmds)
+        ranks = sum("-m executor " in c for c in cmds)
         if launcher and ranks >= workers:
             return tree
         assert proc.poll() is None, proc.communicate()

@@ -103,11 +103,11 @@ def convert(
         raise TraceError(f"{out.parent}: no such folder for the output")
     total_bytes = sum(os.path.getsize(f) for f in files if os.path.exists(f))
     tmp = out.parent / f".{out.name}.converting-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     t0 = time.perf_counter()
     try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
         manifest = _write(files, fmt, tmp, dense_transform, shard_rows, strict, chunk_bytes, progress,
                           total_bytes, format_options)
         manifest["seconds"] = round(time.perf_counter() - t0, 3)
@@ -125,8 +125,11 @@ def convert(
         else:
             os.rename(tmp, out)
         fsync_dir(out.parent)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, TraceError) and exc.errno is not None:
+            # a write error (ENOSPC, EIO) deep in a shard writer names no file: name the output
+            raise TraceError(f"{out}: cannot write ({exc.strerror})") from None
         raise
     return manifest
 

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from traces.errors import TraceError
+from traces.filetype import text_head
 from traces.ids import ints_to_ids, parse_hex8_present, strings_to_ids
 from traces.sniff import SEP_WORDS, guess_layout, header_problem, libsvm_line, parse_sep, split, widths
 
@@ -157,10 +158,7 @@ class _BlockSource:
 
 def sample_lines(path: str, max_lines: int = 200, max_bytes: int = 1 << 20) -> list[str]:
     """The first lines of a text file (plain or gzip), decoded leniently, for layout checks."""
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic == b"PAR1":
-        raise TraceError(f"{path}: this is a Parquet file, not text: try --format parquet")
+    text_head(path)  # one line naming the file and what it is when it is not text
     lines: list[str] = []
     size = 0
     for block, _ in _BlockSource(path, 1 << 16):

@@ -1,4 +1,4 @@
-"""`picasso run`: train a plan for real with torch.distributed workers started by torchrun."""
+"""`picasso run`: train a plan for real with torch.distributed workers (executor.agent starts them)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("run", parents=[common], help="run a plan for real (torchrun workers, gloo or NCCL)")
+    p = sub.add_parser("run", parents=[common], help="run a plan for real (torch.distributed workers, gloo or NCCL)")
     p.add_argument("plan", help="plan JSON (from `picasso plan`)")
     p.add_argument("--data", required=True,
                    help="click-log file or glob, a folder from `picasso convert` (each rank reads only its rows), "
@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--nproc", type=int, help="workers on this machine (default: the plan's world size / nnodes)")
     p.add_argument("--nnodes", type=int, default=1, help="machines taking part")
     p.add_argument("--node-rank", type=int, default=0, help="this machine's index among --nnodes")
-    p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address (loopback by default)")
+    p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address: node 0 listens on it only (loopback by default)")
     p.add_argument("--master-port", type=int, help="rendezvous port (default: a free one; set it for --nnodes > 1)")
     p.add_argument("--steps", type=int, default=20, help="training steps (global batches)")
     p.add_argument("--epochs", type=int, help="passes over the data instead of --steps")

@@ -1,0 +1,159 @@
+"""`python -m executor.agent`: start this node's worker ranks, watch them, stop them together.
+
+It replaces torchrun for `picasso run` so that the run listens only on --master-addr
+(executor.rendezvous: node 0's agent hosts the store there). Each worker gets RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT and the socket interface.
+The workers share the agent's process group (executor.process_tree stops the whole
+group). When one rank fails the agent stops the others (SIGTERM, a grace period,
+SIGKILL) and writes one line per rank that did not finish, which `first_error` reads
+to blame the right rank: one that failed on its own, else one that died (a crash, a
+signal, os._exit), else one still running while its peers' collectives timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from executor.rendezvous import HOSTED, free_port, host_store, socket_env
+
+GRACE_S = 5.0
+STORE_TIMEOUT_S = 300.0  # the host's own waits; each worker joins with its --timeout
+PREFIX = "picasso agent"
+COLLECTIVE = "another rank probably died or hung"  # executor.worker's line for a broken collective
+
+
+def agent_command(worker_args: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
+                  master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
+    """The command line that runs this node's `nproc` ranks of `python -m executor worker_args`."""
+    return [sys.executable, "-m", "executor.agent", "--nproc", str(nproc), "--nnodes", str(nnodes),
+            "--node-rank", str(node_rank), "--master-addr", master_addr,
+            "--master-port", str(master_port or free_port(master_addr)), "--", *worker_args]
+
+
+def worker_env(base: dict[str, str], rank: int, local_rank: int, nproc: int, world: int, master_addr: str,
+               master_port: int) -> dict[str, str]:
+    return {**socket_env(master_addr), **base, HOSTED: "1", "RANK": str(rank), "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(master_port)}
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stop(signum, _frame):
+    raise _Stop(signum)
+
+
+def _stop(procs: dict[int, subprocess.Popen], grace_s: float) -> list[int]:
+    """SIGTERM the ranks still running, SIGKILL them after `grace_s`; returns the ranks stopped."""
+    alive = [r for r, p in procs.items() if p.poll() is None]
+    for r in alive:
+        procs[r].terminate()
+    deadline = time.monotonic() + grace_s
+    while any(procs[r].poll() is None for r in alive) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for r in alive:
+        if procs[r].poll() is None:
+            procs[r].kill()
+            procs[r].wait()
+    return alive
+
+
+def supervise(procs: dict[int, subprocess.Popen], poll_s: float = 0.1, grace_s: float = GRACE_S) -> int:
+    """Wait for every rank; on the first failure stop the rest. Returns the agent's exit code."""
+    while True:
+        codes = {r: p.poll() for r, p in procs.items()}
+        failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+        if failed:
+            break
+        if all(c == 0 for c in codes.values()):
+            return 0
+        time.sleep(poll_s)
+    time.sleep(min(grace_s, 0.5))  # peers of a dead rank fail on their own within moments: let them say so
+    failed = {r: p.poll() for r, p in procs.items() if p.poll() not in (None, 0)}
+    stopped = _stop(procs, grace_s)
+    for r, c in sorted(failed.items()):
+        print(f"{PREFIX}: rank {r} exited with code {c}", file=sys.stderr, flush=True)
+    for r in stopped:
+        print(f"{PREFIX}: rank {r} was still running after rank {min(failed)} failed; stopped",
+              file=sys.stderr, flush=True)
+    return 1
+
+
+def first_error(log: str) -> str:
+    """The clearest single line out of the workers' and the agent's output."""
+    lines = log.splitlines()
+    agent = [ln.split(": error: ", 1)[1] for ln in lines if ln.startswith(f"{PREFIX}: error: ")]
+    if agent:  # the agent could not start the ranks
+        return agent[0]
+    mine = [ln for ln in lines if re.match(r"executor rank \d+: error:", ln)]
+    direct = [m for m in mine if COLLECTIVE not in m]
+    if direct:  # a rank that failed on its own says why
+        return re.sub(r"^executor (rank \d+): error: ", r"\1: ", direct[0])
+    exits = re.findall(rf"^{PREFIX}: rank (\d+) exited with code (-?\d+)$", log, re.M)
+    died = [(r, c) for r, c in exits if c != "1"]  # 1 is a worker's own error path
+    if died:  # a rank that died gives no line of its own
+        r, c = died[0]
+        return f"worker rank {r} died (exit code {c}); the other ranks stopped"
+    hung = re.findall(rf"^{PREFIX}: rank (\d+) was still running after", log, re.M)
+    if hung and mine:  # every rank that ended reported a broken collective: the one still running hung
+        return f"worker rank {hung[0]} hung (still running when the other ranks' collectives timed out); stopped"
+    if mine:
+        return re.sub(r"^executor (rank \d+): error: ", r"\1: ", mine[0])
+    tail = [ln for ln in lines if ln.strip()]
+    return tail[-1] if tail else "the workers failed without output"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m executor.agent", description=__doc__.splitlines()[0])
+    p.add_argument("--nproc", type=int, required=True)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, required=True)
+    p.add_argument("worker_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    worker_args = args.worker_args[1:] if args.worker_args[:1] == ["--"] else args.worker_args
+    world = args.nproc * args.nnodes
+    procs: dict[int, subprocess.Popen] = {}
+    old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        store = None  # kept referenced: the store serves until the agent ends
+        if args.node_rank == 0:
+            store = host_store(args.master_addr, args.master_port, world, STORE_TIMEOUT_S)
+        for local in range(args.nproc):
+            rank = args.node_rank * args.nproc + local
+            env = worker_env(dict(os.environ), rank, local, args.nproc, world, args.master_addr, args.master_port)
+            procs[rank] = subprocess.Popen([sys.executable, "-u", "-m", "executor", *worker_args], env=env,
+                                           stdin=subprocess.DEVNULL)
+        rc = supervise(procs)
+        del store
+        return rc
+    except _Stop as exc:
+        _stop(procs, GRACE_S)
+        return 128 + exc.signum
+    except Exception as exc:  # noqa: BLE001 - one line; the ranks must not outlive the agent
+        _stop(procs, GRACE_S)
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{PREFIX}: error: {msg}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

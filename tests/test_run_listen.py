@@ -1,0 +1,108 @@
+"""Every socket a `picasso run` listens on is bound to --master-addr (loopback for one node)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from executor.process_tree import descendants
+from planner.plan import PackPlan, Plan
+from planner.presets import get_model
+
+ROOT = Path(__file__).resolve().parents[1]
+LISTEN = "0A"  # TCP state in /proc/net/tcp
+
+
+def _decode(hex_addr: str) -> str:
+    """An address of /proc/net/tcp{,6}: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_addr)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(words))
+
+
+def listening(pids) -> dict[int, list[tuple[str, int]]]:
+    """pid -> [(address, port)] of the TCP sockets in LISTEN state that the process holds."""
+    out: dict[int, list[tuple[str, int]]] = {}
+    for pid in pids:
+        inodes = set()
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone meanwhile
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        for table in ("tcp", "tcp6"):
+            try:
+                rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                f = row.split()
+                if f[3] == LISTEN and f[9] in inodes:
+                    addr, port = f[1].split(":")
+                    out.setdefault(pid, []).append((_decode(addr), int(port, 16)))
+    return out
+
+
+def test_listening_reads_a_socket_of_this_process():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert ("127.0.0.1", s.getsockname()[1]) in listening([os.getpid()])[os.getpid()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.dist
+def test_a_one_node_run_listens_only_on_loopback(tmp_path):
+    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(16, 16), top_mlp=(8, 1))
+    plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10})
+    plan.save(tmp_path / "plan.json", hot_ids={"C1": np.arange(10)})
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    cmd = [sys.executable, "-m", "picasso", "run", str(tmp_path / "plan.json"), "--data", "synthetic",
+           "--steps", "1000000", "--timeout", "60"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            tree = [proc.pid, *descendants(proc.pid)]
+            ranks = [p for p in tree if "-m executor " in _cmdline(p)]
+            if len(ranks) == 2 and all(listening([r]) for r in ranks):  # both ranks joined gloo
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the workers did not start")
+        time.sleep(1.0)  # let them train
+        found = listening([proc.pid, *descendants(proc.pid)])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    sockets = [(pid, a) for pid, addrs in found.items() for a in addrs]
+    assert len(sockets) >= 3, sockets  # the rendezvous store and each rank's gloo listener
+    wide = [(_cmdline(pid)[:80], a) for pid, a in sockets if not ipaddress.ip_address(a[0]).is_loopback]
+    assert not wide, f"listening beyond loopback: {wide}"
