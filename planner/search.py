@@ -17,6 +17,9 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
 3. Micro-batches (1, 2, 4, 8 dividing the batch) and kernel interleaving on/off.
 4. Per pack, column-wise, table-wise and replicated are tried in place of row-wise, and
    host placement when device memory runs out.
+5. Per pack, the exchange: rows (deduplicated, pooled by the requester) or pooled at the
+   owner, whichever planner.exchange.exchange_costs predicts cheaper for every candidate,
+   then the other one tried by simulation for the best plan's packs.
 Every candidate is lowered and scored with the fast evaluator on a one-rank symmetric graph;
 the best few are re-simulated with the simpy engine and the best of those is returned.
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
@@ -35,6 +38,7 @@ import numpy as np
 from planner.access import TableAccess, table_access
 from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
+from planner.exchange import choose_exchange, poolable
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec
 from planner.op_names import op_class
@@ -262,6 +266,7 @@ def search(
                     for p in plan.packs for t in p.tables}
         plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free,
                                   c_gather)
+        choose_exchange(plan, hw, access, batch / k)  # rows or pooled vectors, per pack by cost
         choose_hot_sync(plan, hw, access, batch / k)  # dense all-reduce or sparse all-gather, by cost
         return plan
 
@@ -323,6 +328,7 @@ def search(
             if pack.sharding == sharding or not _sharding_ok(cur, pack, sharding):
                 continue
             plan = _with_pack(cur, i, sharding, access, batch)
+            choose_exchange(plan, hw, access, batch / plan.micro_batches)
             ev = score(f"{best.label} {pack.name}={sharding}", plan)
             if better(best, ev):
                 best = ev
@@ -333,9 +339,20 @@ def search(
             if pack.sharding != "row_wise" or over_budget():
                 continue
             plan = _as_table_row_wise(best.plan, i, hw.gpus_per_node, access, batch)
+            choose_exchange(plan, hw, access, batch / plan.micro_batches)
             ev = score(f"{best.label} {pack.name}=table_row_wise", plan)
             if better(best, ev):
                 best = ev
+    # stage 3c: the closed-form exchange choice checked by simulation, pack by pack
+    for i, pack in enumerate(list(best.plan.packs)):
+        if over_budget() or not poolable(best.plan, pack):
+            continue
+        flip = "rows" if pack.exchange == "pooled" else "pooled"
+        packs = [replace(p) for p in best.plan.packs]
+        packs[i].exchange = flip
+        ev = score(f"{best.label} {pack.name}:{flip}", replace(best.plan, packs=packs, notes=dict(best.plan.notes)))
+        if better(best, ev):
+            best = ev
     if progress:
         progress(steps, steps)
     # stage 4: re-simulate the best few with the discrete-event engine
@@ -374,7 +391,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
 
 
 def _plan_key(plan: Plan) -> str:
-    packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement) for p in plan.packs)
+    packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement, p.exchange) for p in plan.packs)
     return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving))
 
 
