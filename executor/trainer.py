@@ -21,8 +21,8 @@ from executor.batches import Batch
 from executor.comm import Comm
 from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
-from executor.pooled import make_pack
 from executor.optim import DenseOptimizer
+from executor.pooled import make_pack
 from executor.precision import apply_global, dense_precision
 from executor.timing import OpTimer
 from planner.plan import Plan
