@@ -90,23 +90,30 @@ def pooled_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[
 # ---- the choice -------------------------------------------------------------------------------
 
 
+def a2a_line(hw: Any, world: int) -> tuple[float, float]:
+    """(latency us, us per byte) of an all-to-all over every rank (the simulator's cost is
+    linear in the buffer: two evaluations give it, so a search need not ask per pack)."""
+    from simulator.cost import collective_cost
+    from simulator.opgraph import Collective
+
+    group = tuple(range(world))
+    lat, bw, _ = collective_cost(Collective("all_to_all", group, 64e6), hw)
+    return lat, bw / 64e6
+
+
 def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableAccess],
-                   samples: float) -> dict[str, float]:
+                   samples: float, line: tuple[float, float] | None = None) -> dict[str, float]:
     """Predicted microseconds per iteration of the pack's cold exchange each way: its
     all-to-alls (IDs, rows or pooled vectors, gradients; the largest buffer of any rank, as
     lowering charges a collective) and the owner's reads and update (its busiest rank), from
     the volumes lowering uses. Only what differs between the two is counted."""
-    from simulator.cost import collective_cost
-    from simulator.opgraph import Collective
-
     k, w = plan.micro_batches, plan.world_size
-    group = tuple(range(w))
+    lat, per_byte = line or a2a_line(hw, w)
     hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))
     pcie_us = 1e6 / hw.pcie_bw
 
     def a2a(nbytes: Any) -> float:
-        lat, bw, _ = collective_cost(Collective("all_to_all", group, float(np.max(nbytes))), hw)
-        return lat + bw
+        return lat + float(np.max(nbytes)) * per_byte
 
     out = {}
     for ex in ("rows", "pooled"):
@@ -125,14 +132,23 @@ def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableA
     return out
 
 
-def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float) -> None:
+def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float,
+                    memo: dict | None = None) -> None:
     """Set each pack's exchange to the cheaper by `exchange_costs` (rows where pooled cannot run).
-    The costs are kept in plan.notes["exchange_us"] for --explain."""
+    The costs are kept in plan.notes["exchange_us"] for --explain. `memo` (one per search,
+    same hardware and access) keeps the costs of packs seen before."""
     costs: dict[str, dict[str, float]] = {}
+    memo = {} if memo is None else memo
+    line = memo.get("line") or (a2a_line(hw, plan.world_size) if plan.world_size > 1 else None)
+    memo["line"] = line
     for pack in plan.packs:
         pack.exchange = "rows"
         if poolable(plan, pack):
-            c = exchange_costs(plan, pack, hw, access, samples)
+            key = (tuple(pack.tables), pack.sharding, tuple(pack.ranks or ()), pack.placement, pack.hot_sync,
+                   tuple(plan.hot_rows.get(t, 0) for t in pack.tables), plan.micro_batches, samples)
+            c = memo.get(key)
+            if c is None:
+                c = memo[key] = exchange_costs(plan, pack, hw, access, samples, line)
             costs[pack.name] = {k: round(v, 1) for k, v in c.items()}
             pack.exchange = "pooled" if c["pooled"] < c["rows"] else "rows"
     plan.notes["exchange_us"] = costs

@@ -39,7 +39,7 @@ import numpy as np
 from planner.access import TableAccess, table_access
 from planner.baselines import attribute_groups, table_cost
 from planner.errors import PlanError
-from planner.exchange import choose_exchange, exchange_costs, poolable
+from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec
 from planner.op_names import op_class
@@ -199,10 +199,11 @@ def pooled_tables(model: ModelSpec, access: dict[str, TableAccess], hw: Any, bat
     out: set[str] = set()
     if hw.world_size <= 1:
         return out
+    line = a2a_line(hw, hw.world_size)
     for t in model.tables:
         probe = Plan(model, hw.world_size, batch, [PackPlan("probe", [t.name], "row_wise")])
         if poolable(probe, probe.packs[0]):
-            c = exchange_costs(probe, probe.packs[0], hw, access, batch)
+            c = exchange_costs(probe, probe.packs[0], hw, access, batch, line)
             if c["pooled"] < c["rows"]:
                 out.add(t.name)
     return out
@@ -257,6 +258,7 @@ def search(
     hbm = float(hw.gpu.hbm_bytes)
     seen: dict[str, Evaluation] = {}
     log: list[Evaluation] = []
+    ex_memo: dict = {}  # exchange costs of packs already seen (planner.exchange.choose_exchange)
 
     def over_budget() -> bool:
         return time.perf_counter() - t0 > time_budget_s
@@ -290,7 +292,7 @@ def search(
                     for p in plan.packs for t in p.tables}
         plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free,
                                   c_gather)
-        choose_exchange(plan, hw, access, batch / k)  # rows or pooled vectors, per pack by cost
+        choose_exchange(plan, hw, access, batch / k, ex_memo)  # rows or pooled vectors, per pack by cost
         choose_hot_sync(plan, hw, access, batch / k)  # dense all-reduce or sparse all-gather, by cost
         return plan
 
@@ -354,7 +356,7 @@ def search(
             if pack.sharding == sharding or not _sharding_ok(cur, pack, sharding):
                 continue
             plan = _with_pack(cur, i, sharding, access, batch)
-            choose_exchange(plan, hw, access, batch / plan.micro_batches)
+            choose_exchange(plan, hw, access, batch / plan.micro_batches, ex_memo)
             ev = score(f"{best.label} {pack.name}={sharding}", plan)
             if better(best, ev):
                 best = ev
@@ -365,7 +367,7 @@ def search(
             if pack.sharding != "row_wise" or over_budget():
                 continue
             plan = _as_table_row_wise(best.plan, i, hw.gpus_per_node, access, batch)
-            choose_exchange(plan, hw, access, batch / plan.micro_batches)
+            choose_exchange(plan, hw, access, batch / plan.micro_batches, ex_memo)
             ev = score(f"{best.label} {pack.name}=table_row_wise", plan)
             if better(best, ev):
                 best = ev

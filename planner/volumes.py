@@ -199,6 +199,11 @@ class PackVolumes:
         return (self.cold_unique_nohot - self.cold_unique) * per_row * micro_batches
 
 
+def _cyclic_rows(rows: int, n: int) -> np.ndarray:
+    """Rows of each of n cyclic shards (shard i holds rows i, i+n, ...)."""
+    return rows // n + (np.arange(n) < rows % n)
+
+
 def _table_stats(acc: TableAccess, lookups: float, hot: int, head: bool) -> tuple:
     """(hot coverage, distinct rows, distinct cold rows, hottest cold rows, their presence q),
     memoised on the access object: the search asks the same questions many times."""
@@ -288,19 +293,19 @@ def pack_volumes(
     width = sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs)
     if pack.sharding == "row_wise":
         recv[idx] = world * (head_load + tail / n)
-        shard[idx] = [len(range(i, rows, n)) for i in range(n)]
+        shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
     elif pack.sharding == "table_row_wise" and pack.exchange == "pooled":
         # the executor runs it flat, as row-wise over the node's ranks: no per-node merge
         recv[idx] = world * tail / n
-        shard[idx] = [len(range(i, rows, n)) for i in range(n)]
+        shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
     elif pack.sharding == "table_row_wise":
         # deduplicated: each node's distinct rows once (hierarchical); TorchRec: every lookup
         recv[idx] = (world / g) * node_u / n if dedup else world * tail / n
-        shard[idx] = [len(range(i, rows, n)) for i in range(n)]
+        shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
     elif pack.sharding == "table_wise":
