@@ -77,6 +77,7 @@ class PackVolumes:
     update_rows: np.ndarray | None = None
     hot_sync: str = "dense"  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
     exchange: str = "rows"  # PackPlan.exchange: rows back to the requester, or pooled at the owner
+    # ("torchrec": scored as TorchRec runs it, planner.lowering's own path)
 
     # ---- pooled exchange (PackPlan.exchange "pooled"; see the module docstring) ----------
     @property
@@ -323,7 +324,7 @@ def pack_volumes(
         slice_bytes = float(row_bytes)
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
-        placement=pack.placement, hot_sync=pack.hot_sync, exchange=pack.exchange, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
+        placement=pack.placement, hot_sync=pack.hot_sync, exchange=pack.exchange if dedup else "torchrec", dim=first.dim, row_bytes=row_bytes, state_bytes=state,
         samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
