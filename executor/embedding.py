@@ -23,6 +23,7 @@ from executor import lowp, syncfree
 from executor.comm import Comm
 from executor.layout import PackLayout, init_packed_rows, pack_layout
 from executor.syncfree import Route
+from planner import op_names
 from planner.plan import PackPlan, Plan
 
 
@@ -55,6 +56,12 @@ class Lookup:
 
 
 class ShardedPack:
+    exchange = "rows"  # PackPlan.exchange this class runs (executor.pooled: "pooled")
+
+    def op(self, name: str) -> str:
+        """The timed name of one of this pack's ops (planner.op_names.pack_op)."""
+        return op_names.pack_op(name, self.exchange)
+
     def __init__(self, plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm: Comm) -> None:
         self.plan = plan
         self.comm = comm

@@ -22,6 +22,7 @@ from executor.comm import Comm
 from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
 from executor.optim import DenseOptimizer
+from executor.pooled import make_pack
 from executor.precision import apply_global, dense_precision
 from executor.timing import OpTimer
 from planner.plan import Plan
@@ -86,7 +87,7 @@ class Trainer:
         self.plan = plan
         self.comm = comm
         self.dev = comm.device
-        self.packs = [ShardedPack(plan, p, hot_ids, comm) for p in plan.packs]
+        self.packs = [make_pack(plan, p, hot_ids, comm) for p in plan.packs]
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # the dense layers' precision as the planner costed it, where this device has it
@@ -121,7 +122,7 @@ class Trainer:
         # 1. dedup + route every lookup of the step
         for i, mb in enumerate(mbs):
             for j, p in enumerate(self.packs):
-                with T.op("fwd", p.name, "dedup", i):
+                with T.op("fwd", p.name, p.op("dedup"), i):
                     idx, offs = p.pack_inputs(mb.sparse)
                     lk = p.dedup(idx, offs)
                 with T.op("fwd", p.name, "route", i):
@@ -180,7 +181,7 @@ class Trainer:
                 with T.op("bwd", p.name, "pool", i):
                     g = leaves_grad(leaves[j])
                     gu = p.unique_grad(lk, g)
-                tok = None if p.local_only else T.start("bwd", p.name, "a2a_grad", i, lane="comm")
+                tok = None if p.local_only else T.start("bwd", p.name, p.op("a2a_grad"), i, lane="comm")
                 p.backward(lk, gu, async_op=ov)
                 if tok is not None:
                     T.end_when_done(tok, p.grad_handles[-1][0])
@@ -277,14 +278,14 @@ class Trainer:
         # launch, a2a_emb the exchange, as lowering has them one after the other; from host
         # memory the gather is two ops, the host gather and the PCIe copy (cold_h2d)
         if p.host:
-            with T.op("fwd", p.name, "cold_gather", i):
+            with T.op("fwd", p.name, p.op("cold_gather"), i):
                 staged = p.host_gather(lk.recv_rows)
             with T.op("fwd", p.name, "cold_h2d", i):
                 p.send_back(lk, p.copy_rows(staged), async_op=True)
         else:
-            with T.op("fwd", p.name, "cold_gather", i):
+            with T.op("fwd", p.name, p.op("cold_gather"), i):
                 p.gather(lk, async_op=True)
-        tok = T.start("fwd", p.name, "a2a_emb", i, lane="comm")
+        tok = T.start("fwd", p.name, p.op("a2a_emb"), i, lane="comm")
         T.end_when_done(tok, lk.handle)
         if not self.overlap:
             lk.handle.wait()

@@ -17,6 +17,7 @@ from planner.access import TableAccess, table_access
 from planner.bounds import embedding_free_us
 from planner.builders import BASELINES, baseline_plan
 from planner.errors import PlanError
+from planner.exchange import exchange_costs, poolable
 from planner.memory import gib
 from planner.plan import Plan
 from planner.search import Evaluation, byte_costs, evaluate, full_symmetry, hot_threshold_rows
@@ -64,7 +65,7 @@ class Explanation:
         rows = []
         for pv in lo.packs:
             lookups = max(pv.lookups, 1e-12)
-            a2a = 0.0 if pv.sharding == "replicated" else pv.cold_unique * (ID_BYTES + 2 * pv.row_bytes) * k
+            a2a = pv.exchange_bytes(k)
             replicated = pv.sharding == "replicated"
             rows.append({
                 "pack": pv.name, "tables": pv.tables, "sharding": pv.sharding,
@@ -73,12 +74,22 @@ class Explanation:
                 # a replicated pack is read locally in full: all of it is "hot"
                 "hot_coverage": 1.0 if replicated else pv.hot_lookups / lookups,
                 "sync": pack_sync(pv.sharding, pv.hot_rows, pv.sparse_hot),
+                "exchange": pv.exchange, "exchange_us": self._exchange_costs(pv.name),
                 "a2a_bytes_per_step": a2a,
                 "bytes_saved_per_step": pv.bytes_saved_per_step(k),
                 "owner_imbalance": float(pv.recv_ids.max() / max(pv.recv_ids[pv.recv_ids > 0].mean(), 1e-12))
                 if (pv.recv_ids > 0).any() else 1.0,
             })
         return rows
+
+    def _exchange_costs(self, pack_name: str) -> dict[str, float] | None:
+        """Predicted us per iteration of the pack's cold exchange as rows and as pooled vectors
+        (planner.exchange, the planner's own choice rule); None where only rows can run."""
+        pack = next((p for p in self.plan.packs if p.name == pack_name), None)
+        if pack is None or self.hw is None or self.access is None or not poolable(self.plan, pack):
+            return None
+        samples = self.plan.batch_size_per_rank / self.plan.micro_batches
+        return exchange_costs(self.plan, pack, self.hw, self.access, samples)
 
     def tables(self) -> list[dict[str, Any]]:
         """Per table: where its statistics come from, and why its hot set has the size it has.
@@ -214,13 +225,14 @@ class Explanation:
             "",
             _table(
                 ["pack", "tables", "sharding", "ranks", "place", "rows", "hot rows", "hot cover",
-                 "a2a MB/step", "saved MB/step", "imbalance", "sync"],
+                 "exchange", "a2a MB/step", "saved MB/step", "imbalance", "sync"],
                 [[p["pack"], _tables(p["tables"]), p["sharding"], str(p["ranks"]), p["placement"], f"{p['rows']:,}",
                   "all" if p["sharding"] == "replicated" else f"{p['hot_rows']:,}",
                   "all (replicated)" if p["sharding"] == "replicated" else f"{p['hot_coverage']:.1%}",
-                  f"{p['a2a_bytes_per_step'] / 1e6:.2f}", f"{p['bytes_saved_per_step'] / 1e6:.2f}",
+                  p["exchange"], f"{p['a2a_bytes_per_step'] / 1e6:.2f}", f"{p['bytes_saved_per_step'] / 1e6:.2f}",
                   f"{p['owner_imbalance']:.2f}", p["sync"]] for p in d["packs"]],
             ),
+            *_exchange_lines(d["packs"]),
             "",
             *(["per table: access statistics and hot set (a hot row costs its gradient in the all-reduce each "
                "step; cold, it is exchanged in each micro-batch it appears in):"] if d["tables"] else []),
@@ -260,6 +272,21 @@ class Explanation:
             lines.append(f"bound: with embeddings free (input copy, dense layers, dense all-reduce only) an "
                          f"iteration takes {d['embedding_free_us']:.1f} us; no plan beats that: at most {best}")
         return "\n".join(lines)
+
+
+def _exchange_lines(packs: list[dict[str, Any]]) -> list[str]:
+    """Why each pack exchanges rows or pooled vectors: the two predicted costs."""
+    rows = [p for p in packs if p.get("exchange_us")]
+    if not rows:
+        return []
+    out = ["exchange (predicted us per iteration of the cold exchange: deduplicated rows pooled by the requester, "
+           "or every ID sent and pooled at the owner):"]
+    for p in rows:
+        c = p["exchange_us"]
+        cheaper = "pooled" if c["pooled"] < c["rows"] else "rows"
+        why = "" if cheaper == p["exchange"] else " (the simulated step was faster so: overlap, not bytes, decides)"
+        out.append(f"  {p['pack']}: rows {c['rows']:.1f}, pooled {c['pooled']:.1f} -> {p['exchange']}{why}")
+    return out
 
 
 def _lanes(d: dict[str, Any]) -> list[str]:

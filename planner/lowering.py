@@ -4,7 +4,9 @@ Entry point: `lower(plan, hw, profile=None, access=None, symmetric=None) -> Lowe
 
 The iteration, per rank (op names from planner.op_names): fwd/input/h2d once (the whole
 step's input, as the executor copies it), then per micro-batch:
-  per pack: dedup, route, hot_gather, a2a_ids (after a counts exchange), cold_gather, a2a_emb, pool;
+  per pack: dedup, route, hot_gather, a2a_ids (after a counts exchange), cold_gather, a2a_emb, pool
+  (a pack with exchange "pooled": bags, route, hot_gather, a2a_ids, cold_pool, a2a_pooled, pool;
+  planner.exchange);
   fwd/dense: bottom_mlp, interaction, top_mlp, loss;
   bwd/dense: top_mlp, interaction; per pack: bwd pool, a2a_grad; bwd/dense/bottom_mlp;
 then once per iteration: bwd/dense/allreduce (the dense gradients and every pack's hot-row
@@ -226,6 +228,11 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
     owners), hot_gather, then the exchange. `count_us` is the exchange of every lookup's
     sizes, once per step, charged to the step's first ID exchange (as the executor times it).
     """
+    if pv.pooled:  # owners pool: planner.exchange
+        from planner.exchange import pooled_fwd
+
+        return pooled_fwd(plan, pv, mb, count_us)
+
     def n(op: str) -> str:
         return on.op_name("fwd", pv.name, op, mb)
 
@@ -266,6 +273,11 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
 
 
 def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[Op]:
+    if pv.pooled:
+        from planner.exchange import pooled_bwd
+
+        return pooled_bwd(plan, pv, mb, after)
+
     def n(op: str) -> str:
         return on.op_name("bwd", pv.name, op, mb)
 
@@ -497,8 +509,10 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             rows = pv.recv_ids * k
             # host-resident rows are read and written back over PCIe
             moved = rows * (pv.slice_bytes + pv.state_bytes) * 2 if pv.placement == "host" else 0.0
+            # a pooled pack's owner first expands each bag's gradient to its lookups
+            expand = rows * pv.grad_row_bytes * 2 if pv.pooled else 0.0
             ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
-                                hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES),
+                                hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES) + expand,
                                 host=moved, pcie=moved, flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes

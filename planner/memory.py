@@ -134,6 +134,8 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
         # exchange buffers of one micro-batch: ids out/in, rows out/in, gradients
         buffers += (pv.cold_unique * (ID_BYTES + 2 * pv.row_bytes) + pv.lookups * ID_BYTES * 3
                     + pv.recv_ids * (ID_BYTES + 2 * pv.slice_bytes))
+        if pv.pooled:  # partial sums in and out, pooled gradients, the owner's per-ID gradients
+            buffers += pv.pooled_out_bytes * 2 + pv.recv_ids * pv.grad_row_bytes
     if plan.kernel_interleaving or k > 1:
         buffers *= 2  # two micro-batches / packs in flight
     samples = plan.batch_size_per_rank

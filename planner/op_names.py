@@ -22,6 +22,13 @@ PHASES = ("fwd", "bwd", "opt")
 # PCIe (cold_h2d).
 PACK_FWD = ("dedup", "route", "hot_gather", "a2a_ids", "cold_gather", "cold_h2d", "a2a_emb", "pool")
 PACK_BWD = ("pool", "a2a_grad")
+# A pack with PackPlan.exchange "pooled" does other work under four of those names: it finds
+# each ID's bag and counts bag lengths per owner instead of deduplicating (bags), the owner
+# gathers and pools its part of every bag (cold_pool), pooled vectors come back (a2a_pooled)
+# and pooled gradients go to the owners (a2a_pooled_grad). Its hot_gather pools the hot IDs.
+POOLED_OPS = {"dedup": "bags", "cold_gather": "cold_pool", "a2a_emb": "a2a_pooled", "a2a_grad": "a2a_pooled_grad"}
+PACK_FWD += ("bags", "cold_pool", "a2a_pooled")
+PACK_BWD += ("a2a_pooled_grad",)
 # hot_sync: a pack with PackPlan.hot_sync "sparse" all-gathers its touched hot rows' gradients
 # (instead of adding the whole hot set's to bwd/dense/allreduce), then hot_update applies them.
 PACK_OPT = ("cold_update", "hot_sync", "hot_update")
@@ -30,6 +37,11 @@ INPUT_FWD = ("h2d",)
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
 DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", "allreduce")
 DENSE_OPT = ("update",)
+
+
+def pack_op(op: str, exchange: str) -> str:
+    """A pack op's name under the pack's exchange ("rows" or "pooled"; see POOLED_OPS)."""
+    return POOLED_OPS.get(op, op) if exchange == "pooled" else op
 
 
 def op_name(phase: str, scope: str, op: str, micro_batch: int | None = None) -> str:

@@ -36,6 +36,10 @@ PLAN_VERSION = 1
 SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated", "table_row_wise")
 PLACEMENTS = ("hbm", "host")
 HOT_SYNCS = ("dense", "sparse")
+EXCHANGES = ("rows", "pooled")
+# shardings a pooled exchange runs on: an owner pools whole rows of its bags (column-wise
+# would pool slices and need full-row gradients for row-wise Adagrad; a replica exchanges nothing)
+POOLED_SHARDINGS = ("row_wise", "table_wise", "table_row_wise")
 SPARSE_OPTIMIZERS = ("sgd", "rowwise_adagrad")
 DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 
@@ -51,6 +55,11 @@ class PackPlan:
     # the dense all-reduce; "sparse", an all-gather of only the hot rows touched this step.
     # The planner picks the cheaper by its cost model (planner.lowering.hot_sync_costs)
     hot_sync: str = "dense"
+    # what crosses ranks for the cold lookups: "rows", the owners return the deduplicated rows
+    # and the requester pools them; "pooled", the owners pool their part of every bag and
+    # return one vector per sample and table (partial sums, added to the locally pooled hot
+    # part). Planner: the cheaper by planner.exchange.exchange_costs
+    exchange: str = "rows"
 
 
 @dataclass
@@ -180,6 +189,10 @@ class Plan:
                 raise PlanError(f"pack {p.name}: placement {p.placement!r} is not one of {list(PLACEMENTS)}")
             if p.hot_sync not in HOT_SYNCS:
                 raise PlanError(f"pack {p.name}: hot_sync {p.hot_sync!r} is not one of {list(HOT_SYNCS)}")
+            if p.exchange not in EXCHANGES:
+                raise PlanError(f"pack {p.name}: exchange {p.exchange!r} is not one of {list(EXCHANGES)}")
+            if p.exchange == "pooled":
+                self._check_pooled(p)
             ranks = self.pack_ranks(p)
             if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < self.world_size for r in ranks):
                 raise PlanError(f"pack {p.name}: ranks {p.ranks} must be distinct ranks in [0, {self.world_size})")
@@ -218,6 +231,16 @@ class Plan:
             raise PlanError(f"exchange {self.exchange!r} is not one of {list(EXCHANGES)}")
         if self.optimizer.dense not in DENSE_OPTIMIZERS:
             raise PlanError(f"dense optimizer {self.optimizer.dense!r} is not one of {list(DENSE_OPTIMIZERS)}")
+
+    def _check_pooled(self, p: PackPlan) -> None:
+        """A pooled exchange needs bags to pool and whole rows at each owner."""
+        if p.sharding not in POOLED_SHARDINGS:
+            raise PlanError(f"pack {p.name}: exchange pooled needs sharding {' or '.join(POOLED_SHARDINGS)}, "
+                            f"not {p.sharding} (owners pool whole rows; a replica exchanges nothing)")
+        seq = [t for t in p.tables if self.model.table(t).pooling == "none"]
+        if seq:
+            raise PlanError(f"pack {p.name}: exchange pooled needs pooled tables; {seq[0]} has pooling none "
+                            "(a sequence keeps one vector per item: there is no bag to pool at the owner)")
 
     # ---- JSON --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -450,6 +473,7 @@ def _pack_from_dict(p: object, where: str, world: int) -> PackPlan:
                                           for i, r in enumerate(fields.sequence(ranks, f"{where}.ranks"))],
         placement=fields.text(p.get("placement", "hbm"), f"{where}.placement", PLACEMENTS),
         hot_sync=fields.text(p.get("hot_sync", "dense"), f"{where}.hot_sync", HOT_SYNCS),
+        exchange=fields.text(p.get("exchange", "rows"), f"{where}.exchange", EXCHANGES),
     )
 
 

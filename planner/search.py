@@ -17,6 +17,10 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
 3. Micro-batches (1, 2, 4, 8 dividing the batch) and kernel interleaving on/off.
 4. Per pack, column-wise, table-wise and replicated are tried in place of row-wise, and
    host placement when device memory runs out.
+5. Per pack, the exchange: rows (deduplicated, pooled by the requester) or pooled at the
+   owner, whichever planner.exchange.exchange_costs predicts cheaper for every candidate,
+   then the other one tried by simulation for the best plan's packs. Tables that alone would
+   exchange cheaper pooled (long bags) are also packed apart from the others (layouts "+pool").
 Every candidate is lowered and scored with the fast evaluator on a one-rank symmetric graph;
 the best few are re-simulated with the simpy engine and the best of those is returned.
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
@@ -34,6 +38,7 @@ import numpy as np
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
+from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.op_names import op_class
@@ -187,8 +192,28 @@ def balanced_split(tables: list[TableSpec], costs: dict[str, float], parts: int)
     return [sorted(b, key=order.__getitem__) for b in bins if b]
 
 
+def pooled_tables(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int) -> set[str]:
+    """Tables that, alone in a row-wise pack, would exchange cheaper as pooled vectors than as
+    rows (planner.exchange.exchange_costs): long bags of wide rows."""
+    out: set[str] = set()
+    if hw.world_size <= 1:
+        return out
+    line = a2a_line(hw, hw.world_size)
+    for t in model.tables:
+        probe = Plan(model, hw.world_size, batch, [PackPlan("probe", [t.name], "row_wise")])
+        if poolable(probe, probe.packs[0]):
+            c = exchange_costs(probe, probe.packs[0], hw, access, batch, line)
+            if c["pooled"] < c["rows"]:
+                out.add(t.name)
+    return out
+
+
 def pack_layout(model: ModelSpec, access: dict[str, TableAccess], world: int, batch: int, split: int,
-                replicate_small: bool, c_a2a: float, c_ar: float, hbm: float) -> list[PackPlan]:
+                replicate_small: bool, c_a2a: float, c_ar: float, hbm: float,
+                pooled: set[str] | None = None) -> list[PackPlan]:
+    """Packs per attribute group: small tables replicated (when worthwhile), the rest split
+    into `split` row-wise packs; with `pooled`, those tables are packed apart from the others
+    (so that one pack can exchange pooled vectors and the other rows)."""
     packs: list[PackPlan] = []
     for group in attribute_groups(model):
         costs = {t.name: table_cost(t, access[t.name], world, batch) for t in group}
@@ -197,8 +222,12 @@ def pack_layout(model: ModelSpec, access: dict[str, TableAccess], world: int, ba
         rest = [t for t in group if t not in rep]
         if rep:
             packs.append(PackPlan("", [t.name for t in rep], "replicated"))
-        for names in balanced_split(rest, costs, split) if rest else []:
-            packs.append(PackPlan("", names, "row_wise"))
+        parts = [rest]
+        if pooled:
+            parts = [[t for t in rest if t.name in pooled], [t for t in rest if t.name not in pooled]]
+        for part in parts:
+            for names in balanced_split(part, costs, split) if part else []:
+                packs.append(PackPlan("", names, "row_wise"))
     for i, p in enumerate(packs):
         p.name = f"pack{i}"
     return packs
@@ -228,6 +257,7 @@ def search(
     hbm = float(hw.gpu.hbm_bytes)
     seen: dict[str, Evaluation] = {}
     log: list[Evaluation] = []
+    ex_memo: dict = {}  # exchange costs of packs already seen (planner.exchange.choose_exchange)
 
     def over_budget() -> bool:
         return time.perf_counter() - t0 > time_budget_s
@@ -261,18 +291,21 @@ def search(
                     for p in plan.packs for t in p.tables}
         plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free,
                                   c_gather)
+        choose_exchange(plan, hw, access, batch / k, ex_memo)  # rows or pooled vectors, per pack by cost
         choose_hot_sync(plan, hw, access, batch / k)  # dense all-reduce or sparse all-gather, by cost
         return plan
 
     ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]
     layouts = [((), "dp", [PackPlan(f"pack{i}", [t.name for t in g], "replicated")
                            for i, g in enumerate(attribute_groups(model))])] if world > 1 else []
+    pooled = pooled_tables(model, access, hw, batch)
     for split in SPLITS:
         for rep in (True, False):
-            packs = pack_layout(model, access, world, batch, split, rep, c_a2a, c_ar, hbm)
-            sig = tuple((p.sharding, tuple(p.tables)) for p in packs)
-            if sig not in [s for s, _, _ in layouts]:
-                layouts.append((sig, f"split{split}{'+rep' if rep else ''}", packs))
+            for pool in ((None, pooled) if pooled else (None,)):
+                packs = pack_layout(model, access, world, batch, split, rep, c_a2a, c_ar, hbm, pool)
+                sig = tuple((p.sharding, tuple(p.tables)) for p in packs)
+                if sig not in [s for s, _, _ in layouts]:
+                    layouts.append((sig, f"split{split}{'+rep' if rep else ''}{'+pool' if pool else ''}", packs))
     steps = len(layouts) * len(ks) * 2 + REFINE_TOP * len(HOT_SCALES) + 8
     done = 0
     best: Evaluation | None = None
@@ -322,6 +355,7 @@ def search(
             if pack.sharding == sharding or not _sharding_ok(cur, pack, sharding):
                 continue
             plan = _with_pack(cur, i, sharding, access, batch)
+            choose_exchange(plan, hw, access, batch / plan.micro_batches, ex_memo)
             ev = score(f"{best.label} {pack.name}={sharding}", plan)
             if better(best, ev):
                 best = ev
@@ -332,9 +366,20 @@ def search(
             if pack.sharding != "row_wise" or over_budget():
                 continue
             plan = _as_table_row_wise(best.plan, i, hw.gpus_per_node, access, batch)
+            choose_exchange(plan, hw, access, batch / plan.micro_batches, ex_memo)
             ev = score(f"{best.label} {pack.name}=table_row_wise", plan)
             if better(best, ev):
                 best = ev
+    # stage 3c: the closed-form exchange choice checked by simulation, pack by pack
+    for i, pack in enumerate(list(best.plan.packs)):
+        if over_budget() or not poolable(best.plan, pack):
+            continue
+        flip = "rows" if pack.exchange == "pooled" else "pooled"
+        packs = [replace(p) for p in best.plan.packs]
+        packs[i].exchange = flip
+        ev = score(f"{best.label} {pack.name}:{flip}", replace(best.plan, packs=packs))
+        if better(best, ev):
+            best = ev
     if progress:
         progress(steps, steps)
     # stage 4: re-simulate the best few with the discrete-event engine
@@ -371,7 +416,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
 
 
 def _plan_key(plan: Plan) -> str:
-    packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement) for p in plan.packs)
+    packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement, p.exchange) for p in plan.packs)
     return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving))
 
 

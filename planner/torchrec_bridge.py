@@ -30,7 +30,7 @@ from typing import Any
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
-from planner.plan import PackPlan, Plan, Provenance, model_optimizer
+from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
 
 INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see README, "
                 "'TorchRec baseline')")
@@ -197,7 +197,12 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
     packs = []
     for i, (key, names) in enumerate(sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2:])))):
         sharding, ranks, placement = ORDER[key[0]], list(key[1]) or None, key[3]
-        packs.append(PackPlan(f"tr{i}_{sharding}", names, sharding, ranks, placement))
+        pack = PackPlan(f"tr{i}_{sharding}", names, sharding, ranks, placement)
+        # TorchRec pools at the owner: the executor runs the converted plan so where it can
+        # (column-wise shards and data-parallel tables keep the rows exchange)
+        if world > 1 and sharding in POOLED_SHARDINGS and all(model.table(n).pooling != "none" for n in names):
+            pack.exchange = "pooled"
+        packs.append(pack)
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
                 optimizer=model_optimizer(model),
                 exchange="torchrec", provenance=Provenance(
@@ -263,6 +268,9 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
                       "shards": shards}
         if p.sharding in ("row_wise", "table_row_wise") and len(ranks) > 1:
             lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
+        if p.exchange == "rows" and p.sharding != "replicated" and plan.world_size > 1:
+            lost.append(f"pack {p.name}: exchange of deduplicated rows (TorchRec always pools at the owner: "
+                        "exchange pooled)")
     hot = {t: n for t, n in plan.hot_rows.items() if n}
     if hot:
         lost.append(f"hot-row replication of {len(hot)} table(s) ({sum(hot.values()):,} rows): no TorchRec "

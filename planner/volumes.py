@@ -16,6 +16,12 @@ a rank's IDs go first to the peer of its node with the owner's local index, whic
 the requests of its node, then across nodes to the owner. The owner thus receives each
 node's distinct rows once: U_node = distinct(g * L, skip=hot) per node.
 
+A pack with PackPlan.exchange "pooled" sends every cold lookup's ID (no dedup) with the
+bag lengths per owner (int64, one per bag), each owner pools its part of every bag, and
+one partial sum per bag comes back from each owner (row-wise: every owner; table-wise:
+the one); the backward sends the pooled gradient of every bag to each owner. Hot IDs are
+pooled locally, and their gradients are counted per lookup (the executor does not dedup).
+
 With `dedup=False` (how TorchRec runs a plan: planner.torchrec_exchange) every lookup's
 ID travels and is read by its owner, the owner pools, and pooled vectors come back.
 """
@@ -71,6 +77,53 @@ class PackVolumes:
     # TorchRec: distinct rows each owner updates per micro-batch (its TBE sorts and merges)
     update_rows: np.ndarray | None = None
     hot_sync: str = "dense"  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
+    exchange: str = "rows"  # PackPlan.exchange: rows back to the requester, or pooled at the owner
+    # ("torchrec": scored as TorchRec runs it, planner.lowering's own path)
+
+    # ---- pooled exchange (PackPlan.exchange "pooled"; see the module docstring) ----------
+    @property
+    def pooled(self) -> bool:
+        return self.exchange == "pooled"
+
+    @property
+    def bags(self) -> float:
+        """Bags a rank looks up per micro-batch (one per sample and table)."""
+        return self.samples * len(self.tables)
+
+    @property
+    def owners_heard(self) -> int:
+        """Owners that return a partial sum of each bag: every shard row-wise, one table-wise."""
+        return 1 if self.sharding == "table_wise" else len(self.ranks)
+
+    def _at_owners(self, v: float) -> np.ndarray:
+        out = np.zeros(self.world)
+        out[np.asarray(self.ranks)] = v
+        return out
+
+    @cached_property
+    def pooled_ids_bytes(self) -> np.ndarray:
+        """ID all-to-all of a pooled pack per rank, max(send, recv): cold IDs and the bag
+        lengths for each owner out; at an owner, every rank's IDs and lengths in."""
+        send = self.cold_unique * ID_BYTES + self.owners_heard * self.bags * ID_BYTES
+        recv = self.recv_ids * ID_BYTES + self._at_owners(self.world * self.bags * ID_BYTES)
+        return np.maximum(send, recv)
+
+    @cached_property
+    def pooled_out_bytes(self) -> np.ndarray:
+        """Pooled vectors (fp32) per rank, max(send, recv): a requester gets one per bag from
+        each owner it hears from, an owner returns one per bag to every rank. The pooled
+        gradients travel the other way in the same amounts."""
+        recv = self.owners_heard * self.samples * self.pooled_width * 4.0
+        send = self._at_owners(self.world * self.samples * self.pooled_width * 4.0)
+        return np.maximum(send, recv)
+
+    def exchange_bytes(self, micro_batches: int) -> float:
+        """All-to-all bytes a rank sends and receives per iteration for its cold lookups."""
+        if self.sharding == "replicated":
+            return 0.0
+        if self.pooled:
+            return float(np.max(self.pooled_ids_bytes + 2 * self.pooled_out_bytes)) * micro_batches
+        return self.cold_unique * (ID_BYTES + 2 * self.row_bytes) * micro_batches
 
     @property
     def grad_row_bytes(self) -> int:
@@ -148,6 +201,11 @@ class PackVolumes:
         return (self.cold_unique_nohot - self.cold_unique) * per_row * micro_batches
 
 
+def _cyclic_rows(rows: int, n: int) -> np.ndarray:
+    """Rows of each of n cyclic shards (shard i holds rows i, i+n, ...)."""
+    return rows // n + (np.arange(n) < rows % n)
+
+
 def _table_stats(acc: TableAccess, lookups: float, hot: int, head: bool) -> tuple:
     """(hot coverage, distinct rows, distinct cold rows, hottest cold rows, their presence q),
     memoised on the access object: the search asks the same questions many times."""
@@ -202,6 +260,17 @@ def pack_volumes(
             node_u += L * g
             coverage[spec.name] = 0.0
             continue
+        if pack.exchange == "pooled":  # every lookup travels; hot ones pooled locally
+            cov = _table_stats(acc, L, hot, False)[0]
+            lookups += L
+            hot_l += L * cov
+            hot_u += L * cov  # hot gradients are sent per lookup
+            cold_u += L * (1.0 - cov)
+            cold_u0 += L
+            tail += L * (1.0 - cov)
+            hot_rows += hot
+            coverage[spec.name] = cov
+            continue
         cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, pack.sharding == "row_wise" and n > 1)
         if pack.sharding == "table_row_wise":
             node_u += _table_stats(acc, L * g, hot, False)[2]
@@ -226,13 +295,19 @@ def pack_volumes(
     width = sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs)
     if pack.sharding == "row_wise":
         recv[idx] = world * (head_load + tail / n)
-        shard[idx] = [len(range(i, rows, n)) for i in range(n)]
+        shard[idx] = _cyclic_rows(rows, n)
+        slice_bytes = float(row_bytes)
+        owned[idx] = width
+    elif pack.sharding == "table_row_wise" and pack.exchange == "pooled":
+        # the executor runs it flat, as row-wise over the node's ranks: no per-node merge
+        recv[idx] = world * tail / n
+        shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
     elif pack.sharding == "table_row_wise":
         # deduplicated: each node's distinct rows once (hierarchical); TorchRec: every lookup
         recv[idx] = (world / g) * node_u / n if dedup else world * tail / n
-        shard[idx] = [len(range(i, rows, n)) for i in range(n)]
+        shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
     elif pack.sharding == "table_wise":
@@ -250,7 +325,7 @@ def pack_volumes(
         slice_bytes = float(row_bytes)
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
-        placement=pack.placement, hot_sync=pack.hot_sync, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
+        placement=pack.placement, hot_sync=pack.hot_sync, exchange=pack.exchange if dedup else "torchrec", dim=first.dim, row_bytes=row_bytes, state_bytes=state,
         samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
@@ -283,6 +358,7 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         recv_ids=recv, shard_rows=shard, slice_bytes=first.slice_bytes, coverage=cov,
         node_unique=max(p.node_unique for p in packs), gpus_per_node=first.gpus_per_node, owned_width=owned,
         update_rows=None if first.update_rows is None else sum(p.update_rows for p in packs),
+        exchange=first.exchange,
     )
 
 

@@ -154,6 +154,15 @@ def plans(world: int) -> list[tuple[str, dict, dict]]:
     features.packs[1].hot_sync = "sparse"
     features.packs[0].hot_sync = "sparse"
     out.append(("host-sparse-hot", features.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
+    # pooled exchange: the cold IDs per owner ride in the same read, lengths and pooled vectors
+    # have sizes known from the batch shape
+    pooled = Plan.from_dict(mixed.to_dict())
+    for i in (0, 3):
+        pooled.packs[i].exchange = "pooled"
+    pooled.packs[0].hot_sync = "sparse"
+    out.append(("pooled", pooled.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
+    pooled.packs[0].placement, pooled.packs[0].hot_sync = "host", "dense"
+    out.append(("pooled-host", pooled.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
     low = dlrm_model()
     low = ModelSpec(low.name, low.arch, low.num_dense, tuple(
         TableSpec(t.name, t.num_rows, t.dim, dtype="bf16" if i % 2 else "fp16", pooling_factor=t.pooling_factor)

@@ -99,6 +99,7 @@ CHANGES = {
     "PackPlan.ranks": (B, changed(B, "packs.0.ranks", [1, 0])),
     "PackPlan.placement": (B, changed(B, "packs.0.placement", "host")),
     "PackPlan.hot_sync": (B, changed(B, "packs.0.hot_sync", "sparse")),
+    "PackPlan.exchange": (B, changed(B, "packs.0.exchange", "pooled")),
     "OptimizerPlan.sparse": (B, changed(B, "optimizer.sparse", "rowwise_adagrad")),
     "OptimizerPlan.sparse_lr": (B, changed(B, "optimizer.sparse_lr", 0.1)),
     "OptimizerPlan.dense": (B, changed(B, "optimizer.dense", "adagrad")),

@@ -50,6 +50,10 @@ def test_round_trip_every_sharding_type():
     back = plan_from_torchrec(plan.model, plan.world_size, plan.batch_size_per_rank, neutral)
     assert shardings(back) == shardings(plan)
     assert back.exchange == "torchrec"
+    # run as TorchRec runs it: pooled at the owner where the executor can
+    assert {p.sharding: p.exchange for p in back.packs} == {
+        "row_wise": "pooled", "table_wise": "pooled", "table_row_wise": "pooled", "column_wise": "rows",
+        "replicated": "rows"}
     assert any("packed into one table" in x for x in lost)  # rw packs two tables
 
 
@@ -58,7 +62,8 @@ def test_export_lists_what_torchrec_cannot_express():
     plan.hot_rows, plan.hot_ids_file, plan.micro_batches, plan.kernel_interleaving = {"C2": 10}, "h.npz", 2, True
     _, lost = torchrec_sharding(plan)
     text = " | ".join(lost)
-    for what in ("hot-row replication", "2 micro-batches", "kernel interleaving", "cyclic row ownership"):
+    for what in ("hot-row replication", "2 micro-batches", "kernel interleaving", "cyclic row ownership",
+                 "exchange of deduplicated rows"):
         assert what in text
 
 

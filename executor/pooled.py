@@ -1,0 +1,207 @@
+"""A pack whose owners pool (PackPlan.exchange "pooled"; planner.exchange says when it pays).
+
+Forward of a micro-batch, requester side: every lookup (no dedup) is split into hot IDs,
+pooled here from the replicated cache into one partial sum per bag, and cold IDs, sent to
+their owners (owner index ascending, bag order kept) together with the number of IDs each
+bag sends to each owner (its lengths, a fixed-size all-to-all: one per bag and owner).
+Owner side: the received IDs are gathered and summed per (source, bag), and one vector per
+bag goes back to each source. The requester adds the owners' partial sums to its hot part;
+a mean bag is divided by its whole length there, so mean pooling stays exact.
+Backward: the gradient of every bag (divided by its length for mean) goes to each owner
+(fixed size); the owner expands it to its lookups and applies them with the step's other
+gradients; the hot lookups' gradients go to the hot cache as in the rows exchange.
+
+Sizes: the cold IDs per owner ride in the step's one sizes exchange (the route's counts, as
+for the rows exchange); the lengths and pooled vectors have sizes known from the batch
+shape, so no further read of the device is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from executor import syncfree
+from executor.embedding import Lookup, ShardedPack
+from planner.plan import PackPlan, Plan
+
+
+@dataclass
+class PooledLookup(Lookup):
+    """A pooled lookup's extra state: bags of the IDs here and of the IDs received."""
+
+    nbags: int = 0
+    lengths: torch.Tensor | None = None  # IDs per bag (all of them: hot and cold)
+    owner_lengths: torch.Tensor | None = None  # [owners, nbags] cold IDs each bag sends each owner
+    hot_bag: torch.Tensor | None = None  # bag of every hot lookup
+    recv_lengths: torch.Tensor | None = None  # owner: [sources * nbags] lengths received
+    recv_bag: torch.Tensor | None = None  # owner: (source, bag) row of every received ID
+    heard: int = 0  # owners whose partial sums this rank receives
+
+
+class _Both:
+    """Handle of two collectives launched in order (gloo completes them in launch order)."""
+
+    def __init__(self, first, second) -> None:
+        self.first, self.second = first, second
+        if hasattr(second, "get_future"):  # the op timer ends the span on the later one's future
+            self.get_future = second.get_future
+
+    def wait(self) -> bool:
+        self.first.wait()
+        return self.second.wait()
+
+    def is_completed(self) -> bool:
+        return self.first.is_completed() and self.second.is_completed()
+
+
+class PooledPack(ShardedPack):
+    """ShardedPack with the pooled exchange; the trainer drives it through the same stages."""
+
+    exchange = "pooled"
+
+    def __init__(self, plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> None:
+        super().__init__(plan, pack, hot_ids, comm)
+        L = self.layout
+        if L.sharding not in ("row_wise", "table_wise") or L.mode == "none":
+            raise ValueError(f"pack {L.name}: pooled exchange needs row/table-wise shards of pooled tables")
+        self.owner = L.index >= 0
+
+    # ---- forward, requester ---------------------------------------------------------------
+    def dedup(self, indices: torch.Tensor, offsets: torch.Tensor) -> PooledLookup:
+        """No dedup: each lookup's bag, from the offsets (sizes from shapes, no read)."""
+        nbags = len(offsets) - 1
+        lengths = offsets[1:] - offsets[:-1]
+        bag = torch.repeat_interleave(torch.arange(nbags, device=indices.device), lengths,
+                                      output_size=len(indices))
+        return PooledLookup(indices, offsets, indices, bag, None, nbags=nbags, lengths=lengths)
+
+    def prepare(self, lk: PooledLookup) -> None:
+        """Send order (cold by owner, bag order kept; then hot) and each bag's IDs per owner."""
+        n = self.num_owners
+        lk.route = syncfree.route_fixed(lk.indices, None, self.hot_map, n)
+        owner = lk.indices % n
+        if self.hot_map is not None:
+            owner = torch.where(self.hot_map[lk.indices] >= 0, n, owner)
+        cnt = torch.zeros((n + 1) * lk.nbags, dtype=torch.int64, device=self.dev)
+        cnt.scatter_add_(0, owner * lk.nbags + lk.inverse, torch.ones_like(owner))
+        lk.owner_lengths = cnt.view(n + 1, lk.nbags)[:n]
+
+    def place(self, lk: PooledLookup, counts: list[int], recv: list[int]) -> None:
+        """Slice the route with its host counts; per owner the segment is its cold IDs, and
+        its bag lengths travel beside them (nbags each, known from the shape)."""
+        L = self.layout
+        owners, n_hot = counts[:-1], counts[-1]
+        n_cold = sum(owners)
+        order, value = lk.route.order, lk.route.value
+        lk.hot_pos, lk.hot_slot = order[n_cold : n_cold + n_hot], value[n_cold : n_cold + n_hot]
+        lk.hot_bag = lk.inverse.index_select(0, lk.hot_pos)
+        starts = np.concatenate([[0], np.cumsum(owners)]).astype(int)
+        splits = [0] * L.world
+        parts, lens = [], []
+        for dest in self.dest_order:
+            i = L.ranks.index(dest) if L.sharding == "row_wise" else 0
+            parts.append(value[starts[i] : starts[i + 1]])
+            lens.append(lk.owner_lengths[i])
+            splits[dest] = owners[i]
+        lk.send_rows = torch.cat(parts)
+        lk.send_splits = splits
+        lk.cold_local = torch.cat(lens)  # lengths, owner by owner in destination order
+        lk.recv_splits = list(recv) if self.owner else [0] * L.world
+        lk.heard = len(self.dest_order)
+
+    def _bag_splits(self, width: int) -> tuple[list[int], list[int]]:
+        """(to each rank, from each rank) for a per-bag exchange of `width` numbers per bag:
+        a requester talks to every owner, an owner to every rank."""
+        L = self.layout
+        owners = set(L.ranks)
+        to_owner = [width if r in owners else 0 for r in range(L.world)]
+        from_all = [width if self.owner else 0] * L.world
+        return to_owner, from_all
+
+    def send_ids(self, lk: PooledLookup, async_op: bool) -> None:
+        """Launch the cold IDs' exchange (sizes from the step's read) and the lengths' (fixed)."""
+        lk.recv_rows = torch.empty(sum(lk.recv_splits), dtype=torch.int64, device=self.dev)
+        h_ids = self.comm.a2a(lk.recv_rows, lk.send_rows, lk.recv_splits, lk.send_splits, async_op)
+        to_owner, from_all = self._bag_splits(lk.nbags)
+        lk.recv_lengths = torch.empty(sum(from_all), dtype=torch.int64, device=self.dev)
+        h_len = self.comm.a2a(lk.recv_lengths, lk.cold_local, from_all, to_owner, async_op)
+        lk.handle = _Both(h_ids, h_len)
+
+    # ---- forward, owner -------------------------------------------------------------------
+    def gather(self, lk: PooledLookup, async_op: bool) -> None:
+        lk.handle.wait()
+        self.send_back(lk, self.read_local(lk.recv_rows), async_op)
+
+    def send_back(self, lk: PooledLookup, rows: torch.Tensor, async_op: bool) -> None:
+        """Sum the received rows per (source, bag) in fp32 and return one vector per bag."""
+        dim = self.layout.dim
+        lk.handle.wait()
+        nb = len(lk.recv_lengths)
+        lk.recv_bag = torch.repeat_interleave(torch.arange(nb, device=self.dev), lk.recv_lengths,
+                                              output_size=len(lk.recv_rows))
+        pooled = torch.zeros(nb, dim, device=self.dev).index_add_(0, lk.recv_bag, rows.float())
+        to_owner, from_all = self._bag_splits(lk.nbags * dim)
+        lk.emb_recv = torch.empty(sum(to_owner), device=self.dev)
+        lk.handle = self.comm.a2a(lk.emb_recv, pooled.reshape(-1), to_owner, from_all, async_op)
+
+    # ---- forward, requester again ---------------------------------------------------------
+    def hot_gather(self, lk: PooledLookup) -> torch.Tensor:
+        """The bags' hot part, pooled from the replicated cache (fp32)."""
+        part = torch.zeros(lk.nbags, self.layout.dim, device=self.dev)
+        if len(lk.hot_pos):
+            part.index_add_(0, lk.hot_bag, self.hot_weight.index_select(0, lk.hot_slot).float())
+        lk.unique_emb = part
+        return part
+
+    def assemble(self, lk: PooledLookup, cold: torch.Tensor | None = None) -> torch.Tensor:
+        """Hot part plus every owner's partial sums (waited for)."""
+        lk.handle.wait()
+        parts = lk.emb_recv.view(lk.heard, lk.nbags, self.layout.dim)
+        return lk.unique_emb + parts.sum(dim=0)
+
+    def pool(self, lk: PooledLookup, u: torch.Tensor) -> torch.Tensor:
+        if self.layout.mode == "mean":
+            return u / lk.lengths.clamp(min=1).unsqueeze(1).to(u.dtype)
+        return u
+
+    # ---- backward -------------------------------------------------------------------------
+    def unique_grad(self, lk: PooledLookup, grad_out: torch.Tensor) -> torch.Tensor:
+        """The gradient of every bag's sum (a mean bag's divided by its length)."""
+        if self.layout.mode == "mean":
+            return grad_out / lk.lengths.clamp(min=1).unsqueeze(1).to(grad_out.dtype)
+        return grad_out
+
+    def backward(self, lk: PooledLookup, g: torch.Tensor, async_op: bool) -> None:
+        """Hot lookups' gradients to the cache's; every bag's gradient launched to each owner."""
+        if len(lk.hot_pos):
+            hg = g.index_select(0, lk.hot_bag)
+            if self.sparse_hot:
+                self.hot_pending.append((lk.hot_slot, hg))
+            else:
+                self.hot_grad.index_add_(0, lk.hot_slot, hg)
+        elif self.sparse_hot:
+            self.hot_pending.append((lk.hot_slot, g[:0]))
+        dim = self.layout.dim
+        to_owner, from_all = self._bag_splits(lk.nbags * dim)
+        send = g.contiguous().reshape(-1).repeat(lk.heard)
+        recv = torch.empty(sum(from_all), device=self.dev)
+        h = self.comm.a2a(recv, send, from_all, to_owner, async_op)
+        self.grad_handles.append((h, lk.recv_rows, recv.view(-1, dim), lk.recv_bag))
+
+    def wait_grads(self) -> None:
+        """Owner: each received lookup's gradient is its bag's (applied with the step's others)."""
+        for h, rows, g, bag in self.grad_handles:
+            h.wait()
+            if len(rows):
+                self.pending.append((rows, g.index_select(0, bag)))
+        self.grad_handles = []
+
+
+def make_pack(plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> ShardedPack:
+    """The pack as its plan exchanges it (on one rank both exchanges are a local lookup)."""
+    if pack.exchange == "pooled" and comm.world > 1:
+        return PooledPack(plan, pack, hot_ids, comm)
+    return ShardedPack(plan, pack, hot_ids, comm)
