@@ -25,6 +25,7 @@ import numpy as np
 from planner import op_names as on
 from planner.access import TableAccess
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
+from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
 
 
@@ -39,35 +40,33 @@ def poolable(plan: Plan, pack: PackPlan) -> bool:
 
 def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Any]:
     """Forward of one pooled pack for one micro-batch (planner.lowering's stages)."""
-    from planner.lowering import POOL_STAGE, Op, _collective, _compute
-
     def n(op: str) -> str:
         return on.op_name("fwd", pv.name, on.pack_op(op, "pooled"), mb)
 
     out_b = pv.samples * pv.pooled_width * 4.0  # one pooled vector per bag, fp32
-    ops = [_compute(n("dedup"), [], hbm=pv.lookups * ID_BYTES * 4 + pv.bags * ID_BYTES * 2,
+    ops = [compute(n("dedup"), [], hbm=pv.lookups * ID_BYTES * 4 + pv.bags * ID_BYTES * 2,
                     flops=pv.lookups, stage=0),
-           _compute(n("route"), [n("dedup")], hbm=pv.lookups * ID_BYTES * 6,
+           compute(n("route"), [n("dedup")], hbm=pv.lookups * ID_BYTES * 6,
                     flops=pv.lookups * max(np.log2(max(pv.lookups, 2.0)), 1.0), stage=1)]
     if pv.hot_rows:
-        ops.append(_compute(n("hot_gather"), [n("route")], hbm=pv.hot_lookups * (pv.row_bytes + ID_BYTES * 2)
+        ops.append(compute(n("hot_gather"), [n("route")], hbm=pv.hot_lookups * (pv.row_bytes + ID_BYTES * 2)
                             + out_b, flops=pv.hot_lookups * pv.dim, stage=2))
-    ops.append(_collective(n("a2a_ids"), [ops[-1].name], "all_to_all", pv.pooled_ids_bytes, stage=3,
+    ops.append(collective(n("a2a_ids"), [ops[-1].name], "all_to_all", pv.pooled_ids_bytes, stage=3,
                            fixed_us=count_us))
     rows = pv.recv_ids
     owners = np.nonzero(rows > 0)[0]
     produced = pv.world * out_b  # an owner's partial sums for every rank
     if pv.placement == "host":  # host gather of the rows, then their copy over PCIe and the pooling
-        ops.append(_compute(n("cold_gather"), [n("a2a_ids")], host=rows * (pv.slice_bytes * 2 + ID_BYTES),
+        ops.append(compute(n("cold_gather"), [n("a2a_ids")], host=rows * (pv.slice_bytes * 2 + ID_BYTES),
                             ranks=owners, stage=4))
         ops.append(Op(on.op_name("fwd", pv.name, "cold_h2d", mb), "copy", "copy",
                       {"pcie_bytes": rows * pv.slice_bytes, "hbm_bytes": rows * pv.slice_bytes * 2 + produced},
                       [n("cold_gather")], ranks=owners, args={"stage": 4}))
     else:
-        ops.append(_compute(n("cold_gather"), [n("a2a_ids")], hbm=rows * (pv.slice_bytes + ID_BYTES * 2) + produced,
+        ops.append(compute(n("cold_gather"), [n("a2a_ids")], hbm=rows * (pv.slice_bytes + ID_BYTES * 2) + produced,
                             flops=rows * pv.dim, ranks=owners, stage=4))
-    ops.append(_collective(n("a2a_emb"), [ops[-1].name], "all_to_all", pv.pooled_out_bytes, stage=5))
-    ops.append(_compute(n("pool"), [n("a2a_emb")], hbm=(pv.owners_heard + 2) * out_b,
+    ops.append(collective(n("a2a_emb"), [ops[-1].name], "all_to_all", pv.pooled_out_bytes, stage=5))
+    ops.append(compute(n("pool"), [n("a2a_emb")], hbm=(pv.owners_heard + 2) * out_b,
                         flops=pv.owners_heard * pv.samples * pv.pooled_width, stage=POOL_STAGE))
     return ops
 
@@ -75,15 +74,13 @@ def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> 
 def pooled_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[Any]:
     """Backward of one pooled pack: the bags' gradients (hot ones into the cache's gradient),
     then the pooled gradients to every owner."""
-    from planner.lowering import _collective, _compute
-
     def n(op: str) -> str:
         return on.op_name("bwd", pv.name, on.pack_op(op, "pooled"), mb)
 
     out_b = pv.samples * pv.pooled_width * 4.0
-    ops = [_compute(n("pool"), [after], hbm=out_b * 2 + pv.hot_lookups * pv.grad_row_bytes * 3,
+    ops = [compute(n("pool"), [after], hbm=out_b * 2 + pv.hot_lookups * pv.grad_row_bytes * 3,
                     flops=pv.hot_lookups * pv.dim, stage=0)]
-    ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", pv.pooled_out_bytes, stage=1))
+    ops.append(collective(n("a2a_grad"), [n("pool")], "all_to_all", pv.pooled_out_bytes, stage=1))
     return ops
 
 

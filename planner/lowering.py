@@ -57,30 +57,12 @@ from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.memory import MemoryReport, memory_report
 from planner.plan import Plan, table_optimizer
+from planner.program_ops import POOL_STAGE, Op
+from planner.program_ops import collective as _collective
+from planner.program_ops import compute as _compute
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
-POOL_STAGE = 6
-LANES = ("copy", "compute", "comm")
-
-
-@dataclass
-class Op:
-    """One op of the per-rank program before it becomes OpGraph nodes."""
-
-    name: str
-    lane: str
-    kind: str  # "compute" | "copy" | "collective"
-    demand: dict[str, Any]  # flops, hbm_bytes, host_bytes, pcie_bytes: scalar or per-rank array
-    deps: list[str] = field(default_factory=list)
-    collective: tuple[str, Any] | None = None  # (type, bytes per rank: scalar or array)
-    group: str | None = None  # None: every rank; "node": the rank's node; "peers": same local index
-    algorithm: str | None = None  # collective algorithm (None: the simulator's default)
-    ranks: np.ndarray | None = None  # ranks that run it; None: every rank
-    args: dict[str, Any] = field(default_factory=dict)
-    dtype: str = "fp32"  # picks the hardware's FLOP rate (dense ops: the model's dense_dtype)
-
-
 @dataclass
 class Lowered:
     plan: Plan
@@ -177,19 +159,6 @@ def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = ("
 
 
 # ---- the per-rank program ----------------------------------------------------------------
-
-
-def _compute(name: str, deps: list[str], *, flops: Any = 0.0, hbm: Any = 0.0, host: Any = 0.0,
-             pcie: Any = 0.0, ranks: np.ndarray | None = None, **args: Any) -> Op:
-    return Op(name, "compute", "compute",
-              {"flops": flops, "hbm_bytes": hbm, "host_bytes": host, "pcie_bytes": pcie},
-              deps, ranks=ranks, args=args)
-
-
-def _collective(name: str, deps: list[str], ctype: str, nbytes: Any, group: str | None = None,
-                algorithm: str | None = None, **args: Any) -> Op:
-    return Op(name, "comm", "collective", {}, deps, collective=(ctype, nbytes), group=group, algorithm=algorithm,
-              args=args)
 
 
 def _exchange(name: str, deps: list[str], pv: PackVolumes, intra: Any, inter: Any, reverse: bool = False,

@@ -36,7 +36,7 @@ PLAN_VERSION = 1
 SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated", "table_row_wise")
 PLACEMENTS = ("hbm", "host")
 HOT_SYNCS = ("dense", "sparse")
-EXCHANGES = ("rows", "pooled")
+PACK_EXCHANGES = ("rows", "pooled")
 # shardings a pooled exchange runs on: an owner pools whole rows of its bags (column-wise
 # would pool slices and need full-row gradients for row-wise Adagrad; a replica exchanges nothing)
 POOLED_SHARDINGS = ("row_wise", "table_wise", "table_row_wise")
@@ -85,7 +85,7 @@ def table_optimizer(plan: Plan, table: TableSpec) -> str:
     return table.optimizer if table.optimizer != "sgd" else plan.optimizer.sparse
 
 
-EXCHANGES = ("per_pack", "fused", "torchrec")
+PLAN_EXCHANGES = ("per_pack", "fused", "torchrec")
 
 
 @dataclass
@@ -189,8 +189,8 @@ class Plan:
                 raise PlanError(f"pack {p.name}: placement {p.placement!r} is not one of {list(PLACEMENTS)}")
             if p.hot_sync not in HOT_SYNCS:
                 raise PlanError(f"pack {p.name}: hot_sync {p.hot_sync!r} is not one of {list(HOT_SYNCS)}")
-            if p.exchange not in EXCHANGES:
-                raise PlanError(f"pack {p.name}: exchange {p.exchange!r} is not one of {list(EXCHANGES)}")
+            if p.exchange not in PACK_EXCHANGES:
+                raise PlanError(f"pack {p.name}: exchange {p.exchange!r} is not one of {list(PACK_EXCHANGES)}")
             if p.exchange == "pooled":
                 self._check_pooled(p)
             ranks = self.pack_ranks(p)
@@ -227,8 +227,8 @@ class Plan:
             raise PlanError("hot_rows are set but hot_ids_file is missing")
         if self.optimizer.sparse not in SPARSE_OPTIMIZERS:
             raise PlanError(f"sparse optimizer {self.optimizer.sparse!r} is not one of {list(SPARSE_OPTIMIZERS)}")
-        if self.exchange not in EXCHANGES:
-            raise PlanError(f"exchange {self.exchange!r} is not one of {list(EXCHANGES)}")
+        if self.exchange not in PLAN_EXCHANGES:
+            raise PlanError(f"exchange {self.exchange!r} is not one of {list(PLAN_EXCHANGES)}")
         if self.optimizer.dense not in DENSE_OPTIMIZERS:
             raise PlanError(f"dense optimizer {self.optimizer.dense!r} is not one of {list(DENSE_OPTIMIZERS)}")
 
@@ -373,7 +373,7 @@ def _plan_from_dict(d: object) -> Plan:
     if "notes" in d:
         exchange, prov, pred = _legacy_notes(d)
     else:
-        exchange = fields.text(d.get("exchange", "per_pack"), "exchange", EXCHANGES)
+        exchange = fields.text(d.get("exchange", "per_pack"), "exchange", PLAN_EXCHANGES)
         prov = dict(fields.mapping(d.get("provenance", {}), "provenance"))
         pred = d.get("prediction")
     hot = fields.mapping(d.get("hot_rows", {}), "hot_rows")
@@ -473,7 +473,7 @@ def _pack_from_dict(p: object, where: str, world: int) -> PackPlan:
                                           for i, r in enumerate(fields.sequence(ranks, f"{where}.ranks"))],
         placement=fields.text(p.get("placement", "hbm"), f"{where}.placement", PLACEMENTS),
         hot_sync=fields.text(p.get("hot_sync", "dense"), f"{where}.hot_sync", HOT_SYNCS),
-        exchange=fields.text(p.get("exchange", "rows"), f"{where}.exchange", EXCHANGES),
+        exchange=fields.text(p.get("exchange", "rows"), f"{where}.exchange", PACK_EXCHANGES),
     )
 
 
