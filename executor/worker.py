@@ -35,6 +35,14 @@ from executor.batches import (
 )
 from executor.comm import Comm
 from executor.memory import peak_bytes
+from executor.text_ranges import (
+    TEXT_FORMATS,
+    TextRanges,
+    common_steps_per_epoch,
+    gzip_note,
+    range_chunks,
+    splittable,
+)
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
@@ -163,10 +171,21 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
     bad = BadRows()
     dataset = None if args.data == "synthetic" or not is_dataset(args.data) else Dataset(args.data)
+    # plain text: each rank reads its own byte range (executor.text_ranges); gzip: the whole log
+    ranges = (TextRanges(args.data, args.format, world, rank, b, args.strict)
+              if dataset is None and splittable(args.data, args.format) else None)
+    note = gzip_note(args.data) if (dataset is None and ranges is None and world > 1
+                                    and args.format.lower() in TEXT_FORMATS) else None
+    if note and rank == 0:
+        print(note, file=sys.stderr, flush=True)
     if args.epochs is not None:
         if args.epochs < 1:
             raise ValueError("--epochs must be at least 1")
-        args.steps = args.epochs * steps_per_epoch(args.data, args.format, g)
+        if ranges is not None:
+            ranges.per_pass = common_steps_per_epoch(ranges.ranges[rank], args.format, b, comm)
+            args.steps = args.epochs * ranges.per_pass
+        else:
+            args.steps = args.epochs * steps_per_epoch(args.data, args.format, g)
         if args.steps < 1:
             raise DataError(f"{args.data}: fewer rows than one global batch ({g})")
     seed = plan.seed if args.data_seed is None else args.data_seed
@@ -178,7 +197,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     elif args.preload and dataset is None:
         from executor.batches import RawBatch
 
-        raw = RawBatch.concat(list(reader_chunks(args.data, args.format, args.strict, bad)))
+        raw = RawBatch.concat(list(range_chunks(ranges.ranges[rank], args.format, args.strict, bad) if ranges
+                                   else reader_chunks(args.data, args.format, args.strict, bad)))
 
         def open_chunks():
             return iter([raw])
@@ -191,6 +211,12 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     fmap: dict[str, str] = {}
 
     def global_rows():
+        if ranges is not None:  # this rank's batches of its byte range; the global batch for --verify
+            mine = ranges.local(start_step, bad, open_chunks if args.preload else None)
+            whole = ranges.whole(start_step) if (args.verify and rank == 0) else None
+            for x in mine:
+                yield (x, next(whole) if whole is not None else None)
+            return
         if dataset is None:
             yield from resumed_batches(open_chunks, g, start_step)
             return
@@ -202,7 +228,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
     def prepared():
         for gb in global_rows():
-            if dataset is not None:
+            if dataset is not None or ranges is not None:
                 mine, gb = gb
                 if not fmap:
                     fmap.update(feature_map(model, mine.sparse))
@@ -275,9 +301,11 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     peak = peak_bytes(device)  # training's peak, before --verify's reference adds its own
     gathered = [None] * world
     if world > 1:
-        dist.all_gather_object(gathered, (events, times, peak))
+        dist.all_gather_object(gathered, (events, times, peak, (bad.count, bad.first)))
     else:
-        gathered = [(events, times, peak)]
+        gathered = [(events, times, peak, (bad.count, bad.first))]
+    if ranges is not None:  # each rank counted the malformed rows of its own byte range
+        bad = BadRows(sum(c for *_, (c, _) in gathered), next((f for *_, (_, f) in gathered if f), ""))
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if evaluator is not None:
         _report_eval(rank, evaluator.run(start_step + args.steps))
@@ -307,8 +335,11 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "last_loss_rank0_share": loss_values[-1] if loss_values else None,
         "op_timing": op_timing,
         "data": {"path": str(args.data), "kind": "dataset" if dataset is not None else args.format,
-                 "steps_per_epoch": (dataset.rows // g) if dataset is not None else None,
+                 "steps_per_epoch": (dataset.rows // g) if dataset is not None else (ranges.per_pass if ranges else None),
                  "epochs": args.epochs, "malformed_rows_skipped": _malformed(dataset, bad),
+                 "reading": ("row ranges" if dataset is not None else "byte ranges" if ranges is not None
+                             else "whole stream per rank"),
+                 **({"note": note} if note else {}),
                  **({"first_malformed": bad.first} if bad.first else {})},
     }
     if evaluator is not None:
@@ -321,9 +352,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
     tl = Timeline(meta={"source": "measured", "plan": str(args.plan), "world_size": world,
                         "hardware": plan.hardware, "device": str(device)})
-    for evs, _, _ in gathered:
+    for evs, *_ in gathered:
         tl.events.extend(evs)
-    peaks = [pk for _, _, pk in gathered]
+    peaks = [x[2] for x in gathered]
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it
         "measure": "cuda max_memory_allocated" if device.type == "cuda" else "process RSS high-water mark",
         "measured_bytes_per_rank": [pk["device"] for pk in peaks],

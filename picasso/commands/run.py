@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
 
         attach_measured(res, pred)
     failed = verify_failure(res)
+    if res.get("data", {}).get("note"):  # e.g. a gzip log every rank had to read whole
+        import sys
+
+        print(res["data"]["note"], file=sys.stderr)
     if args.json:
         print(json.dumps(res, indent=2))
         return _fail(failed)
