@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -136,8 +137,10 @@ def _fault_hook(rank: int, step: int) -> None:
             os._exit(3)
 
 
-def _report_eval(rank: int, res: dict) -> None:
-    """One line per evaluation on rank 0's stderr (stdout carries the result JSON)."""
+def _report_eval(rank: int, res: dict, timer: OpTimer) -> None:
+    """One line per evaluation on rank 0's stderr (stdout carries the result JSON); its time since the
+    trace's origin is kept for the trace's counter track."""
+    res["trace_us"] = (time.perf_counter() - timer.t0) * 1e6
     if rank == 0:
         print(f"eval step {res['step']}: AUC {res['auc']:.6f} logloss {res['logloss']:.6f} over {res['rows']:,} rows",
               file=sys.stderr, flush=True)
@@ -163,10 +166,14 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     timer = OpTimer(rank, device, enabled=op_timing, micro_batches=plan.micro_batches)
     trainer = Trainer(plan, hot_ids, comm, timer)
     start_step = 0
+    resumed: dict | None = None
     if args.resume:
         from executor.checkpoint import load
 
-        start_step = int(load(trainer, args.resume)["data_position"])
+        m = load(trainer, args.resume)
+        start_step = int(m["data_position"])
+        resumed = {"checkpoint": str(args.resume), "data_position": start_step,
+                   **({"last_eval": m["last_eval"]} if m.get("last_eval") else {})}
     verify_start = start_state(trainer) if (args.verify and args.resume) else None
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
     bad = BadRows()
@@ -282,7 +289,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
             else:
                 timer.discard()
             if evaluator is not None and args.eval_every and (s + 1) % args.eval_every == 0 and s + 1 < args.steps:
-                _report_eval(rank, evaluator.run(start_step + s + 1))
+                _report_eval(rank, evaluator.run(start_step + s + 1), timer)
         times = clock.seconds()
         timer.finish()
         loss_values = losses.values()
@@ -308,11 +315,14 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         bad = BadRows(sum(c for *_, (c, _) in gathered), next((f for *_, (_, f) in gathered if f), ""))
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if evaluator is not None:
-        _report_eval(rank, evaluator.run(start_step + args.steps))
+        _report_eval(rank, evaluator.run(start_step + args.steps), timer)
+    # the checkpoint records the last evaluation (this run's, else the one it resumed with)
+    last_eval = evaluator.history[-1] if evaluator is not None else (resumed or {}).get("last_eval")
     if args.checkpoint:
-        from executor.checkpoint import save
+        from executor.checkpoint import eval_record, save
 
-        save(trainer, args.checkpoint, data_position=start_step + args.steps, keep=args.keep)
+        save(trainer, args.checkpoint, data_position=start_step + args.steps, keep=args.keep,
+             evaluation=eval_record(last_eval, args.eval_data) if evaluator is not None else last_eval)
     if rank != 0:
         return None
     timed = len(times)
@@ -343,7 +353,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                  **({"first_malformed": bad.first} if bad.first else {})},
     }
     if evaluator is not None:
-        result["eval"] = evaluator.history
+        result["eval"] = [{k: v for k, v in e.items() if k != "trace_us"} for e in evaluator.history]
+    if resumed is not None:
+        result["resumed"] = resumed
     pred = predicted_samples_per_s(plan)
     if pred:
         result["predicted_samples_per_s"] = pred
@@ -354,6 +366,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                         "hardware": plan.hardware, "device": str(device)})
     for evs, *_ in gathered:
         tl.events.extend(evs)
+    for e in evaluator.history if evaluator is not None else []:  # AUC and logloss per evaluation
+        tl.count(0, "eval", e["trace_us"], {"auc": e["auc"], "logloss": e["logloss"]}, step=e["step"], rows=e["rows"])
     peaks = [x[2] for x in gathered]
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it
         "measure": "cuda max_memory_allocated" if device.type == "cuda" else "process RSS high-water mark",

@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
     it = res["iteration_ms"]
     print(f"plan {res['plan']} ({res['model']}), {res['world_size']} ranks on {res['backend']}/{res['device']}, "
           f"global batch {res['global_batch']}, {res['micro_batches']} micro-batch(es)")
+    if "resumed" in res:
+        print(resume_line(res["resumed"]))
     print(f"throughput   {res['samples_per_s']:,.0f} samples/s over {res['timed_steps']} timed steps")
     print(f"iteration    p50 {it['p50']:.2f} ms  p90 {it['p90']:.2f} ms  p99 {it['p99']:.2f} ms")
     if res.get("mean_loss") is not None:
@@ -139,6 +141,16 @@ def run(args: argparse.Namespace) -> int:
         if key in res:
             print(f"{key:12} {res[key]}")
     return _fail(failed)
+
+
+def resume_line(r: dict) -> str:
+    """Where a resumed run started, and the checkpoint's last evaluation."""
+    line = f"resumed      {r['checkpoint']} at step {r['data_position']}"
+    e = r.get("last_eval")
+    if e:
+        auc = f"{e['auc']:.4f}" if e.get("auc") is not None else "undefined"
+        line += f" (last evaluation: step {e['step']}, AUC {auc}, logloss {e['logloss']:.4f})"
+    return line
 
 
 def verify_failure(res: dict) -> str | None:
