@@ -265,6 +265,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         loader = Prefetcher(prepared(), depth=4)
     warmup = args.warmup if args.warmup is not None else (min(3, max(1, args.steps // 4)) if args.steps > 1 else 0)
     kept: list = []
+    waits: list[float] = []
     feeder = DeviceFeeder(loader, device)
     evaluator = None
     if args.eval_data:
@@ -278,7 +279,10 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     try:
         for s in range(args.steps):
             _fault_hook(rank, s)
-            local, keep = next(feeder)
+            t_in = time.perf_counter()
+            local, keep = next(feeder)  # the time the step waits for its input (the loader is behind)
+            if s >= warmup:
+                waits.append(time.perf_counter() - t_in)
             if keep is not None:
                 kept.append(keep)
             clock.start()
@@ -308,9 +312,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     peak = peak_bytes(device)  # training's peak, before --verify's reference adds its own
     gathered = [None] * world
     if world > 1:
-        dist.all_gather_object(gathered, (events, times, peak, (bad.count, bad.first)))
+        dist.all_gather_object(gathered, (events, times, peak, waits, (bad.count, bad.first)))
     else:
-        gathered = [(events, times, peak, (bad.count, bad.first))]
+        gathered = [(events, times, peak, waits, (bad.count, bad.first))]
     if ranges is not None:  # each rank counted the malformed rows of its own byte range
         bad = BadRows(sum(c for *_, (c, _) in gathered), next((f for *_, (_, f) in gathered if f), ""))
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
@@ -369,6 +373,10 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     for e in evaluator.history if evaluator is not None else []:  # AUC and logloss per evaluation
         tl.count(0, "eval", e["trace_us"], {"auc": e["auc"], "logloss": e["logloss"]}, step=e["step"], rows=e["rows"])
     peaks = [x[2] for x in gathered]
+    result["input_wait"] = {  # time each rank's timed steps waited for their input, against their step time
+        "mean_ms_per_rank": [1e3 * sum(x[3]) / max(1, len(x[3])) for x in gathered],
+        "fraction_of_step_per_rank": [sum(x[3]) / sum(x[1]) if sum(x[1]) > 0 else 0.0 for x in gathered],
+    }
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it
         "measure": "cuda max_memory_allocated" if device.type == "cuda" else "process RSS high-water mark",
         "measured_bytes_per_rank": [pk["device"] for pk in peaks],

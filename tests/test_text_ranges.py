@@ -134,6 +134,8 @@ def test_text_run_by_byte_ranges_verifies_and_counts_epochs(logs, plans, capsys)
     fewest = min(sum(len(c) for c in range_chunks(t.ranges[t.rank], "criteo")) // 32 for t in tr)
     assert res["steps"] == res["data"]["steps_per_epoch"] == fewest
     assert res["verify"]["passed"], res["verify"]
+    w = res["input_wait"]  # the wait for input is measured per rank, as a share of the step
+    assert len(w["fraction_of_step_per_rank"]) == 2 and all(0 <= f < 1 for f in w["fraction_of_step_per_rank"])
 
 
 @pytest.mark.dist

@@ -113,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
         print(resume_line(res["resumed"]))
     print(f"throughput   {res['samples_per_s']:,.0f} samples/s over {res['timed_steps']} timed steps")
     print(f"iteration    p50 {it['p50']:.2f} ms  p90 {it['p90']:.2f} ms  p99 {it['p99']:.2f} ms")
+    if res.get("input_wait"):
+        w = res["input_wait"]
+        worst = max(range(len(w["fraction_of_step_per_rank"])), key=lambda r: w["fraction_of_step_per_rank"][r])
+        print(f"input wait   {w['fraction_of_step_per_rank'][worst]:.1%} of the step on rank {worst} "
+              f"({w['mean_ms_per_rank'][worst]:.2f} ms per step waiting for the loader)")
     if res.get("mean_loss") is not None:
         print(f"loss         {res['mean_loss']:.4f} (mean over timed steps)")
     if "predicted_samples_per_s" in res:
