@@ -314,12 +314,44 @@ class EpochOrder:
         inside = p < self.full_runs * self.run
         out = p.copy()
         q = p[inside]
-        key = int(_mix(np.array([self.seed * 1_000_003 + epoch], dtype=np.uint64))[0])
-        out[inside] = feistel_permute(q // self.run, self.full_runs, key) * self.run + q % self.run
+        out[inside] = feistel_permute(q // self.run, self.full_runs, self._key(epoch)) * self.run + q % self.run
         return out
 
+    def _key(self, epoch: int) -> int:
+        return int(_mix(np.array([self.seed * 1_000_003 + epoch], dtype=np.uint64))[0])
+
     def segments(self, epoch: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """The same positions as contiguous row ranges, in order."""
+        """The same positions as contiguous row ranges, in order: one permuted index per run touched,
+        not per row (a batch touches a few runs)."""
+        if hi <= lo:
+            return []
+        run, full = self.run, self.full_runs * self.run
+        first, last = lo // run, min(self.full_runs, -(-hi // run))
+        perm = feistel_permute(np.arange(first, last, dtype=np.int64), self.full_runs, self._key(epoch)).tolist() \
+            if last > first else []
+        out: list[tuple[int, int]] = []
+        p = lo
+        for j, pj in zip(range(first, last), perm):
+            if p >= hi:
+                break
+            end = min(hi, (j + 1) * run)
+            a = pj * run + p - j * run
+            b = a + end - p
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+            p = end
+        if p < hi:  # the short last run stays in place
+            a = max(p, full)
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], hi)
+            else:
+                out.append((a, hi))
+        return out
+
+    def segments_by_rows(self, epoch: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """`segments` computed row by row from `rows_at` (the definition; tests compare the two)."""
         r = self.rows_at(epoch, lo, hi)
         if not len(r):
             return []
