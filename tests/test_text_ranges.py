@@ -147,3 +147,15 @@ def test_gzip_text_run_streams_whole_with_a_note(logs, plans, capsys, tmp_path):
     assert len(notes) == 1 and "picasso convert" in notes[0]
     assert res["data"]["reading"] == "whole stream per rank" and "picasso convert" in res["data"]["note"]
     assert res["verify"]["passed"]
+
+
+@pytest.mark.dist
+def test_malformed_rows_of_every_range_are_counted_with_their_line(logs, plans, capsys, tmp_path):
+    lines = (logs / "a.tsv").read_text().splitlines(keepends=True)
+    lines[1200] = "1\tnot-a-row\n"  # in rank 1's byte range: line 1201
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("".join(lines))
+    res, _ = run_json(capsys, plans / "plan2.json", "--data", bad, "--epochs", "1")
+    d = res["data"]
+    assert d["reading"] == "byte ranges" and d["malformed_rows_skipped"] == 1
+    assert d["first_malformed"].startswith(f"{bad}:1201:")
