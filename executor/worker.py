@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from executor import kernels
+from executor.allocator import trim_heap
 from executor.batches import (
     BadRows,
     DataError,
@@ -287,6 +288,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                 kept.append(keep)
             clock.start()
             losses.add(trainer.step(local))
+            trim_heap(s)  # freed buffers back to the system: peak RSS does not grow with the run's length
             clock.stop(timed=s >= warmup)
             if s >= warmup:
                 timer.flush(start_step + s)
