@@ -113,7 +113,7 @@ def main() -> None:
         "analyze_seconds": analyze_s, "convert_speed_over_analyze": analyze_s / convert_s,
         "results": results,
         "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
+                    "python": platform.python_version(), "load_average": os.getloadavg(),
                     "note": "shared 2-core machine, run under flock -x /work/bench.lock (no tests or other "
                             "benchmarks meanwhile); best of interleaved rounds; page cache warm"},
     }

@@ -50,7 +50,7 @@ def cli(*argv) -> dict:
 
 def machine(note: str) -> dict:
     return {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), "note": note}
+            "python": platform.python_version(), "load_average": os.getloadavg(), "note": note}
 
 
 def save(key: str, doc: dict) -> None:
