@@ -6,7 +6,10 @@ interleaved, best of rounds. Figures are rows per CPU-second of the process (tim
 the loader is one thread, so on a loaded machine this is what a quiet core would do, where
 wall-clock samples/s mostly measures the other processes.
 
-    python bench/bench_loader_versions.py DATASET [--base e70a561]  -> bench/results/loader_versions.json
+With `--text FILE` it also times the text loader by byte ranges (rank 0 of 1 and of 2) the same way.
+
+    python bench/bench_loader_versions.py DATASET [--base e70a561] [--text FILE]
+        -> bench/results/loader_versions.json
 """
 
 from __future__ import annotations
@@ -51,6 +54,25 @@ def rate(mod, path: str, steps: int, g: int) -> tuple[float, float]:
     return n / (time.process_time() - c0), n / (time.perf_counter() - w0)
 
 
+def text_rates(path: str, batch: int, rounds: int) -> dict:
+    import itertools
+
+    from executor.text_ranges import TextRanges
+
+    rows = sum(1 for _ in open(path, "rb"))
+    out = {}
+    for world in (1, 2):
+        best = (0.0, 0.0)
+        for _ in range(rounds):
+            tr = TextRanges(path, "criteo", world, 0, batch)
+            c0, w0 = time.process_time(), time.perf_counter()
+            n = sum(len(x) for x in itertools.islice(tr.local(0, None), rows // world // batch))
+            best = max(best, (n / (time.process_time() - c0), n / (time.perf_counter() - w0)))
+        out[f"rank 0 of {world}"] = {"rows_per_cpu_second": best[0], "wall_samples_per_s": best[1]}
+        print(f"text by byte ranges, rank 0 of {world}: {best[0]:,.0f} rows per CPU-second, {best[1]:,.0f} wall")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("dataset")
@@ -58,6 +80,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--text", help="a plain Criteo TSV to time the byte-range text loader on")
     args = ap.parse_args()
     base = load_base(args.base)
     best = {"base": (0.0, 0.0), "current": (0.0, 0.0)}
@@ -71,6 +94,7 @@ def main() -> None:
     out = {"dataset": args.dataset, "base": args.base, "batch": args.batch, "steps": args.steps,
            "rows_per_cpu_second": {k: v[0] for k, v in best.items()},
            "wall_samples_per_s": {k: v[1] for k, v in best.items()}, "current_over_base": ratio,
+           **({"text_byte_ranges": text_rates(args.text, args.batch, 3), "text": args.text} if args.text else {}),
            "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                        "python": platform.python_version(), "load_average": os.getloadavg(),
                        "note": "shared 2-core machine under load (the exclusive lock was not granted); "
