@@ -101,9 +101,30 @@ def _agree(comm, value: str) -> str:
     return box[0]
 
 
+def eval_record(res: dict | None, data: str | None) -> dict | None:
+    """The manifest's `last_eval`: an evaluation's step, rows, AUC (None when undefined) and logloss."""
+    if res is None:
+        return None
+    a = res.get("auc")
+    return {"step": int(res["step"]), "rows": int(res["rows"]), "auc": None if a is None or a != a else float(a),
+            "logloss": float(res["logloss"]), **({"data": str(data)} if data else {})}
+
+
+def _validate_eval(e: object) -> None:
+    fields.mapping(e, "last_eval")
+    fields.integer(e.get("step"), "last_eval.step", 0)
+    fields.integer(e.get("rows"), "last_eval.rows", 1)
+    if e.get("auc") is not None:
+        fields.real(e.get("auc"), "last_eval.auc", 0.0, 1.0)
+    fields.real(e.get("logloss"), "last_eval.logloss", 0.0)
+    if "data" in e:
+        fields.text(e.get("data"), "last_eval.data")
+
+
 def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None = None,
-         keep: int = DEFAULT_KEEP) -> Path:
-    """Collective: write a new version beside the current one, then switch to it; returns its folder."""
+         keep: int = DEFAULT_KEEP, evaluation: dict | None = None) -> Path:
+    """Collective: write a new version beside the current one, then switch to it; returns its folder.
+    `evaluation` (an `eval_record`) is kept in the manifest as `last_eval`."""
     if keep < 1:
         raise ValueError(f"--keep must be at least 1, got {keep}")
     folder = Path(folder)
@@ -138,6 +159,7 @@ def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None 
                 "data_position": trainer.steps_done if data_position is None else int(data_position),
                 "files": {f: {"bytes": (version / f).stat().st_size, "sha256": _sha(version / f)}
                           for f in expected_files(comm.world, len(trainer.packs))},
+                **({"last_eval": evaluation} if evaluation else {}),
             }
             atomic_write_bytes(version / "manifest.json", _json_bytes(manifest))
             _stage(rank, "version")
@@ -198,6 +220,8 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         world = fields.integer(m.get("world_size"), "world_size", 1, MAX_WORLD)
         fields.integer(m.get("steps"), "steps", 0)
         fields.integer(m.get("data_position"), "data_position", 0)
+        if m.get("last_eval") is not None:
+            _validate_eval(m["last_eval"])
         fields.text(m.get("model_fingerprint"), "model_fingerprint")
         fields.text(m.get("model"), "model")
         packs = fields.sequence(m.get("packs", []), "packs")

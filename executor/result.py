@@ -55,6 +55,8 @@ class DataRead:
     epochs: int | None = None
     malformed_rows_skipped: int = 0
     first_malformed: str | None = None
+    reading: str | None = None  # "row ranges", "byte ranges" or "whole stream per rank"
+    note: str | None = None  # e.g. a gzip log every rank had to read whole
 
 
 @dataclass
@@ -100,6 +102,9 @@ class RunResult:
     timeline: str | None = None
     checkpoint: str | None = None
     verify: Verify | None = None
+    resumed: dict[str, Any] | None = None  # checkpoint, data_position, the checkpoint's last_eval
+    # per rank: mean ms per timed step waiting for input, and that share of the step
+    input_wait: dict[str, list[float]] | None = None
 
     def iteration_us(self) -> float:
         """The median timed step in microseconds (0 when no step was timed)."""

@@ -13,12 +13,14 @@ import datetime
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from executor import kernels
+from executor.allocator import trim_heap
 from executor.batches import (
     BadRows,
     DataError,
@@ -37,6 +39,14 @@ from executor.comm import Comm
 from executor.memory import peak_bytes
 from executor.rendezvous import join_store
 from executor.result import RunResult
+from executor.text_ranges import (
+    TEXT_FORMATS,
+    TextRanges,
+    common_steps_per_epoch,
+    gzip_note,
+    range_chunks,
+    splittable,
+)
 from executor.threads import set_rank_threads
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
@@ -130,8 +140,10 @@ def _fault_hook(rank: int, step: int) -> None:
             os._exit(3)
 
 
-def _report_eval(rank: int, res: dict) -> None:
-    """One line per evaluation on rank 0's stderr (stdout carries the result JSON)."""
+def _report_eval(rank: int, res: dict, timer: OpTimer) -> None:
+    """One line per evaluation on rank 0's stderr (stdout carries the result JSON); its time since the
+    trace's origin is kept for the trace's counter track."""
+    res["trace_us"] = (time.perf_counter() - timer.t0) * 1e6
     if rank == 0:
         print(f"eval step {res['step']}: AUC {res['auc']:.6f} logloss {res['logloss']:.6f} over {res['rows']:,} rows",
               file=sys.stderr, flush=True)
@@ -155,18 +167,33 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     timer = OpTimer(rank, device, enabled=op_timing, micro_batches=plan.micro_batches)
     trainer = Trainer(plan, hot_ids, comm, timer)
     start_step = 0
+    resumed: dict | None = None
     if args.resume:
         from executor.checkpoint import load
 
-        start_step = int(load(trainer, args.resume)["data_position"])
+        m = load(trainer, args.resume)
+        start_step = int(m["data_position"])
+        resumed = {"checkpoint": str(args.resume), "data_position": start_step,
+                   **({"last_eval": m["last_eval"]} if m.get("last_eval") else {})}
     verify_start = start_state(trainer, args.resume) if (args.verify and args.resume) else None
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
     bad = BadRows()
     dataset = None if args.data == "synthetic" or not is_dataset(args.data) else Dataset(args.data)
+    # plain text: each rank reads its own byte range (executor.text_ranges); gzip: the whole log
+    ranges = (TextRanges(args.data, args.format, world, rank, b, args.strict)
+              if dataset is None and splittable(args.data, args.format) else None)
+    note = gzip_note(args.data) if (dataset is None and ranges is None and world > 1
+                                    and args.format.lower() in TEXT_FORMATS) else None
+    if note and rank == 0:
+        print(note, file=sys.stderr, flush=True)
     if args.epochs is not None:
         if args.epochs < 1:
             raise ValueError("--epochs must be at least 1")
-        args.steps = args.epochs * steps_per_epoch(args.data, args.format, g)
+        if ranges is not None:
+            ranges.per_pass = common_steps_per_epoch(ranges.ranges[rank], args.format, b, comm)
+            args.steps = args.epochs * ranges.per_pass
+        else:
+            args.steps = args.epochs * steps_per_epoch(args.data, args.format, g)
         if args.steps < 1:
             raise DataError(f"{args.data}: fewer rows than one global batch ({g})")
     seed = plan.seed if args.data_seed is None else args.data_seed
@@ -178,7 +205,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     elif args.preload and dataset is None:
         from executor.batches import RawBatch
 
-        raw = RawBatch.concat(list(reader_chunks(args.data, args.format, args.strict, bad)))
+        raw = RawBatch.concat(list(range_chunks(ranges.ranges[rank], args.format, args.strict, bad) if ranges
+                                   else reader_chunks(args.data, args.format, args.strict, bad)))
 
         def open_chunks():
             return iter([raw])
@@ -191,6 +219,12 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     fmap: dict[str, str] = {}
 
     def global_rows():
+        if ranges is not None:  # this rank's batches of its byte range; the global batch for --verify
+            mine = ranges.local(start_step, bad, open_chunks if args.preload else None)
+            whole = ranges.whole(start_step) if (args.verify and rank == 0) else None
+            for x in mine:
+                yield (x, next(whole) if whole is not None else None)
+            return
         if dataset is None:
             yield from resumed_batches(open_chunks, g, start_step)
             return
@@ -202,7 +236,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
     def prepared():
         for gb in global_rows():
-            if dataset is not None:
+            if dataset is not None or ranges is not None:
                 mine, gb = gb
                 if not fmap:
                     fmap.update(feature_map(model, mine.sparse))
@@ -232,6 +266,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         loader = Prefetcher(prepared(), depth=4)
     warmup = args.warmup if args.warmup is not None else (min(3, max(1, args.steps // 4)) if args.steps > 1 else 0)
     kept: list = []
+    waits: list[float] = []
     feeder = DeviceFeeder(loader, device)
     evaluator = None
     if args.eval_data:
@@ -245,18 +280,22 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     try:
         for s in range(args.steps):
             _fault_hook(rank, s)
-            local, keep = next(feeder)
+            t_in = time.perf_counter()
+            local, keep = next(feeder)  # the time the step waits for its input (the loader is behind)
+            if s >= warmup:
+                waits.append(time.perf_counter() - t_in)
             if keep is not None:
                 kept.append(keep)
             clock.start()
             losses.add(trainer.step(local))
+            trim_heap(s)  # freed buffers back to the system: peak RSS does not grow with the run's length
             clock.stop(timed=s >= warmup)
             if s >= warmup:
                 timer.flush(start_step + s)
             else:
                 timer.discard()
             if evaluator is not None and args.eval_every and (s + 1) % args.eval_every == 0 and s + 1 < args.steps:
-                _report_eval(rank, evaluator.run(start_step + s + 1))
+                _report_eval(rank, evaluator.run(start_step + s + 1), timer)
         times = clock.seconds()
         timer.finish()
         loss_values = losses.values()
@@ -275,16 +314,21 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     peak = peak_bytes(device)  # training's peak, before --verify's reference adds its own
     gathered = [None] * world
     if world > 1:
-        dist.all_gather_object(gathered, (events, times, peak))
+        dist.all_gather_object(gathered, (events, times, peak, waits, (bad.count, bad.first)))
     else:
-        gathered = [(events, times, peak)]
+        gathered = [(events, times, peak, waits, (bad.count, bad.first))]
+    if ranges is not None:  # each rank counted the malformed rows of its own byte range
+        bad = BadRows(sum(c for *_, (c, _) in gathered), next((f for *_, (_, f) in gathered if f), ""))
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if evaluator is not None:
-        _report_eval(rank, evaluator.run(start_step + args.steps))
+        _report_eval(rank, evaluator.run(start_step + args.steps), timer)
+    # the checkpoint records the last evaluation (this run's, else the one it resumed with)
+    last_eval = evaluator.history[-1] if evaluator is not None else (resumed or {}).get("last_eval")
     if args.checkpoint:
-        from executor.checkpoint import save
+        from executor.checkpoint import eval_record, save
 
-        save(trainer, args.checkpoint, data_position=start_step + args.steps, keep=args.keep)
+        save(trainer, args.checkpoint, data_position=start_step + args.steps, keep=args.keep,
+             evaluation=eval_record(last_eval, args.eval_data) if evaluator is not None else last_eval)
     if rank != 0:
         return None
     timed = len(times)
@@ -308,12 +352,17 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "last_loss_rank0_share": loss_values[-1] if loss_values else None,
         "op_timing": op_timing,
         "data": {"path": str(args.data), "kind": "dataset" if dataset is not None else args.format,
-                 "steps_per_epoch": (dataset.rows // g) if dataset is not None else None,
+                 "steps_per_epoch": (dataset.rows // g) if dataset is not None else (ranges.per_pass if ranges else None),
                  "epochs": args.epochs, "malformed_rows_skipped": _malformed(dataset, bad),
+                 "reading": ("row ranges" if dataset is not None else "byte ranges" if ranges is not None
+                             else "whole stream per rank"),
+                 **({"note": note} if note else {}),
                  **({"first_malformed": bad.first} if bad.first else {})},
     }
     if evaluator is not None:
-        result["eval"] = evaluator.history
+        result["eval"] = [{k: v for k, v in e.items() if k != "trace_us"} for e in evaluator.history]
+    if resumed is not None:
+        result["resumed"] = resumed
     pred = predicted_samples_per_s(plan)
     if pred:
         result["predicted_samples_per_s"] = pred
@@ -322,9 +371,15 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
     tl = Timeline(meta={"source": "measured", "plan": str(args.plan), "world_size": world,
                         "hardware": plan.hardware, "device": str(device)})
-    for evs, _, _ in gathered:
+    for evs, *_ in gathered:
         tl.events.extend(evs)
-    peaks = [pk for _, _, pk in gathered]
+    for e in evaluator.history if evaluator is not None else []:  # AUC and logloss per evaluation
+        tl.count(0, "eval", e["trace_us"], {"auc": e["auc"], "logloss": e["logloss"]}, step=e["step"], rows=e["rows"])
+    peaks = [x[2] for x in gathered]
+    result["input_wait"] = {  # time each rank's timed steps waited for their input, against their step time
+        "mean_ms_per_rank": [1e3 * sum(x[3]) / max(1, len(x[3])) for x in gathered],
+        "fraction_of_step_per_rank": [sum(x[3]) / sum(x[1]) if sum(x[1]) > 0 else 0.0 for x in gathered],
+    }
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it
         "measure": "cuda max_memory_allocated" if device.type == "cuda" else "process RSS high-water mark",
         "measured_bytes_per_rank": [pk["device"] for pk in peaks],

@@ -75,6 +75,25 @@ def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     return fig
 
 
+def line_figure(series: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, xaxis: str,
+                yaxis: str, y2: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+                y2axis: str = "") -> Any:
+    """Lines with markers, one per series; `y2` series on a second y axis at the right."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name, (x, y) in series.items():
+        fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=name))
+    for name, (x, y) in (y2 or {}).items():
+        fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=name, yaxis="y2",
+                                 line={"dash": "dot"}))
+    layout = {"title": title, "xaxis_title": xaxis, "yaxis_title": yaxis, "height": 420, "margin": {"t": 50}}
+    if y2:
+        layout["yaxis2"] = {"title": y2axis, "overlaying": "y", "side": "right"}
+    fig.update_layout(**layout)
+    return fig
+
+
 def scatter_figure(points: Sequence[dict[str, Any]], title: str) -> Any:
     """Predicted against measured iteration time, the y = x line and +-10% band."""
     import plotly.graph_objects as go

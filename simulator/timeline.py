@@ -30,9 +30,26 @@ class Event:
 
 
 @dataclass
+class Counter:
+    """Named numbers at one moment (e.g. a model's quality at a step): a counter track in the trace."""
+
+    rank: int
+    name: str
+    ts_us: float
+    values: dict[str, float]
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Timeline:
     events: list[Event] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # source (simulated/measured), hardware, plan ...
+    counters: list[Counter] = field(default_factory=list)
+
+    def count(self, rank: int, name: str, ts_us: float, values: dict[str, float], **args: Any) -> None:
+        """Record finite `values` at ts_us (a NaN is left out: trace viewers reject it)."""
+        finite = {k: float(v) for k, v in values.items() if v is not None and float(v) == float(v)}
+        self.counters.append(Counter(rank, name, float(ts_us), finite, args))
 
     def add(self, rank: int, lane: str, name: str, start_us: float, dur_us: float, **args: Any) -> None:
         self.events.append(Event(rank, lane, name, float(start_us), float(dur_us), args))
@@ -50,11 +67,15 @@ class Timeline:
         return {k: sum(v) / len(v) for k, v in acc.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"meta": self.meta, "events": [asdict(e) for e in self.events]}
+        out = {"meta": self.meta, "events": [asdict(e) for e in self.events]}
+        if self.counters:
+            out["counters"] = [asdict(c) for c in self.counters]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Timeline:
-        return cls([Event(**e) for e in d.get("events", [])], dict(d.get("meta", {})))
+        return cls([Event(**e) for e in d.get("events", [])], dict(d.get("meta", {})),
+                   [Counter(**c) for c in d.get("counters", [])])
 
     def save(self, path: str | os.PathLike) -> None:
         _atomic_write_text(path, json.dumps(self.to_dict()))
@@ -77,6 +98,10 @@ class Timeline:
                 "ph": "X", "name": e.name, "pid": e.rank, "tid": tid[(e.rank, e.lane)],
                 "ts": e.start_us, "dur": e.dur_us, "args": e.args,
             })
+        for c in self.counters:  # a counter track per name, and an instant marker with the details
+            out.append({"ph": "C", "name": c.name, "pid": c.rank, "ts": c.ts_us, "args": c.values})
+            out.append({"ph": "i", "s": "p", "name": c.name, "pid": c.rank, "tid": 0, "ts": c.ts_us,
+                        "args": {**c.values, **c.args}})
         return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": self.meta}
 
     def save_chrome_trace(self, path: str | os.PathLike) -> None:

@@ -159,6 +159,17 @@ def test_epoch_order_reads_contiguous_runs():
     assert sum(b - a for a, b in segs) == 2048 and len(segs) <= 2048 // 256 + 1
 
 
+def test_epoch_segments_by_runs_equal_the_row_by_row_definition():
+    rng = np.random.default_rng(0)
+    for rows in (1, 255, 257, 10_007, 65_549):
+        for run in (1, 7, 256):
+            o = EpochOrder(rows, seed=3, run=run)
+            for _ in range(40):
+                lo = int(rng.integers(0, rows + 1))
+                hi, e = int(rng.integers(lo, rows + 1)), int(rng.integers(0, 3))
+                assert o.segments(e, lo, hi) == o.segments_by_rows(e, lo, hi), (rows, run, lo, hi)
+
+
 def test_auc_matches_pairwise_definition_with_ties():
     rng = np.random.default_rng(0)
     for _ in range(5):

@@ -107,7 +107,7 @@ def test_demo_report_opens_without_javascript_errors(tmp_path):
     assert report.is_file()
     page = report.read_text()
     for title in ("coverage curves", "The plan and why", "Simulated and measured timelines",
-                  "Speedups over the baselines", "Predicted against measured"):
+                  "Speedups over the baselines", "Predicted against measured", "AUC curve on held-out data"):
         assert title in page, title
     shot = out / "report.png"
     res = open_in_chromium(report, shot)

@@ -64,8 +64,16 @@ def row_major(chunk: Chunk, features: list[str]) -> tuple[np.ndarray, np.ndarray
     """Per-feature CSR -> (lengths int32 [n, S], IDs row-major [nnz])."""
     n = chunk.rows
     offs = [np.asarray(chunk.sparse[f][1], np.int64) for f in features]
-    lens = np.stack([np.diff(o) for o in offs], axis=1) if features else np.zeros((n, 0), np.int64)
-    flat = lens.reshape(-1)
+    lens = np.empty((n, len(features)), np.int32)
+    for j, o in enumerate(offs):
+        np.subtract(o[1:], o[:-1], out=lens[:, j], casting="unsafe")
+    if n and features and lens.max() <= 1:  # one ID or none per feature (Criteo): a masked transpose
+        present = lens.astype(bool)
+        full = np.empty((len(features), n), np.int64)
+        for j, f in enumerate(features):
+            full[j][present[:, j]] = chunk.sparse[f][0]
+        return lens, full.T[present]
+    flat = lens.reshape(-1).astype(np.int64)
     total = int(flat.sum())
     # feature-major position of every ID, visited in row-major order
     src = np.concatenate([o[:-1] + b for o, b in zip(offs, np.cumsum([0] + [int(o[-1]) for o in offs[:-1]]))])
@@ -74,7 +82,7 @@ def row_major(chunk: Chunk, features: list[str]) -> tuple[np.ndarray, np.ndarray
     np.cumsum(flat[:-1], out=dst[1:])
     pos = np.repeat(src - dst, flat) + np.arange(total, dtype=np.int64)
     ids = np.concatenate([np.asarray(chunk.sparse[f][0], np.int64) for f in features]) if features else np.zeros(0)
-    return lens.astype(np.int32), ids[pos]
+    return lens, ids[pos]
 
 
 def convert(

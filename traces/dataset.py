@@ -119,6 +119,12 @@ class NpyColumn:
             raise TraceError(f"{path}: {size} bytes, its header promises {self.offset + self.shape[0] * self.row_bytes}"
                              " (a truncated or damaged shard)")
 
+    def read_into(self, lo: int, hi: int, out: np.ndarray) -> None:
+        """Rows [lo, hi) straight into `out` (a C-contiguous array of that many rows): no extra copy."""
+        want = (hi - lo) * self.row_bytes
+        if want and os.preadv(self.fd, [memoryview(out.reshape(-1)).cast("B")], self.offset + lo * self.row_bytes) != want:
+            raise TraceError(f"{self.path}: short read at rows {lo}..{hi}")
+
     def read(self, lo: int, hi: int) -> np.ndarray:
         n = hi - lo
         buf = os.pread(self.fd, n * self.row_bytes, self.offset + lo * self.row_bytes)
@@ -199,8 +205,9 @@ class Dataset:
         return self.read([(lo, hi)])
 
     def read(self, segments: list[tuple[int, int]]) -> Rows:
-        """The rows of global ranges [lo, hi), in the given order."""
-        labels, dense, lens, ids = [], [], [], []
+        """The rows of global ranges [lo, hi), in the given order: each column read with one pread per
+        piece straight into one preallocated array (no per-piece arrays, no concatenation)."""
+        pieces = []  # (shard, first row, end row, first ID, end ID)
         for lo, hi in segments:
             if not 0 <= lo <= hi <= self.rows:
                 raise IndexError(f"rows {lo}..{hi} outside the dataset's {self.rows}")
@@ -209,27 +216,38 @@ class Dataset:
                 a, end = lo - int(self.starts[k]), min(hi, int(self.starts[k + 1]))
                 b = end - int(self.starts[k])
                 cols = self._shard(k)
-                labels.append(cols["labels"].read(a, b))
-                dense.append(cols["dense"].read(a, b))
-                lens.append(cols["lens"].read(a, b))
                 p = cols["rowptr"].read(a, b + 1)
-                ids.append(cols["ids"].read(int(p[0]), int(p[-1])))
+                pieces.append((k, a, b, int(p[0]), int(p[-1])))
                 lo, k = end, k + 1
-        if not labels:
-            nf = len(self.dense_names)
-            empty = np.zeros(0, np.int64)
-            return Rows(np.zeros(0, np.float32), np.zeros((0, nf), np.float32),
-                        {f: (empty, np.zeros(1, np.int64)) for f in self.features})
-        return Rows(_cat(labels), _cat(dense), _feature_major(self.features, _cat(lens), _cat(ids)))
-
-
-def _cat(parts: list[np.ndarray]) -> np.ndarray:
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        n = sum(b - a for _, a, b, _, _ in pieces)
+        nnz = sum(q - p for *_, p, q in pieces)
+        labels = np.empty(n, np.float32)
+        dense = np.empty((n, len(self.dense_names)), np.float32)
+        lens = np.empty((n, len(self.features)), np.int32)
+        ids = np.empty(nnz, np.int64)
+        r = z = 0
+        for k, a, b, p, q in pieces:
+            cols = self._open[k] if k in self._open else self._shard(k)
+            cols["labels"].read_into(a, b, labels[r : r + b - a])
+            cols["dense"].read_into(a, b, dense[r : r + b - a])
+            cols["lens"].read_into(a, b, lens[r : r + b - a])
+            cols["ids"].read_into(p, q, ids[z : z + q - p])
+            r, z = r + b - a, z + q - p
+        return Rows(labels, dense, _feature_major(self.features, lens, ids))
 
 
 def _feature_major(features: list[str], lens: np.ndarray, ids: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Row-major IDs + lengths [n, S] -> per feature (ids, offsets [n+1]), by one scatter."""
     n, s = lens.shape
+    if n and len(ids) <= n * s and lens.max(initial=0) <= 1:  # one ID or none per feature (Criteo): masks
+        present = lens.astype(bool)
+        full = np.zeros((n, s), np.int64)
+        full[present] = ids  # row-major, as stored
+        cs = np.zeros((s, n + 1), dtype=np.int64)
+        np.cumsum(present.T, axis=1, out=cs[:, 1:])
+        out = full.T[present.T]  # feature-major
+        base = np.concatenate([[0], np.cumsum(cs[:, -1])])
+        return {f: (out[base[i] : base[i + 1]], cs[i]) for i, f in enumerate(features)}
     cs = np.zeros((s, n + 1), dtype=np.int64)
     np.cumsum(lens.T, axis=1, out=cs[:, 1:])
     base = np.concatenate([[0], np.cumsum(cs[:, -1])])
@@ -296,12 +314,44 @@ class EpochOrder:
         inside = p < self.full_runs * self.run
         out = p.copy()
         q = p[inside]
-        key = int(_mix(np.array([self.seed * 1_000_003 + epoch], dtype=np.uint64))[0])
-        out[inside] = feistel_permute(q // self.run, self.full_runs, key) * self.run + q % self.run
+        out[inside] = feistel_permute(q // self.run, self.full_runs, self._key(epoch)) * self.run + q % self.run
         return out
 
+    def _key(self, epoch: int) -> int:
+        return int(_mix(np.array([self.seed * 1_000_003 + epoch], dtype=np.uint64))[0])
+
     def segments(self, epoch: int, lo: int, hi: int) -> list[tuple[int, int]]:
-        """The same positions as contiguous row ranges, in order."""
+        """The same positions as contiguous row ranges, in order: one permuted index per run touched,
+        not per row (a batch touches a few runs)."""
+        if hi <= lo:
+            return []
+        run, full = self.run, self.full_runs * self.run
+        first, last = lo // run, min(self.full_runs, -(-hi // run))
+        perm = feistel_permute(np.arange(first, last, dtype=np.int64), self.full_runs, self._key(epoch)).tolist() \
+            if last > first else []
+        out: list[tuple[int, int]] = []
+        p = lo
+        for j, pj in zip(range(first, last), perm):
+            if p >= hi:
+                break
+            end = min(hi, (j + 1) * run)
+            a = pj * run + p - j * run
+            b = a + end - p
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], b)
+            else:
+                out.append((a, b))
+            p = end
+        if p < hi:  # the short last run stays in place
+            a = max(p, full)
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], hi)
+            else:
+                out.append((a, hi))
+        return out
+
+    def segments_by_rows(self, epoch: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """`segments` computed row by row from `rows_at` (the definition; tests compare the two)."""
         r = self.rows_at(epoch, lo, hi)
         if not len(r):
             return []

@@ -86,14 +86,55 @@ def _is_gzip(path: str) -> bool:
 
 
 class _BlockSource:
-    """Line-aligned byte blocks of a plain or gzip text file, with 1-based line numbers."""
+    """Line-aligned byte blocks of a plain or gzip text file, with 1-based line numbers.
 
-    def __init__(self, path: str, chunk_bytes: int) -> None:
+    `byte_range=(lo, hi)` (plain files only) keeps the lines that start at a byte in [lo, hi):
+    it seeks to lo, skips to the next line end and stops after the line that crosses hi, so
+    ranges that tile a file read every line exactly once. Line numbers then count from the
+    range's first line; `absolute_line` turns one into the file's (counting the lines before
+    the range once, only when a message needs it)."""
+
+    def __init__(self, path: str, chunk_bytes: int, byte_range: tuple[int, int] | None = None) -> None:
         self.path = path
         self.chunk_bytes = max(int(chunk_bytes), 1 << 12)
         self.gzip = _is_gzip(path)
         self.bytes_total = os.path.getsize(path)
         self.bytes_done = 0
+        self.range = byte_range
+        if byte_range is not None and self.gzip:
+            raise TraceError(f"{path}: a gzip file cannot be read by byte ranges (convert it with `picasso convert`)")
+        self.start = self._line_start(byte_range[0]) if byte_range is not None else 0
+        self._lines_before: int | None = 0 if self.start == 0 else None
+
+    def _line_start(self, lo: int) -> int:
+        """The first line start at or after byte lo (the file's size when there is none)."""
+        if lo <= 0:
+            return 0
+        with open(self.path, "rb", buffering=0) as f:
+            pos = lo - 1
+            f.seek(pos)
+            while True:
+                buf = f.read(1 << 16)
+                if not buf:
+                    return self.bytes_total
+                nl = buf.find(b"\n")
+                if nl >= 0:
+                    return pos + nl + 1
+                pos += len(buf)
+
+    def absolute_line(self, line: int) -> int:
+        """A line number of this source as the file's line number."""
+        if self._lines_before is None:
+            n, left = 0, self.start
+            with open(self.path, "rb", buffering=0) as f:
+                while left > 0:
+                    buf = f.read(min(left, 1 << 24))
+                    if not buf:
+                        break
+                    n += buf.count(b"\n")
+                    left -= len(buf)
+            self._lines_before = n
+        return line + self._lines_before
 
     def __iter__(self) -> Iterator[tuple[bytes, int]]:
         if not self.gzip:
@@ -128,9 +169,12 @@ class _BlockSource:
     def _plain(self) -> Iterator[tuple[bytes, int]]:
         """Plain files: read a block, cut after its last newline, seek back to the cut."""
         line = 1
-        pos = 0
+        pos = self.start
+        hi = self.range[1] if self.range is not None else self.bytes_total + 1
         with open(self.path, "rb", buffering=0) as f:
-            while True:
+            f.seek(pos)
+            while pos < hi:
+                first = pos
                 try:
                     buf = f.read(self.chunk_bytes)
                 except OSError as exc:
@@ -151,6 +195,11 @@ class _BlockSource:
                     block = buf[: cut + 1]
                     pos += cut + 1
                     f.seek(pos)
+                if pos > hi:  # the block crosses the range's end: stop after the line holding byte hi-1
+                    end = block.find(b"\n", hi - 1 - first)
+                    if end >= 0:
+                        block = block[: end + 1]
+                    pos = hi
                 self.bytes_done = pos
                 yield block, line
                 line += block.count(b"\n")
@@ -199,7 +248,13 @@ class Reader:
     def __iter__(self) -> Iterator[Chunk]:
         raise NotImplementedError
 
+    def _line(self, line: int) -> int:
+        """A line number as the file's (a byte-range source counts from its range's first line)."""
+        src = getattr(self, "source", None)
+        return src.absolute_line(line) if isinstance(src, _BlockSource) else line
+
     def _bad(self, line: int, fieldname: str, reason: str) -> None:
+        line = self._line(line)
         where = f"{self.path}:{line}: field {fieldname}: {reason}" if fieldname else f"{self.path}:{line}: {reason}"
         if self.strict:
             raise TraceError(where)
@@ -238,10 +293,11 @@ class DelimitedReader(Reader):
         multi_sep: str | None = None,
         multi: list[str] | str | None = None,
         skip: list[str] | str | None = None,
+        byte_range: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(path, strict=strict, chunk_bytes=chunk_bytes, progress=progress)
         self.fmt = fmt
-        self.source = _BlockSource(self.path, chunk_bytes)
+        self.source = _BlockSource(self.path, chunk_bytes, byte_range)
         self.quoting = fmt != "criteo"
         default_sep = "\t" if fmt == "criteo" or self.path.endswith((".tsv", ".tsv.gz")) else ","
         self.sep = parse_sep(sep) if sep else default_sep
@@ -370,7 +426,7 @@ class DelimitedReader(Reader):
 
         def next_chunk() -> tuple[Chunk | None, float]:
             for block, line in blocks:
-                if line == 1 and self.header:
+                if line == 1 and self.header and self.source.start == 0:
                     nl = block.find(b"\n")
                     block, line = block[nl + 1 :], 2
                     if not block.strip(b"\r\n"):
@@ -724,10 +780,11 @@ class LibsvmReader(Reader):
         progress: Progress | None = None,
         field_map: dict | str | None = None,
         dense_fields: list[str] | str | None = None,
+        byte_range: tuple[int, int] | None = None,
         **_: object,
     ) -> None:
         super().__init__(path, strict=strict, chunk_bytes=chunk_bytes, progress=progress)
-        self.source = _BlockSource(self.path, chunk_bytes)
+        self.source = _BlockSource(self.path, chunk_bytes, byte_range)
         body = [x for x in sample_lines(self.path) if x.strip()]
         if body and not any(libsvm_line(x, min_tokens=0) for x in body):
             desc, hint = guess_layout(body)
@@ -758,7 +815,7 @@ class LibsvmReader(Reader):
         self.unmapped[0] += len(miss)
         self.unmapped[1] += len(field_of)
         if len(miss) and self.first_unmapped is None:
-            self.first_unmapped = (int(lines[miss[0]]), int(idx[miss[0]]))
+            self.first_unmapped = (self._line(int(lines[miss[0]])), int(idx[miss[0]]))
             if self.strict:
                 raise TraceError(f"{self.path}:{self.first_unmapped[0]}: index {self.first_unmapped[1]} is in no "
                                  f"range of {self.map_name}; extend the map")
@@ -981,9 +1038,11 @@ def open_reader(
     strict: bool = False,
     chunk_bytes: int = 16 << 20,
     progress: Progress | None = None,
+    byte_range: tuple[int, int] | None = None,
     **format_options,
 ) -> Reader:
-    """A streaming reader of `path` in format `fmt` (criteo|avazu|csv|parquet|libsvm)."""
+    """A streaming reader of `path` in format `fmt` (criteo|avazu|csv|parquet|libsvm); `byte_range`
+    (plain text only) reads just the lines that start in it (see _BlockSource)."""
     fmt = fmt.lower()
     p = check_file(path)
     opts = {k: v for k, v in format_options.items() if v is not None}
@@ -995,9 +1054,13 @@ def open_reader(
     if fmt in FORMAT_OPTIONS:
         _check_options(fmt, opts)
     if fmt in ("criteo", "avazu", "csv"):
-        return DelimitedReader(p, fmt, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)
+        return DelimitedReader(p, fmt, strict=strict, chunk_bytes=chunk_bytes, progress=progress,
+                               byte_range=byte_range, **opts)
     if fmt == "parquet":
+        if byte_range is not None:
+            raise TraceError(f"{p}: Parquet is read by row groups, not byte ranges")
         return ParquetReader(p, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)
     if fmt in ("libsvm", "libfm"):
-        return LibsvmReader(p, strict=strict, chunk_bytes=chunk_bytes, progress=progress, **opts)
+        return LibsvmReader(p, strict=strict, chunk_bytes=chunk_bytes, progress=progress, byte_range=byte_range,
+                            **opts)
     raise TraceError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")

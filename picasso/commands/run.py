@@ -103,14 +103,25 @@ def run(args: argparse.Namespace) -> int:
 
         attach_measured(res, pred)
     failed = verify_failure(res)
+    if res.data.note:  # e.g. a gzip log every rank had to read whole
+        import sys
+
+        print(res.data.note, file=sys.stderr)
     if args.json:
         print(res.to_json(), end="")
         return _fail(failed)
     it = res.iteration_ms
     print(f"plan {res.plan} ({res.model}), {res.world_size} ranks on {res.backend}/{res.device}, "
           f"global batch {res.global_batch}, {res.micro_batches} micro-batch(es)")
+    if res.resumed is not None:
+        print(resume_line(res.resumed))
     print(f"throughput   {res.samples_per_s:,.0f} samples/s over {res.timed_steps} timed steps")
     print(f"iteration    p50 {it['p50']:.2f} ms  p90 {it['p90']:.2f} ms  p99 {it['p99']:.2f} ms")
+    if res.input_wait:
+        w = res.input_wait
+        worst = max(range(len(w["fraction_of_step_per_rank"])), key=lambda r: w["fraction_of_step_per_rank"][r])
+        print(f"input wait   {w['fraction_of_step_per_rank'][worst]:.1%} of the step on rank {worst} "
+              f"({w['mean_ms_per_rank'][worst]:.2f} ms per step waiting for the loader)")
     if res.mean_loss is not None:
         print(f"loss         {res.mean_loss:.4f} (mean over timed steps)")
     if res.predicted_samples_per_s is not None:
@@ -138,6 +149,16 @@ def run(args: argparse.Namespace) -> int:
         if getattr(res, key):
             print(f"{key:12} {getattr(res, key)}")
     return _fail(failed)
+
+
+def resume_line(r: dict) -> str:
+    """Where a resumed run started, and the checkpoint's last evaluation."""
+    line = f"resumed      {r['checkpoint']} at step {r['data_position']}"
+    e = r.get("last_eval")
+    if e:
+        auc = f"{e['auc']:.4f}" if e.get("auc") is not None else "undefined"
+        line += f" (last evaluation: step {e['step']}, AUC {auc}, logloss {e['logloss']:.4f})"
+    return line
 
 
 def verify_failure(res: RunResult) -> str | None:
