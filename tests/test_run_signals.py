@@ -61,8 +61,9 @@ def _wait_for(proc: subprocess.Popen, workers: int, limit_s: float = 90.0) -> di
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("sig,workers,code", [(signal.SIGTERM, 2, 143), (signal.SIGINT, 2, 130), (signal.SIGTERM, 0, 143)],
-                         ids=["sigterm-training", "sigint-training", "sigterm-rendezvous"])
+@pytest.mark.parametrize("sig,workers,code", [(signal.SIGTERM, 2, 143), (signal.SIGINT, 2, 130), (signal.SIGTERM, 0, 143),
+                                              (signal.SIGHUP, 2, 129)],
+                         ids=["sigterm-training", "sigint-training", "sigterm-rendezvous", "sighup-training"])
 def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, workers, code):
     proc = _start(plan_path, tmp_path / "tmp")
     tree = _wait_for(proc, workers)
