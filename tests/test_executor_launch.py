@@ -83,6 +83,7 @@ def test_first_error_prefers_the_failing_rank():
             "picasso agent: rank 1 was still running after rank 0 failed; stopped\n")
     assert first_error(hung).startswith("worker rank 1 hung")
     assert first_error("picasso agent: error: cannot listen on 10.0.0.9:5 (x)") == "cannot listen on 10.0.0.9:5 (x)"
+    assert "failed" not in first_error("")  # workers that exited 0 without a result did not fail
     assert first_error("executor rank 1: error: bad data\nexecutor rank 0: error: x") == "rank 1: bad data"
 
 
