@@ -17,8 +17,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    from foundation.files import check_output_path
     from picasso.workflows.calibrate import run_calibrate
 
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
+    check_output_path(args.output)  # before minutes of microbenchmarks, not after
     return run_calibrate(args)

@@ -58,4 +58,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-steps must be at least --steps and --timed-seconds non-negative")
     if args.warmup < 0 or args.fit_plans < 0 or args.fit_plans >= args.plans:
         raise ValueError("--warmup must be >= 0 and --fit-plans in [0, --plans)")
+    from foundation.files import check_output_path
+
+    for out in (args.html, args.results, args.save_refined):
+        if out is not None:
+            check_output_path(out)  # before the runs, not after them
     return run_validate_command(args)
