@@ -100,7 +100,7 @@ def _children_running(proc: subprocess.Popen, marker: str, count: int, limit_s: 
 @pytest.mark.parametrize("command,marker,count", [
     (["calibrate", "--quick", "-o", "{tmp}/hw.json"], "multiprocessing", 2),
     (["validate", "--data", "{tmp}/data.tsv", "--hardware", "local-cpu", "--plans", "3", "--fit-plans", "2",
-      "--nproc-max", "2", "--row-cap", "200"], "-m executor ", 1),
+      "--nproc-max", "2", "--row-cap", "200", "-o", "{tmp}/validate"], "-m executor ", 1),
 ], ids=["calibrate", "validate"])
 def test_a_signal_stops_calibrate_and_validate_children(tmp_path, command, marker, count):
     from traces.synth import generate_criteo
