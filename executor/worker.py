@@ -132,11 +132,16 @@ def resumed_batches(open_chunks, global_batch: int, skip: int):
 
 
 def _fault_hook(rank: int, step: int) -> None:
-    """Test hook: PICASSO_FAULT=RANK:STEP kills that rank at that step (dead-rank tests)."""
+    """Test hook: PICASSO_FAULT=RANK:STEP kills that rank at that step (dead-rank tests);
+    RANK:STEP:hang makes it hang there instead (hung-rank tests)."""
     spec = os.environ.get("PICASSO_FAULT")
     if spec:
-        r, s = (int(x) for x in spec.split(":"))
-        if r == rank and s == step:
+        r, s, *how = spec.split(":")
+        if int(r) == rank and int(s) == step:
+            if how == ["hang"]:
+                import time
+
+                time.sleep(1e6)
             os._exit(3)
 
 

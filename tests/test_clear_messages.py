@@ -28,3 +28,16 @@ def test_a_spec_that_is_not_utf8_names_its_file(tmp_path, capsys, flag, what):
     rc = main(["plan", "--model", args["--model"], "--hardware", args["--hardware"], "-o", str(tmp_path / "p.json")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and str(bad) in err[0] and f"{what} is not UTF-8 text" in err[0], err
+
+
+@pytest.mark.parametrize("command", ["analyze", "convert"])
+def test_a_parquet_file_with_a_repeated_column_names_the_file(tmp_path, capsys, command):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "dup.parquet"
+    cols = [pa.array([1, 0, 1])] + [pa.array(["a", "b", "c"])] * 5
+    pq.write_table(pa.Table.from_arrays(cols, names=["label", *["0"] * 5]), path)
+    rc = main([command, str(path), "--format", "parquet", "-o", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and str(path) in err[0] and "'0' appears 5 times" in err[0], err

@@ -122,6 +122,25 @@ def test_existing_output_needs_force_and_bad_input_is_one_line(criteo_tsv, tmp_p
     assert json.loads(capsys.readouterr().out)["malformed_rows"] == 1
 
 
+def test_force_replaces_only_a_dataset(criteo_tsv, tmp_path, capsys):
+    """--force onto a FIFO used to replace it and then block removing it; onto any folder, delete it."""
+    import os
+
+    fifo, folder, plain = tmp_path / "fifo", tmp_path / "folder", tmp_path / "file"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine\n")
+    plain.write_text("mine\n")
+    for target in (folder, plain, fifo):  # the FIFO last: old code blocked on it
+        rc = main(["convert", str(criteo_tsv), "--format", "criteo", "-o", str(target), "--force"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and "not a picasso dataset" in err[0], err
+    assert fifo.is_fifo() and (folder / "keep.txt").read_text() == "mine\n" and plain.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "file", "folder"]
+    assert main(["convert", str(criteo_tsv), "--format", "criteo", "-o", str(tmp_path / "ds")]) == 0
+    assert main(["convert", str(criteo_tsv), "--format", "criteo", "-o", str(tmp_path / "ds"), "--force"]) == 0
+
+
 @pytest.mark.parametrize("n", [1, 2, 7, 64, 1000, 4097])
 def test_feistel_is_a_permutation(n):
     p = feistel_permute(np.arange(n), n, key=12345)

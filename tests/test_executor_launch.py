@@ -57,6 +57,16 @@ def test_dead_rank_stops_the_run_with_one_clear_error(setup, capsys, monkeypatch
     assert len(err) == 1 and "rank 1 died" in err[0], err
 
 
+@pytest.mark.dist
+def test_a_hung_rank_is_blamed_not_the_healthy_one(setup, capsys, monkeypatch):
+    d = setup
+    monkeypatch.setenv("PICASSO_FAULT", "1:1:hang")
+    rc = main(["run", str(d / "plan.json"), "--data", str(d / "data.tsv"), "--steps", "3", "--timeout", "5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and "worker rank 1 hung" in err[0], err
+
+
 def test_world_size_mismatch_is_one_line(setup, capsys):
     d = setup
     rc = main(["run", str(d / "plan.json"), "--data", str(d / "data.tsv"), "--nproc", "3"])
@@ -73,6 +83,7 @@ def test_first_error_prefers_the_failing_rank():
             "picasso agent: rank 1 was still running after rank 0 failed; stopped\n")
     assert first_error(hung).startswith("worker rank 1 hung")
     assert first_error("picasso agent: error: cannot listen on 10.0.0.9:5 (x)") == "cannot listen on 10.0.0.9:5 (x)"
+    assert "failed" not in first_error("")  # workers that exited 0 without a result did not fail
     assert first_error("executor rank 1: error: bad data\nexecutor rank 0: error: x") == "rank 1: bad data"
 
 

@@ -95,7 +95,8 @@ def test_a_huge_data_position_reads_the_data_at_most_twice():
     assert got == want
 
 
-@pytest.mark.parametrize("command", ["synth", "plan", "analyze"])
+@pytest.mark.parametrize("command", ["synth", "plan", "analyze", "analyze-html", "simulate-trace", "calibrate",
+                                     "run-trace", "validate-html"])
 def test_output_onto_a_device_or_fifo_is_refused(setup, tmp_path, capsys, command):
     d = setup
     fifo = tmp_path / "out.fifo"
@@ -105,6 +106,12 @@ def test_output_onto_a_device_or_fifo_is_refused(setup, tmp_path, capsys, comman
             "synth": ["synth", "--rows", "10", "-o", target],
             "plan": ["plan", "--model", "wide-deep", "--hardware", "local-cpu", "-o", target],
             "analyze": ["analyze", str(d / "data.tsv"), "--format", "criteo", "-o", target],
+            "analyze-html": ["analyze", str(d / "data.tsv"), "--format", "criteo", "--html", target],
+            "simulate-trace": ["simulate", str(d / "plan.json"), "--hardware", "local-cpu", "--trace", target],
+            "calibrate": ["calibrate", "--quick", "-o", target],
+            "run-trace": ["run", str(d / "plan.json"), "--data", str(d / "data.tsv"), "--trace", target],
+            "validate-html": ["validate", "--data", str(d / "data.tsv"), "--hardware", "local-cpu", "--html", target,
+                              "-o", str(tmp_path / "v")],
         }[command]
         rc = main(argv)
         err = capsys.readouterr().err.strip().splitlines()

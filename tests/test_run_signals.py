@@ -61,8 +61,9 @@ def _wait_for(proc: subprocess.Popen, workers: int, limit_s: float = 90.0) -> di
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("sig,workers,code", [(signal.SIGTERM, 2, 143), (signal.SIGINT, 2, 130), (signal.SIGTERM, 0, 143)],
-                         ids=["sigterm-training", "sigint-training", "sigterm-rendezvous"])
+@pytest.mark.parametrize("sig,workers,code", [(signal.SIGTERM, 2, 143), (signal.SIGINT, 2, 130), (signal.SIGTERM, 0, 143),
+                                              (signal.SIGHUP, 2, 129)],
+                         ids=["sigterm-training", "sigint-training", "sigterm-rendezvous", "sighup-training"])
 def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, workers, code):
     proc = _start(plan_path, tmp_path / "tmp")
     tree = _wait_for(proc, workers)
@@ -81,3 +82,44 @@ def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, wo
     time.sleep(0.2)
     assert running(tree) == {}, [_cmdline(p) for p in running(tree)]
     assert not list((tmp_path / "tmp").glob("picasso-run-*"))  # temp folders removed
+
+
+def _children_running(proc: subprocess.Popen, marker: str, count: int, limit_s: float = 120.0) -> dict[int, str]:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        tree = descendants(proc.pid)
+        if sum(marker in _cmdline(p) for p in tree) >= count:
+            return tree
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"no {count} processes with {marker!r} started")
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("command,marker,count", [
+    (["calibrate", "--quick", "-o", "{tmp}/hw.json"], "multiprocessing", 2),
+    (["validate", "--data", "{tmp}/data.tsv", "--hardware", "local-cpu", "--plans", "3", "--fit-plans", "2",
+      "--nproc-max", "2", "--row-cap", "200", "-o", "{tmp}/validate"], "-m executor ", 1),
+], ids=["calibrate", "validate"])
+def test_a_signal_stops_calibrate_and_validate_children(tmp_path, command, marker, count):
+    from traces.synth import generate_criteo
+
+    generate_criteo(tmp_path / "data.tsv", 2000, seed=0)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "picasso", *(a.format(tmp=tmp_path) for a in command)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tree = _children_running(proc, marker, count)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err.strip().splitlines()[-1], err
+    time.sleep(0.2)
+    assert running(tree) == {}, [_cmdline(p) for p in running(tree)]
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith(("picasso-", "tmp"))]  # temp folders removed

@@ -19,7 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from foundation.files import fsync_dir
-from traces.dataset import DENSE_TRANSFORMS, FORMAT, MANIFEST, NpyAppender, dlrm_dense, expand_inputs
+from traces.dataset import (
+    DENSE_TRANSFORMS,
+    FORMAT,
+    MANIFEST,
+    NpyAppender,
+    dlrm_dense,
+    expand_inputs,
+    is_dataset,
+)
 from traces.errors import TraceError
 from traces.readers import Chunk, open_reader
 
@@ -105,8 +113,12 @@ def convert(
         raise TraceError(f"--shard-rows must be positive, got {shard_rows}")
     files = expand_inputs(inputs)
     out = Path(out)
-    if out.exists() and not force:
+    if os.path.lexists(out) and not force:
         raise TraceError(f"{out}: already exists (use --force to replace it)")
+    if os.path.lexists(out) and (out.is_symlink() or not is_dataset(out)):
+        # --force replaces a dataset only: never a device, a FIFO (removing it would block),
+        # a file or an unrelated folder
+        raise TraceError(f"{out}: exists and is not a picasso dataset folder; refusing to replace it")
     if not out.parent.exists():
         raise TraceError(f"{out.parent}: no such folder for the output")
     total_bytes = sum(os.path.getsize(f) for f in files if os.path.exists(f))

@@ -61,7 +61,7 @@ def text_head(path: str) -> bytes:
         try:  # the stream's start only: a file cut short still has a readable head
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, HEAD_BYTES)
         except zlib.error as exc:
-            raise TraceError(f"{path}: a damaged gzip file ({exc})") from None
+            raise TraceError(f"{path}: cannot read (a damaged gzip stream: {exc})") from None
         what, inside = known_format(head), " inside its gzip stream"
     if what:
         raise TraceError(f"{path}: this is {what}{inside}, not text: check the file and --format")

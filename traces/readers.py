@@ -661,6 +661,10 @@ class ParquetReader(Reader):
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{self.path}: not a readable Parquet file ({_first_line(exc)})") from None
         names = self.pf.schema_arrow.names
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:  # pyarrow would say 'Field "0" exists 5 times in schema' later, naming no file
+            raise TraceError(f"{self.path}: column {dup[0]!r} appears {names.count(dup[0])} times; "
+                             "every column needs its own name")
         helper = DelimitedReader.__new__(DelimitedReader)
         helper.path = self.path
         self.columns = DelimitedReader._columns_from_options(

@@ -22,9 +22,13 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from foundation.files import check_output_path
     from simulator.report import write_report
     from validation.calibrate import CalibrateConfig, calibrate
 
+    if args.nproc < 1:
+        raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
+    check_output_path(args.output)  # before minutes of microbenchmarks, not after
     cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick)
     out = Path(args.output)
     t0 = time.perf_counter()
