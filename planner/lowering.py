@@ -495,11 +495,14 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                    pv.allgather_bytes(k), fixed_us=apply_us + gathers_us))
         else:
             rows = pv.recv_ids * k
-            # host-resident rows are read and written back over PCIe
-            moved = rows * (pv.slice_bytes + pv.state_bytes) * 2 if pv.placement == "host" else 0.0
+            touched = rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
+            # as the executor runs it: host-resident rows are updated where they live, in host
+            # memory; only their gradients and IDs cross PCIe (ShardedPack.to_host)
+            host = pv.placement == "host"
+            grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if host else 0.0
             ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
-                                hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES),
-                                host=moved, pcie=moved, flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
+                                hbm=0.0 if host else touched, host=touched if host else 0.0, pcie=grads,
+                                flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
             # from the step's one sizes exchange), then applied by every replica
