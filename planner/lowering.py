@@ -537,7 +537,7 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
     gradients, as build_program lowers them: "dense" adds the hot set's gradient to the dense
     all-reduce (its bandwidth term; the latency is paid by the dense gradients anyway), zeroes
     it each step and updates every hot row; "sparse" all-gathers the touched rows (two
-    gathers: rows and values) and applies every rank's rows."""
+    gathers: rows and values) and applies every rank's rows (`sparse_sync_row_us` each)."""
     from simulator.cost import collective_cost
     from simulator.opgraph import Collective
 
@@ -546,13 +546,34 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
         return {"dense": 0.0, "sparse": 0.0}
     group = tuple(range(w))
     hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))  # us per byte at the calibrated memory rate
-    passes = {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
+    passes = _sparse_passes(plan, pv)
     _, ar_bw, _ = collective_cost(Collective("all_reduce", group, pv.hot_rows * pv.grad_row_bytes), hw)
     dense = ar_bw + pv.hot_rows * (pv.row_bytes * passes + pv.state_bytes * 2 + pv.grad_row_bytes) * hbm_us
-    lat, ag_bw, _ = collective_cost(Collective("all_gather", group, pv.hot_sync_bytes(k)), hw)
-    rows = pv.hot_unique * k * w
-    sparse = 2 * lat + ag_bw + rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes) * hbm_us
+    lat, _, _ = collective_cost(Collective("all_gather", group, pv.hot_sync_bytes(k)), hw)
+    sparse = 2 * lat + pv.hot_unique * k * sparse_sync_row_us(plan, pv, hw)
     return {"dense": float(dense), "sparse": float(sparse)}
+
+
+def _sparse_passes(plan: Plan, pv: PackVolumes) -> int:
+    return {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
+
+
+def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: Any) -> float:
+    """Predicted microseconds one hot row touched by one rank in a step adds to a sparse hot
+    sync: its gradient and ID in the all-gather (bandwidth term, linear in the bytes) and its
+    apply on every rank. The planner sizes a sparsely synchronised hot set with it."""
+    from simulator.cost import collective_cost
+    from simulator.opgraph import Collective
+
+    w = plan.world_size
+    if w <= 1:
+        return 0.0
+    per_row = pv.grad_row_bytes + ID_BYTES
+    n = 1 << 20  # rows in the probe: the latency term is left out, the bandwidth term is linear
+    _, ag_bw, _ = collective_cost(Collective("all_gather", tuple(range(w)), n * per_row), hw)
+    hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))
+    apply = w * (pv.row_bytes * _sparse_passes(plan, pv) + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes)
+    return float(ag_bw / n + apply * hbm_us)
 
 
 def choose_hot_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float) -> None:
