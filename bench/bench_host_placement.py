@@ -74,9 +74,9 @@ def calibrated(model: Any, profile: Any, access: dict, data: Path, worlds: tuple
         hw, _ = calibrate(nproc=max(worlds), quick=quick, log=log)
         hw.save(micro)
     t_micro = time.perf_counter() - t0
-    cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=2 * fit_count, worlds=worlds,
-                        batches=(256, 512, 1024), fit_count=fit_count)
-    fit = [c for c in cases if c.role == "fit"]
+    cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=4 * fit_count, worlds=worlds,
+                        batches=(256, 512, 1024))
+    fit = fit_cases(cases, worlds, fit_count)
     assert not any(p.placement == "host" for c in fit for p in c.plan.packs), "a fit plan is host-placed"
     (work / "fit").mkdir(exist_ok=True)
     runs = []
@@ -97,6 +97,29 @@ def calibrated(model: Any, profile: Any, access: dict, data: Path, worlds: tuple
     return refined, {"fit_plans": [c.name for c in fit], "seconds": round(time.perf_counter() - t0, 1),
                      "microbench_cached": t_micro < 1.0, "work": str(work),
                      "fit_iterations_ms": {c.name: round(m.iteration_us / 1e3, 2) for c, m in runs}}
+
+
+def fit_cases(cases: list[Any], worlds: tuple[int, ...], count: int) -> list[Any]:
+    """`count` fit plans shared out over the world sizes, each world's taken in turn from its
+    batch sizes (calibration is per world and op class, and a class's fixed cost and rate
+    need sizes apart: a world without fit plans is predicted from another's)."""
+    per = -(-count // len(worlds))
+    out = []
+    for w in worlds:
+        by_batch: dict[int, list[Any]] = defaultdict(list)
+        for c in cases:
+            if c.plan.world_size == w:
+                by_batch[c.plan.batch_size_per_rank].append(c)
+        queues = [by_batch[b] for b in sorted(by_batch)]
+        picked = 0
+        while picked < per and any(queues):
+            for q in queues:
+                if q and picked < per:
+                    out.append(q.pop(0))
+                    picked += 1
+    for c in out:
+        c.role = "fit"
+    return out
 
 
 def load_measured(plan_path: Path, raw_path: Path) -> Any:
@@ -172,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=512, help="batch size per rank")
     ap.add_argument("--hot", type=float, default=0.05, help="hot fraction of each table's rows")
     ap.add_argument("--worlds", default="1,2")
-    ap.add_argument("--fit-plans", type=int, default=6, help="sweep plans run to refine the calibration")
+    ap.add_argument("--fit-plans", type=int, default=8, help="sweep plans run to refine the calibration")
     ap.add_argument("--timed-seconds", type=float, default=1.5, help="timed window per run (more steps, steadier)")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each plan (alternating), medians averaged")
     ap.add_argument("--work", help="folder keeping the calibration's measurements (reused when present)")
