@@ -133,6 +133,24 @@ class ShardedPack:
         On a GPU the IDs cross to the host first (a read of the device; the zero-copy kernel
         that avoids it is measured in the GPU session)."""
         (ids,) = self.to_host(rows)
+        return self._stage(ids)
+
+    def host_gather_local(self, lk: Lookup) -> torch.Tensor:
+        """Host placement, a lookup without exchange: its cold rows gathered on the host.
+
+        One rank reads every unique row from device memory (fixed shapes: no count reaches the
+        host) and keeps the hot ones from the cache; from host memory the IDs cross to the
+        host for the gather anyway, so only the cold rows are gathered there and copied (hot
+        rows never leave the device's cache), their positions kept for `assemble`."""
+        if not (self.single and lk.slot is not None):
+            return self.host_gather(self.local_rows(lk))
+        (flag,) = self.to_host(torch.where(lk.slot < 0, lk.uniq, -1))  # the gather's one read
+        f = flag.numpy()  # host-side work on the IDs read: no device involved
+        pos = np.flatnonzero(f >= 0)
+        lk.cold_pos = torch.from_numpy(pos).to(self.dev)
+        return self._stage(torch.from_numpy(f[pos]))
+
+    def _stage(self, ids: torch.Tensor) -> torch.Tensor:
         out = torch.empty(len(ids), self.weight.shape[1], dtype=self.dtype, pin_memory=self.dev.type == "cuda")
         return torch.index_select(self.weight, 0, ids, out=out)
 
@@ -143,9 +161,11 @@ class ShardedPack:
         return tuple(t if t.device.type == "cpu" else t.to("cpu") for t in ts)
 
     def copy_rows(self, staged: torch.Tensor) -> torch.Tensor:
-        """Host placement, second op: the PCIe copy to the device (on a CPU, a copy in memory)."""
+        """Host placement, second op: the PCIe copy to the device. On a CPU the staged rows
+        already are in the worker's memory: no copy (as `to_host`; simulator.cost costs no
+        PCIe bytes on a CPU worker)."""
         if self.dev.type == "cpu":
-            return staged.clone()
+            return staged
         return staged.to(self.dev, non_blocking=True)
 
     def _destination_matrix(self) -> list[list[int]]:
@@ -301,9 +321,13 @@ class ShardedPack:
         L = self.layout
         u = lk.unique_emb
         if self.local_only and cold is None:
-            cold = self.read_local(self.local_rows(lk))
+            cold = self.copy_rows(self.host_gather_local(lk)) if self.host else self.read_local(self.local_rows(lk))
         if self.single:
-            return cold if u is None else torch.where((lk.slot >= 0).unsqueeze(1), u, cold)
+            if u is None:
+                return cold
+            if self.host:  # the cold rows only (host_gather_local): into their positions
+                return u.index_copy_(0, lk.cold_pos, cold)
+            return torch.where((lk.slot >= 0).unsqueeze(1), u, cold)
         if self.local_only:
             u.index_copy_(0, lk.cold_pos, cold)
             return u

@@ -266,7 +266,7 @@ class Trainer:
             with T.op("fwd", p.name, "cold_gather", i):
                 return p.assemble(lk)
         with T.op("fwd", p.name, "cold_gather", i):
-            staged = p.host_gather(p.local_rows(lk))
+            staged = p.host_gather_local(lk)
         with T.op("fwd", p.name, "cold_h2d", i):
             return p.assemble(lk, p.copy_rows(staged))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner import op_names as on
@@ -20,7 +20,14 @@ from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
 from planner.memory import gib
 from planner.plan import Plan
-from planner.search import Evaluation, byte_costs, evaluate, full_symmetry, hot_threshold_rows
+from planner.search import (
+    Evaluation,
+    byte_costs,
+    evaluate,
+    full_symmetry,
+    hot_threshold_rows,
+    sparse_presence_threshold,
+)
 from planner.volumes import ID_BYTES
 from traces.coverage import presence, presence_threshold
 
@@ -132,8 +139,15 @@ class Explanation:
             "top_row_saves_bytes": k * q1 * per_mb, "top_row_saves_us": k * q1 * (per_mb * c_a2a + rb * c_gather),
             "scale_kept": scale,
         }
-        closed = hot_threshold_rows(t, acc, self.plan.batch_size_per_rank / k, k, c_a2a, c_ar, c_gather)
-        theta = rb * c_ar / (k * (per_mb * c_a2a + rb * c_gather))
+        # a pack that syncs its hot rows sparsely sizes them by that sync's cost (search.size_for_sparse_sync)
+        sparse_us = self._sparse_row_us(pack) if pack.hot_sync == "sparse" and world > 1 else None
+        closed = hot_threshold_rows(t, acc, self.plan.batch_size_per_rank / k, k, c_a2a, c_ar, c_gather, sparse_us)
+        if sparse_us is None:
+            theta = rb * c_ar / (k * (per_mb * c_a2a + rb * c_gather))
+        else:
+            theta = sparse_presence_threshold(sparse_us / (per_mb * c_a2a + rb * c_gather), k)
+            rec["hot_row_cost_us"] = sparse_us  # in each step that touches it
+            rec["hot_sync"] = "sparse"
         rec["threshold_in_micro_batch"] = theta if theta < 1 else None
         rec["threshold_share"] = presence_threshold(theta, lookups) if theta < 1 else None
         rec["closed_form_rows"] = closed
@@ -158,6 +172,17 @@ class Explanation:
                                                                 else ""))
         rec["why"] = why
         return rec
+
+    def _sparse_row_us(self, pack: Any) -> float | None:
+        from planner.lowering import sparse_sync_row_us
+        from planner.volumes import pack_volumes
+
+        if self.hw is None:
+            return None
+        plan = replace(self.plan, hot_rows={})
+        pv = pack_volumes(plan, pack, self.access, plan.batch_size_per_rank / plan.micro_batches,
+                          self.hw.gpus_per_node)
+        return sparse_sync_row_us(plan, pv, self.hw)
 
     def time_by_phase(self) -> dict[str, dict[str, float]]:
         """Busy time (us) of the first simulated rank per phase (fwd/bwd/opt) and lane."""

@@ -476,13 +476,16 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                    pv.allgather_bytes(k), fixed_us=apply_us + gathers_us))
         else:
             rows = pv.recv_ids * k
-            # host-resident rows are read and written back over PCIe
-            moved = rows * (pv.slice_bytes + pv.state_bytes) * 2 if pv.placement == "host" else 0.0
+            touched = rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
             # a pooled pack's owner first expands each bag's gradient to its lookups
             expand = rows * pv.grad_row_bytes * 2 if pv.pooled else 0.0
+            # as the executor runs it: host-resident rows are updated where they live, in host
+            # memory; only their gradients and IDs cross PCIe (ShardedPack.to_host)
+            host = pv.placement == "host"
+            grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if host else 0.0
             ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
-                                hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES) + expand,
-                                host=moved, pcie=moved, flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
+                                hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
+                                flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
             # from the step's one sizes exchange), then applied by every replica
@@ -517,7 +520,7 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
     gradients, as build_program lowers them: "dense" adds the hot set's gradient to the dense
     all-reduce (its bandwidth term; the latency is paid by the dense gradients anyway), zeroes
     it each step and updates every hot row; "sparse" all-gathers the touched rows (two
-    gathers: rows and values) and applies every rank's rows."""
+    gathers: rows and values) and applies every rank's rows (`sparse_sync_row_us` each)."""
     from simulator.cost import collective_cost
     from simulator.opgraph import Collective
 
@@ -526,13 +529,34 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
         return {"dense": 0.0, "sparse": 0.0}
     group = tuple(range(w))
     hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))  # us per byte at the calibrated memory rate
-    passes = {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
+    passes = _sparse_passes(plan, pv)
     _, ar_bw, _ = collective_cost(Collective("all_reduce", group, pv.hot_rows * pv.grad_row_bytes), hw)
     dense = ar_bw + pv.hot_rows * (pv.row_bytes * passes + pv.state_bytes * 2 + pv.grad_row_bytes) * hbm_us
-    lat, ag_bw, _ = collective_cost(Collective("all_gather", group, pv.hot_sync_bytes(k)), hw)
-    rows = pv.hot_unique * k * w
-    sparse = 2 * lat + ag_bw + rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes) * hbm_us
+    lat, _, _ = collective_cost(Collective("all_gather", group, pv.hot_sync_bytes(k)), hw)
+    sparse = 2 * lat + pv.hot_unique * k * sparse_sync_row_us(plan, pv, hw)
     return {"dense": float(dense), "sparse": float(sparse)}
+
+
+def _sparse_passes(plan: Plan, pv: PackVolumes) -> int:
+    return {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
+
+
+def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: Any) -> float:
+    """Predicted microseconds one hot row touched by one rank in a step adds to a sparse hot
+    sync: its gradient and ID in the all-gather (bandwidth term, linear in the bytes) and its
+    apply on every rank. The planner sizes a sparsely synchronised hot set with it."""
+    from simulator.cost import collective_cost
+    from simulator.opgraph import Collective
+
+    w = plan.world_size
+    if w <= 1:
+        return 0.0
+    per_row = pv.grad_row_bytes + ID_BYTES
+    n = 1 << 20  # rows in the probe: the latency term is left out, the bandwidth term is linear
+    _, ag_bw, _ = collective_cost(Collective("all_gather", tuple(range(w)), n * per_row), hw)
+    hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))
+    apply = w * (pv.row_bytes * _sparse_passes(plan, pv) + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes)
+    return float(ag_bw / n + apply * hbm_us)
 
 
 def choose_hot_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float) -> None:

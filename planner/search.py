@@ -128,33 +128,70 @@ def byte_costs(hw: Any, world: int) -> tuple[float, float]:
 
 
 def hot_threshold_rows(t: TableSpec, acc: TableAccess, samples_per_mb: float, micro_batches: int,
-                       c_a2a: float, c_ar: float, c_gather: float = 0.0) -> int:
+                       c_a2a: float, c_ar: float, c_gather: float = 0.0, sparse_row_us: float | None = None) -> int:
     """Closed-form P2RES hot-set size of one table (rows worth replicating).
 
     c_gather: us per byte of the owner's read of a cold row (PCIe when cold rows live in
-    host memory), added to the exchange a hot row saves.
+    host memory), added to the exchange a hot row saves. `sparse_row_us`: the pack syncs its
+    hot rows sparsely (planner.lowering.sparse_sync_row_us): a hot row then costs that in the
+    steps that touch it, instead of its gradient in the all-reduce every step
+    (`sparse_presence_threshold`).
     """
     rb = t.bytes_per_row
-    theta = rb * c_ar / (micro_batches * ((ID_BYTES + 2 * rb) * c_a2a + rb * c_gather))
+    cold = (ID_BYTES + 2 * rb) * c_a2a + rb * c_gather  # a cold row, per micro-batch it is in
+    if sparse_row_us is None:
+        theta = rb * c_ar / (micro_batches * cold)
+    else:
+        theta = sparse_presence_threshold(sparse_row_us / cold, micro_batches)
     if theta >= 1.0:
         return 0
     lookups = max(samples_per_mb * acc.pooling, 1.0)
-    p_min = presence_threshold(theta, lookups)
+    p_min = presence_threshold(theta, lookups) if theta > 0 else 0.0
     return int(min(acc.rows_above(p_min), t.num_rows))
+
+
+def sparse_presence_threshold(ratio: float, micro_batches: int) -> float:
+    """The presence per micro-batch q* above which a sparsely synchronised hot row pays off,
+    `ratio` = its sync cost per step touched / a cold row's cost per micro-batch present.
+    Cold, a row costs k q of those; hot, 1-(1-q)^k steps touched of these. k q / (1-(1-q)^k)
+    grows from 1 (rare rows) to k (rows in every micro-batch), so: ratio <= 1, every row
+    (0.0); ratio >= k, none (1.0); else the q where the two meet."""
+    k = max(int(micro_batches), 1)
+    if ratio <= 1.0:
+        return 0.0
+    if ratio >= k:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        q = (lo + hi) / 2
+        if k * q / -math.expm1(k * math.log1p(-q)) < ratio:
+            lo = q
+        else:
+            hi = q
+    return hi
 
 
 def hot_sizes(model: ModelSpec, tables: list[str], access: dict[str, TableAccess], batch: int, k: int,
               c_a2a: float, c_ar: float, scale: float, budget_bytes: float,
-              c_gather: dict[str, float] | None = None) -> dict[str, int]:
-    """Hot rows per table at `scale` times the closed-form size, within `budget_bytes`."""
+              c_gather: dict[str, float] | None = None, sparse_row_us: dict[str, float] | None = None
+              ) -> dict[str, int]:
+    """Hot rows per table at `scale` times the closed-form size, within `budget_bytes`
+    (`sparse_row_us`: per table whose pack syncs sparsely, hot_threshold_rows')."""
     sizes = {}
     c_gather = c_gather or {}
+    sparse_row_us = sparse_row_us or {}
     for name in tables:
         t = model.table(name)
-        n = hot_threshold_rows(t, access[name], batch / k, k, c_a2a, c_ar, c_gather.get(name, 0.0))
+        n = hot_threshold_rows(t, access[name], batch / k, k, c_a2a, c_ar, c_gather.get(name, 0.0),
+                               sparse_row_us.get(name))
         n = min(int(round(n * scale)), t.num_rows)
         if n > 0:
             sizes[name] = n
+    return within_budget(model, sizes, budget_bytes)
+
+
+def within_budget(model: ModelSpec, sizes: dict[str, int], budget_bytes: float) -> dict[str, int]:
+    """Hot sizes shrunk alike until their caches fit in `budget_bytes`."""
     used = sum(sizes[n] * _hot_row_bytes(model.table(n)) for n in sizes)
     if used > budget_bytes > 0:
         shrink = budget_bytes / used
@@ -164,6 +201,32 @@ def hot_sizes(model: ModelSpec, tables: list[str], access: dict[str, TableAccess
 
 def _hot_row_bytes(t: TableSpec) -> int:
     return 2 * t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0)
+
+
+def size_for_sparse_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], scale: float, budget: float,
+                         c_a2a: float, c_ar: float, c_gather: dict[str, float]) -> None:
+    """Re-size the hot sets of the packs that sync them sparsely (`plan.hot_rows` holds the
+    sizes a dense all-reduce justifies, hot_sync the cheaper sync for them): under a sparse
+    sync a hot row costs its share of the all-gather and the apply in the steps that touch it
+    (planner.lowering.sparse_sync_row_us), not its gradient in every step's all-reduce, so
+    hot_threshold_rows sizes it with that cost. A pack left with no hot row syncs nothing."""
+    from planner.lowering import sparse_sync_row_us
+    from planner.volumes import pack_volumes
+
+    sparse = [p for p in plan.packs if p.hot_sync == "sparse"]
+    if not sparse:
+        return
+    k, batch = plan.micro_batches, plan.batch_size_per_rank
+    sizes = {t: n for t, n in plan.hot_rows.items() if not any(t in p.tables for p in sparse)}
+    for pack in sparse:
+        pv = pack_volumes(replace(plan, hot_rows={}), pack, access, batch / k, hw.gpus_per_node)
+        row_us = sparse_sync_row_us(plan, pv, hw)
+        sized = hot_sizes(plan.model, list(pack.tables), access, batch, k, c_a2a, c_ar, scale, 0.0, c_gather,
+                          dict.fromkeys(pack.tables, row_us))
+        sizes.update(sized)
+        if not sized:
+            pack.hot_sync = "dense"
+    plan.hot_rows = within_budget(plan.model, sizes, budget)
 
 
 # ---- packing ------------------------------------------------------------------------------
@@ -289,10 +352,11 @@ def search(
         cold = [t for p in plan.packs if p.sharding != "replicated" for t in p.tables]
         c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == "hbm" else 1e6 / hw.pcie_bw)
                     for p in plan.packs for t in p.tables}
-        plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, HOT_MEMORY_SHARE * free,
-                                  c_gather)
+        budget = HOT_MEMORY_SHARE * free
+        plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, budget, c_gather)
         choose_exchange(plan, hw, access, batch / k, ex_memo)  # rows or pooled vectors, per pack by cost
         choose_hot_sync(plan, hw, access, batch / k)  # dense all-reduce or sparse all-gather, by cost
+        size_for_sparse_sync(plan, hw, access, scale, budget, c_a2a, c_ar, c_gather)
         return plan
 
     ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]

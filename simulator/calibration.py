@@ -458,6 +458,8 @@ def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
                 args["fixed_us"] = float(fixed) * hw.gpu.launch_us + own
             else:  # the host's time between two ops is paid by the op it leads to
                 args["fixed_us"] = (float(fixed) + gap) * hw.gpu.launch_us
+        elif not coll and gap:  # a class no fit plan ran keeps its launch, and pays the gap as any op
+            args["fixed_us"] = float(args.get("fixed_us", 0.0)) + gap * hw.gpu.launch_us
         if coll and wait > 0:  # waiting for the ranks that compute slower (COLL_WAIT)
             args["fixed_us"] = float(args.get("fixed_us", 0.0)) + wait * pre.get(nid, 0.0)
         if step_gap and not op.get("deps"):  # a rank's first op pays the step's untimed host work

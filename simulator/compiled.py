@@ -223,7 +223,7 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
         np.divide(st.column(col), cap[res], out=busy[:, k])
     np.divide(st.column("nic_bytes"), cap["nic"], out=busy[:, 5])
     busy *= scale[:, None]
-    if hw.kind == "cpu":  # see cost.py: one DRAM serves host, "hbm" and copy traffic
+    if hw.kind == "cpu":  # see cost.py: one DRAM serves host and "hbm" traffic (pcie: none)
         busy[:, 1] += busy[:, 2] + busy[:, 3]
         busy[:, 2:4] = 0.0
     fixed = st.column("launch") * hw.gpu.launch_us + st.column("fixed_us")

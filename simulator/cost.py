@@ -8,8 +8,9 @@ ops: the roofline). When ops overlap, the engines share each resource among them
 Resources, one set per rank (RESOURCES): compute (FLOP/s of `dtype`), hbm (device memory; DRAM
 for kind "cpu"), host (host DRAM: the node's bandwidth split evenly among its devices, since all
 ranks of a step load it alike), pcie (per direction), intra (NVLink/NVSwitch, PCIe P2P, loopback),
-nic (per device, or the node's NIC split among its devices). On kind "cpu" the host, hbm and pcie
-demands all occupy the worker's DRAM ("hbm") one after the other (same code path, CPU parameters).
+nic (per device, or the node's NIC split among its devices). On kind "cpu" host and "hbm" demands
+both occupy the worker's DRAM ("hbm") one after the other, at its measured rate (host memory is
+the worker's memory), and pcie demands cost nothing (no bus: host and device tensors are one).
 
 Collective closed forms (p ranks, n = bytes_per_rank, g ranks per node, m nodes, a = latency,
 B = bandwidth of the link used; `intra` inside a node, `nic` across nodes):
@@ -42,11 +43,16 @@ N_RES = len(RESOURCES)
 
 def resource_capacity(hw: HardwareSpec) -> dict[str, float]:
     """Peak rate of each per-rank resource (B/s; compute in FLOP/s of fp32), efficiencies applied."""
+    hbm = hw.gpu.hbm_bw * hw.eff("hbm")
+    cpu = hw.kind == "cpu"
     return {
         "compute": hw.flops_for("fp32") * hw.eff("compute"),
-        "hbm": hw.gpu.hbm_bw * hw.eff("hbm"),
-        "host": hw.host.dram_bw / hw.gpus_per_node * hw.eff("host"),
-        "pcie": hw.pcie_bw * hw.eff("pcie"),
+        "hbm": hbm,
+        # a CPU worker's "host" memory is its own DRAM (the same gather at the same measured
+        # rate), and nothing crosses a PCIe bus: the executor's copies to and from the
+        # "device" are no-ops there
+        "host": hbm if cpu else hw.host.dram_bw / hw.gpus_per_node * hw.eff("host"),
+        "pcie": math.inf if cpu else hw.pcie_bw * hw.eff("pcie"),
         "intra": hw.intra_bw() * hw.eff("intra"),
         "nic": hw.nic_bw_per_device() * hw.eff("nic"),
     }
@@ -76,7 +82,7 @@ def op_busy(attrs: Mapping[str, Any], hw: HardwareSpec) -> tuple[float, float, l
         0.0,
         attrs.get("nic_bytes", 0.0) / (cap["nic"] * k) * 1e6,
     ]
-    if hw.kind == "cpu":  # host DRAM, "HBM" and "PCIe" copies are all the same DRAM on a CPU worker
+    if hw.kind == "cpu":  # host and "HBM" bytes are the same DRAM on a CPU worker (pcie: none, cost 0)
         busy = [busy[0], busy[1] + busy[2] + busy[3], 0.0, 0.0, 0.0, busy[5]]
     return fixed_us(attrs, hw), max(busy), busy
 

@@ -71,9 +71,14 @@ class counting:
 
         orig = ShardedPack.to_host
 
+        # what to_host returned is on the host: reading it reads no device (kept alive: ids stay unique)
+        host_copies: dict[int, torch.Tensor] = {}
+
         def to_host(pack, *ts, _orig=orig):
             self.mode.seen.append("host: to_host")
-            return _orig(pack, *ts)
+            out = _orig(pack, *ts)
+            host_copies.update((id(t), t) for t in out)
+            return out
 
         self.to_host = orig
         ShardedPack.to_host = to_host
@@ -82,7 +87,8 @@ class counting:
             self.saved[name] = orig
 
             def wrapped(t, *a, _orig=orig, _name=name, **kw):
-                self.mode.seen.append(f"Tensor.{_name}")
+                if id(t) not in host_copies:
+                    self.mode.seen.append(f"Tensor.{_name}")
                 return _orig(t, *a, **kw)
 
             setattr(torch.Tensor, name, wrapped)
