@@ -52,7 +52,7 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "planning_time.json"))
     args = ap.parse_args()
-    from picasso.workflows.validate import machine
+    from validation.validate import machine
 
     timed("dlrm-criteo-kaggle", "dgx-h100", [], 4096, args.budget)  # imports, first-use caches
     rows = []

@@ -91,7 +91,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path)
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "pooled_gloo.json"))
     args = ap.parse_args()
-    from picasso.workflows.validate import machine
+    from validation.validate import machine
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-pooled-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner.plan import atomic_write_bytes  # noqa: E402
+from foundation.files import atomic_write_bytes  # noqa: E402
 
 
 def rel_diff(a: float, b: float) -> float:

@@ -96,7 +96,7 @@ def test_timeline_counters_export_and_round_trip(tmp_path):
 
 
 def test_demo_auc_section_draws_the_curve():
-    from picasso.workflows.demo import auc_section
+    from validation.demo import auc_section
 
     evals = [{"step": 8, "auc": 0.51, "logloss": 0.6, "rows": 100}, {"step": 16, "auc": 0.55, "logloss": 0.58, "rows": 100}]
     sec = auc_section(evals)

@@ -284,7 +284,7 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
 
 def auc_section(evals: list[dict[str, Any]]) -> Any:
     """The AUC (and logloss) curve on held-out rows over the training steps."""
-    from picasso.workflows.report import Section, line_figure, table_html
+    from simulator.report import Section, line_figure, table_html
 
     steps = [e["step"] for e in evals]
     note = ("<p>AUC and logloss of the plan's model on held-out rows, exact across ranks. The demo's synthetic "
