@@ -3,10 +3,10 @@ its calibrated prediction (issue 20's CPU goal: within 15% at 1 and 2 ranks).
 
 Stages, in one command:
 1. calibration, as `picasso calibrate` then `picasso validate --fit-plans` do it: the
-   microbenchmarks at every world size (picasso.workflows.calibrate), then the fit plans
-   of the validation sweep (picasso.workflows.sweep, none host-placed) run through `picasso
-   run` and the spec refined on their op timings (validate.refit_on_runs: per world and op
-   class). Nothing of the plans measured in stage 3 enters the fit. With `--work DIR` these
+   microbenchmarks at every world size (validation.calibrate), then the fit plans of the
+   validation sweep (planner.builders.build_sweep, none host-placed) run through the
+   executor and the spec refined on their op timings (validation.refit.refit_on_runs: per
+   world and op class). Nothing of the plans measured in stage 3 enters the fit. With `--work DIR` these
    measurements are kept and reused: the refit runs with the code under test, so two
    versions of the cost model meet the same measurements.
 2. the plan: DLRM (Criteo Kaggle preset, row-capped), the packed row-wise layout with the
@@ -14,8 +14,8 @@ Stages, in one command:
    holding the largest tables placed in host memory (`placement: host`); the same plan
    with every pack in device memory is its twin.
 3. both plans at each world size: predicted through the one prediction path
-   (planner.search.evaluate with the calibrated spec) and run with `picasso run --timeline`
-   (per-op timing on, batches preloaded); measured/predicted per step and per op class,
+   (planner.search.evaluate with the calibrated spec, validation.compare.predict_tagged) and
+   run with `--timeline` (per-op timing on, batches preloaded; validation.measure.run_measured); measured/predicted per step and per op class,
    then the host plan once more under `--verify`.
 
     flock -x /work/bench.lock python bench/bench_host_placement.py [--worlds 1,2] [--batch 512]
@@ -32,16 +32,23 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+
 from executor.process_tree import run_tree  # noqa: E402
-from picasso.workflows import validate as V  # noqa: E402
+from executor.result import RunResult  # noqa: E402
+from executor.threads import rank_env  # noqa: E402
+from foundation.files import atomic_write_bytes, check_output_path  # noqa: E402
 from planner.op_names import op_class  # noqa: E402
-from planner.plan import atomic_write_bytes  # noqa: E402
+from simulator.measured import drop_warmup, host_gap, load_timeline  # noqa: E402
+from validation.compare import predict, predict_tagged  # noqa: E402
+from validation.measure import measured_from, merge_passes, run_measured, timed_steps_for  # noqa: E402
+from validation.refit import refit_on_runs  # noqa: E402
 
 GOAL = 0.15  # |measured / predicted - 1| at most this, per world size
 WARMUP = 2  # untimed steps of every run
@@ -61,17 +68,17 @@ def calibrated(model: Any, profile: Any, access: dict, data: Path, worlds: tuple
     The measurements (the microbenchmarked spec, each fit plan's timeline and run report)
     are kept in `work` and reused when present: the refit itself always runs with the code
     under test, so two versions of the cost model are compared on the same measurements."""
-    from picasso.workflows.calibrate import calibrate
-    from picasso.workflows.sweep import build_sweep
+    from planner.builders import build_sweep
     from simulator.calibration import spec_for_world
     from simulator.hardware import load_hardware
+    from validation.calibrate import CalibrateConfig, calibrate
 
     t0 = time.perf_counter()
     micro = work / "microbench.json"
     if micro.is_file():
         hw = load_hardware(str(micro))
     else:
-        hw, _ = calibrate(nproc=max(worlds), quick=quick, log=log)
+        hw, _ = calibrate(CalibrateConfig(nproc=max(worlds), quick=quick), log=log)
         hw.save(micro)
     t_micro = time.perf_counter() - t0
     cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=4 * fit_count, worlds=worlds,
@@ -87,13 +94,13 @@ def calibrated(model: Any, profile: Any, access: dict, data: Path, worlds: tuple
             runs.append((c, load_measured(path, raw)))
             continue
         c.plan.save(path, hot_ids=c.hot_ids or None)
-        pred = V.predict(c.plan, spec_for_world(hw, c.plan.world_size), profile=profile, access=access)
-        steps = V.timed_steps_for(pred.iteration_us, 8, timed_s, 40)
+        pred = predict(c.plan, spec_for_world(hw, c.plan.world_size), profile=profile, access=access)
+        steps = timed_steps_for(pred.iteration_us, 8, timed_s, 40)
         log(f"calibrate: fit plan [{i + 1}/{len(fit)}] {c.name} ({steps} timed steps) ...")
-        m = V.run_measured(path, str(data), "criteo", c.plan.world_size, steps, WARMUP, work / "fit")
-        raw.write_text(json.dumps(m.raw))
+        m = run_measured(path, str(data), "criteo", c.plan.world_size, steps, WARMUP, work / "fit")
+        raw.write_text(m.result.to_json())
         runs.append((c, m))
-    refined, report = V.refit_on_runs(hw, runs, profile, access)
+    refined, report = refit_on_runs(hw, runs, profile, access)
     return refined, {"fit_plans": [c.name for c in fit], "seconds": round(time.perf_counter() - t0, 1),
                      "microbench_cached": t_micro < 1.0, "work": str(work),
                      "fit_iterations_ms": {c.name: round(m.iteration_us / 1e3, 2) for c, m in runs}}
@@ -123,10 +130,11 @@ def fit_cases(cases: list[Any], worlds: tuple[int, ...], count: int) -> list[Any
 
 
 def load_measured(plan_path: Path, raw_path: Path) -> Any:
-    """A fit plan's measurement read back from its trace and run report (as run_measured reads it)."""
-    timed = V.drop_warmup(V.load_timeline(plan_path.with_name(f"{plan_path.stem}.measured.json")), WARMUP)
-    raw = json.loads(raw_path.read_text())
-    return V.Measured(V.iteration_from_run(raw, timed), 0.0, V.mean_op_durations(timed), timed, raw)
+    """A fit plan's measurement read back from its trace and run report, as run_measured
+    reads a fresh run: the executor's median step (RunResult.iteration_us) when it timed
+    steps, else the median span of the timed steps in its trace."""
+    timed = drop_warmup(load_timeline(plan_path.with_name(f"{plan_path.stem}.measured.json")), WARMUP)
+    return measured_from(RunResult.from_json(raw_path.read_text()), timed, f"kept run {raw_path}")
 
 
 # ---- stage 2: the plans ------------------------------------------------------------------------
@@ -134,7 +142,7 @@ def load_measured(plan_path: Path, raw_path: Path) -> Any:
 
 def host_plan(model: Any, access: dict, world: int, batch: int, hot: float) -> tuple[Any, dict, str]:
     """The packed row-wise plan with a hot cache; the pack of the largest tables on the host."""
-    from picasso.workflows.sweep import r_packed
+    from planner.builders import r_packed
 
     plan, ids, _ = r_packed("row_wise", hot=hot)(model, world, batch, access, None)
     big = max(plan.packs, key=lambda p: (plan.pack_rows(p) * model.table(p.tables[0]).bytes_per_row, p.name))
@@ -171,21 +179,23 @@ def compare(pred: Any, meas: Any) -> dict[str, Any]:
                       "measured_over_predicted": round(m / p, 3) if m and p else None}
     return {"measured_ms": round(meas.iteration_us / 1e3, 3), "predicted_ms": round(pred.iteration_us / 1e3, 3),
             "measured_over_predicted": round(meas.iteration_us / pred.iteration_us, 3),
-            "host_gap_ms_per_step": round(V.host_gap(meas.timeline)[0] / 1e3, 3),
-            "passes_ms": [round(x / 1e3, 2) for x in meas.raw.get("passes_iteration_us", [meas.iteration_us])],
+            "host_gap_ms_per_step": round(host_gap(meas.timeline)[0] / 1e3, 3),
+            "passes_ms": [round(x / 1e3, 2) for x in meas.passes_iteration_us or [meas.iteration_us]],
             "op_classes": classes}
 
 
 def verify(path: Path, data: Path, world: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "picasso", "run", str(path), "--data", str(data), "--format", "criteo",
            "--nproc", str(world), "--steps", "6", "--verify", "--json"]
-    rc, out, err = run_tree(cmd, env=V.run_env(), timeout_s=300)
+    env = {**rank_env(world), **os.environ, "PYTHONUNBUFFERED": "1"}  # executor.threads' policy; the user's wins
+    rc, out, err = run_tree(cmd, env=env, timeout_s=300)
     tail = (err.strip().splitlines() or [""])[-1]
     try:
-        res = json.loads(out[out.index("{"):])
-    except ValueError:
-        res = {}
-    return {"exit": rc, "verify": res.get("verify"), "stderr_tail": tail if rc else ""}
+        res = RunResult.from_json(out[out.index("{"):])
+    except ValueError:  # no JSON printed (the run failed: its exit and stderr say why)
+        res = None
+    ver = asdict(res.verify) if res is not None and res.verify is not None else None
+    return {"exit": rc, "verify": ver, "stderr_tail": tail if rc else ""}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lock", default="flock -x /work/bench.lock", help="how the run was serialised (recorded)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "host_placement.json"))
     args = ap.parse_args(argv)
+    try:  # a bad --out fails now, not after minutes of measuring
+        check_output_path(args.out)
+    except OSError as exc:
+        print(f"error: --out {exc}", file=sys.stderr)
+        return 2
 
     from planner.access import table_access
     from planner.presets import get_model
@@ -237,16 +252,16 @@ def main(argv: list[str] | None = None) -> int:
             for name, p in (("host", plan), ("device", twin)):
                 paths[name] = tmp / f"{name}-w{world}.json"
                 p.save(paths[name], hot_ids=ids)
-                preds[name] = V.predict_tagged(p, hw, profile, access)
-            steps = V.timed_steps_for(preds["host"].iteration_us, 10, args.timed_seconds, 60)
+                preds[name] = predict_tagged(p, hw, profile, access)
+            steps = timed_steps_for(preds["host"].iteration_us, 10, args.timed_seconds, 60)
             runs: dict[str, list[Any]] = {"host": [], "device": []}
             for r in range(args.repeats):  # alternating: the machine's drift hits both alike
                 for name in ("host", "device"):
                     log(f"run: {name} placement at {world} rank(s), pass {r + 1} ({steps} timed steps) ...")
-                    runs[name].append(V.run_measured(paths[name], str(data), "criteo", world, steps, WARMUP + 1, tmp,
+                    runs[name].append(run_measured(paths[name], str(data), "criteo", world, steps, WARMUP + 1, tmp,
                                                      tag=f".{r}"))
             for name in ("host", "device"):
-                row[name] = compare(preds[name], V.merge_passes(runs[name]))
+                row[name] = compare(preds[name], merge_passes(runs[name]))
             if not args.no_verify:
                 row["verify"] = verify(paths["host"], data, world)
             results[str(world)] = row

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("sig")
-    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(8, 8), top_mlp=(8, 1))
+    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(8, 16), top_mlp=(8, 1))
     plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10})
     plan.save(d / "plan.json", hot_ids={"C1": np.arange(10)})
     return d / "plan.json"

@@ -52,12 +52,17 @@ def run_measured(
         timeline = load_timeline(trace)
     except (OSError, ValueError) as exc:
         raise ValidateError(f"run of {plan_path.name}: {exc}") from None
-    timed = drop_warmup(timeline, warmup)
+    return measured_from(res, drop_warmup(timeline, warmup), f"run of {plan_path.name}", wall)
+
+
+def measured_from(res: RunResult, timed: Timeline, what: str, wall: float = 0.0) -> Measured:
+    """A run's measurement from its result and its timed steps' trace: the executor's median
+    step when it timed steps, else the median span of the timed steps in the trace."""
     it = res.iteration_us() if res.timed_steps else 0.0
-    if it <= 0:  # no step timed by the executor: the spans of the timed steps in its trace
+    if it <= 0:
         spans = step_times_us(timed)
         if not spans:
-            raise ValidateError(f"run of {plan_path.name}: no timed step")
+            raise ValidateError(f"{what}: no timed step")
         it = float(np.median(spans))
     return Measured(it, res.samples_per_s, mean_op_durations(timed), timed, res, wall, [it], res.timed_steps)
 
