@@ -40,7 +40,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import math
     import sys
 
     from simulator.report import write_page, write_report
@@ -51,28 +50,18 @@ def run(args: argparse.Namespace) -> int:
         batches = tuple(int(b) for b in str(args.batch_sizes).split(",") if b.strip())
     except ValueError:
         raise ValueError(f"--batch-sizes {args.batch_sizes!r}: expected integers separated by commas") from None
-    if not batches or min(batches) < 1:
-        raise ValueError(f"--batch-sizes {args.batch_sizes}: expected positive integers separated by commas")
-    if not (math.isfinite(args.timed_seconds) and math.isfinite(args.run_timeout) and args.run_timeout > 0):
-        raise ValueError("--timed-seconds and --run-timeout must be finite numbers (--run-timeout > 0)")
-    for name in ("plans", "nproc_max", "steps", "repeats"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.max_steps < args.steps or args.timed_seconds < 0:
-        raise ValueError("--max-steps must be at least --steps and --timed-seconds non-negative")
-    if args.warmup < 0 or args.fit_plans < 0 or args.fit_plans >= args.plans:
-        raise ValueError("--warmup must be >= 0 and --fit-plans in [0, --plans)")
-    from foundation.files import check_output_path
-
-    for out in (args.html, args.results, args.save_refined):
-        if out is not None:
-            check_output_path(out)  # before the runs, not after them
     cfg = ValidateConfig(
         data=args.data, format=args.format, hardware=args.hardware, model=args.model, row_cap=args.row_cap or None,
         plans=args.plans, fit_plans=args.fit_plans, nproc_max=args.nproc_max, batch_sizes=batches, steps=args.steps,
         timed_seconds=args.timed_seconds, max_steps=args.max_steps, warmup=args.warmup, repeats=args.repeats,
         run_timeout=args.run_timeout, include_planner=not args.no_planner, out_dir=args.out_dir,
         save_refined=args.save_refined)
+    cfg.check()  # flags, then outputs, before any run
+    from foundation.files import check_output_path
+
+    for out in (args.html, args.results, args.save_refined):
+        if out is not None:
+            check_output_path(out)  # before the runs, not after them
     log = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     result, runs = run_validate(cfg, log)
     text = json.dumps(result, indent=1, default=json_default)
