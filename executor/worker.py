@@ -39,6 +39,7 @@ from executor.comm import Comm
 from executor.memory import peak_bytes
 from executor.rendezvous import join_store
 from executor.result import RunResult
+from executor.run_args import add_training_args
 from executor.text_ranges import (
     TEXT_FORMATS,
     TextRanges,
@@ -63,16 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="criteo", help="data format for traces.readers (criteo, avazu, ...)")
     p.add_argument("--synthetic-rows", type=int, default=0, help="rows of synthetic data (default: 4 global batches per step budget)")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--epochs", type=int, help="passes over the data (sets --steps; the seeded order changes per epoch)")
-    p.add_argument("--data-seed", type=int, help="seed of the dataset's epoch order (default: the plan's seed)")
-    p.add_argument("--strict", action="store_true", help="stop at the first malformed row of the training data")
-    p.add_argument("--eval-data", help="held-out data (file, glob or dataset folder): AUC and logloss at the end")
-    p.add_argument("--eval-format", help="format of --eval-data (default: --format)")
-    p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
-    p.add_argument("--eval-batch", type=int, default=0, help="rows per evaluation batch (default: the global batch)")
+    add_training_args(p)
     p.add_argument("--preload", action="store_true",
                    help="read the data and prepare every batch before training (timings then exclude input preparation)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: 1 to 3, a quarter of the steps)")
     p.add_argument("--trace", help="write the measured Chrome trace here (rank 0)")
     p.add_argument("--timeline", help="write the measured Timeline JSON here (rank 0)")
     p.add_argument("--checkpoint", help="save a checkpoint here at the end")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from picasso.layout_args import add_layout_args, layout_options
+
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 
 
@@ -20,21 +22,7 @@ def register(sub, common) -> None:
     p.add_argument("--exact-cap", type=int, default=2_000_000, help="distinct IDs per feature counted exactly")
     p.add_argument("--cardinality", action="append", default=[], metavar="FIELD=N",
                    help="with --scale-to: FIELD is known to have N values at most (repeatable)")
-    g = p.add_argument_group("column layout (csv, avazu, parquet, libsvm)")
-    g.add_argument("--label", default=None, help="label column (default: label/click if present)")
-    g.add_argument("--dense", default=None, help="comma-separated dense columns")
-    g.add_argument("--categorical", default=None, help="comma-separated categorical columns (default: the rest)")
-    g.add_argument("--skip", default=None, help="comma-separated columns to ignore")
-    g.add_argument("--sep", default=None,
-                   help="field separator: one character, \\t, or tab/comma/semicolon/space/pipe "
-                        "(default: tab for criteo and .tsv, else comma)")
-    g.add_argument("--header", action=argparse.BooleanOptionalAction, default=None,
-                   help="line 1 does (--header) or does not (--no-header; columns are then c1, c2, ...) name the "
-                        "columns (default: criteo none, others a header, checked to be one)")
-    g.add_argument("--multi-sep", default=None, help="separator of multi-valued categorical values, e.g. '|'")
-    g.add_argument("--multi", default=None, help="comma-separated multi-valued columns (default: all categorical)")
-    g.add_argument("--field-map", default=None, help="libsvm: file of 'name lo hi' index ranges per field")
-    g.add_argument("--dense-fields", default=None, help="libsvm: comma-separated fields holding dense values")
+    add_layout_args(p, "column layout (csv, avazu, parquet, libsvm)")
     p.set_defaults(func=run)
 
 
@@ -64,11 +52,7 @@ def run(args) -> int:
     for out in (args.output, args.html):
         if out:
             check_output(out)  # before the read, not after it
-    options = {
-        "label": args.label, "dense": args.dense, "categorical": args.categorical, "skip": args.skip,
-        "sep": args.sep, "header": args.header, "multi_sep": args.multi_sep, "multi": args.multi,
-        "field_map": args.field_map, "dense_fields": args.dense_fields,
-    }  # fmt: skip
+    options = layout_options(args)
     bar = Progress("analyze")
     try:
         prof = profile_file(args.data, args.format, batch_size=args.batch_size, strict=args.strict,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+from picasso.layout_args import add_layout_args, layout_options
 
 FORMATS = ("criteo", "avazu", "csv", "tsv", "parquet", "libsvm", "libfm")
 
@@ -17,17 +17,7 @@ def register(sub, common) -> None:
     p.add_argument("--shard-rows", type=int, default=1 << 20, help="rows per shard (default 1048576)")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row")
     p.add_argument("--force", action="store_true", help="replace an existing output folder (once the new one is whole)")
-    g = p.add_argument_group("column layout (as for `picasso analyze`)")
-    g.add_argument("--label", default=None)
-    g.add_argument("--dense-columns", dest="dense_cols", default=None, help="comma-separated dense columns")
-    g.add_argument("--categorical", default=None)
-    g.add_argument("--skip", default=None)
-    g.add_argument("--sep", default=None)
-    g.add_argument("--header", action=argparse.BooleanOptionalAction, default=None)
-    g.add_argument("--multi-sep", default=None)
-    g.add_argument("--multi", default=None)
-    g.add_argument("--field-map", default=None)
-    g.add_argument("--dense-fields", default=None)
+    add_layout_args(p, "column layout (as for `picasso analyze`)", dense_flag="--dense-columns")
     p.set_defaults(func=run)
 
 
@@ -38,11 +28,7 @@ def run(args) -> int:
     from picasso.progress import Progress
     from traces.convert import convert
 
-    options = {
-        "label": args.label, "dense": args.dense_cols, "categorical": args.categorical, "skip": args.skip,
-        "sep": args.sep, "header": args.header, "multi_sep": args.multi_sep, "multi": args.multi,
-        "field_map": args.field_map, "dense_fields": args.dense_fields,
-    }  # fmt: skip
+    options = layout_options(args)
     bar = Progress("convert")
     try:
         m = convert(args.data, args.format, args.output, dense_transform=args.dense, shard_rows=args.shard_rows,

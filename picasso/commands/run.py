@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from executor.run_args import add_training_args
+
 if TYPE_CHECKING:
     from executor.result import RunResult
 
@@ -22,14 +24,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address: node 0 listens on it only (loopback by default)")
     p.add_argument("--master-port", type=int, help="rendezvous port (default: a free one; set it for --nnodes > 1)")
     p.add_argument("--steps", type=int, default=20, help="training steps (global batches)")
-    p.add_argument("--epochs", type=int, help="passes over the data instead of --steps")
-    p.add_argument("--data-seed", type=int, help="seed of a dataset's per-epoch order (default: the plan's seed)")
-    p.add_argument("--strict", action="store_true", help="stop at the first malformed training row (default: skip, count)")
-    p.add_argument("--eval-data", help="held-out data (file, glob or converted folder): AUC and logloss at the end")
-    p.add_argument("--eval-format", help="format of --eval-data (default: --format)")
-    p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
-    p.add_argument("--eval-batch", type=int, help="rows per evaluation batch (default: the global batch)")
-    p.add_argument("--warmup", type=int, help="untimed first steps (default: 1 to 3, a quarter of the steps)")
+    add_training_args(p)
     p.add_argument("--trace", help="write the measured Chrome trace (Perfetto) here")
     p.add_argument("--timeline", help="write the measured Timeline JSON here")
     p.add_argument("--checkpoint", help="save a checkpoint to this folder at the end")
