@@ -12,6 +12,14 @@ ranks (`picasso calibrate --nproc 4`, or --hardware), given to both planners.
 - TorchRec's: `picasso plan --baseline torchrec` (TorchRec's EmbeddingShardingPlanner, in
   the Python of --torchrec-python), converted to a picasso plan and run by the same executor.
 
+- TorchRec's DMP (--dmp, default on): TorchRec 1.8's own DistributedModelParallel with its
+  own planner, on the same model (TorchRec's DLRM_DCN: low-rank cross over [bottom output,
+  pooled embeddings], as picasso's DCN), the optimizer of picasso's plan (row-wise Adagrad
+  fused into TorchRec's backward, Adagrad for the dense layers, the same learning rates) and
+  the same rows: the first rows of the dataset as picasso's reader makes them (IDs %
+  num_rows, bags kept), handed over as an .npz (bench/torchrec_side.py). On CPU TorchRec's
+  planner offers table-wise and data-parallel only.
+
 Runs alternate (ours, TorchRec's, TorchRec's, ours, ...) and each figure is the median of
 --repeats runs of --steps timed steps. Timed runs take /work/bench.lock exclusively when it
 exists (the shared machine's protocol), so the figures come from a quiet machine; a caller
@@ -34,6 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from torchrec_side import run_dmp, torchrec_rows  # noqa: E402
 
 LOCK = Path("/work/bench.lock")
 DENSE = {"quarter": dict(bottom_mlp=(128, 64, 32), top_mlp=(256, 256, 128, 64, 1), cross_rank=128),
@@ -88,6 +99,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--dmp", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run TorchRec's DistributedModelParallel on the same model and rows")
     ap.add_argument("--work", type=Path)
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "pooled_gloo.json"))
     args = ap.parse_args()
@@ -116,22 +129,47 @@ def main() -> int:
     packs = {s: [(p["name"], p["sharding"], p.get("exchange", "rows"), len(p["tables"]))
                  for p in json.loads(plans[s].read_text())["packs"]] for s in plans}
     got: dict[str, list[float]] = {"picasso": [], "torchrec": []}
+    dmp: dict = {}
+    if args.dmp:  # TorchRec's own DMP: same model, rows and optimizer
+        from planner.presets import load_model_file
+
+        spec = load_model_file(model)
+        npz = work / "rows.npz"
+        plan_doc = json.loads(plans["picasso"].read_text())
+        torchrec_rows(str(data), "dataset", spec, npz, rows=rows - 1, seed=int(plan_doc.get("seed", 0)))
+        opt = plan_doc["optimizer"]
+        dmp = dict(py=Path(args.torchrec_python), npz=npz, model=spec, ranks=4, batch=args.batch_size,
+                   steps=args.steps, warmup=args.warmup, sparse_lr=opt["sparse_lr"], dense_lr=opt["dense_lr"],
+                   eps=opt["eps"], sparse_optimizer=opt["sparse"],
+                   lock=["flock", "-x", str(LOCK)] if LOCK.exists() and not held() else None)
+        got["torchrec_dmp"] = []
+    dmp_kinds = None
     for r in range(args.repeats):
-        for side in (("picasso", "torchrec") if r % 2 == 0 else ("torchrec", "picasso")):
-            got[side].append(run(plans[side], data, args.steps, args.warmup))
-        print(f"run {r + 1}: picasso {got['picasso'][-1]:,.0f}  TorchRec's plan {got['torchrec'][-1]:,.0f} samples/s",
-              flush=True)
+        order = ("picasso", "torchrec", "torchrec_dmp") if r % 2 == 0 else ("torchrec_dmp", "torchrec", "picasso")
+        for side in (s for s in order if s in got):
+            if side == "torchrec_dmp":
+                out = run_dmp(**dmp)
+                got[side].append(out["samples_per_s"])
+                dmp_kinds = out["sharding_types"]
+            else:
+                got[side].append(run(plans[side], data, args.steps, args.warmup))
+        print(f"run {r + 1}: " + "  ".join(f"{s} {v[-1]:,.0f}" for s, v in got.items()) + " samples/s", flush=True)
     med = {s: statistics.median(v) for s, v in got.items()}
     ratio = med["picasso"] / med["torchrec"]
     print(f"median: picasso {med['picasso']:,.0f}, TorchRec's plan {med['torchrec']:,.0f} samples/s -> {ratio:.2f}x "
           f"(goal 1.3x: {'met' if ratio >= 1.3 else 'NOT met'})")
+    if "torchrec_dmp" in med:
+        print(f"TorchRec's DMP {med['torchrec_dmp']:,.0f} samples/s ({dmp_kinds}): picasso's plan is "
+              f"{med['picasso'] / med['torchrec_dmp']:.2f}x")
     result = {"bench": "pooled_gloo", "machine": machine(), "ranks": 4, "backend": "gloo",
               "lock": held() or ("timed runs under flock -x /work/bench.lock" if LOCK.exists() else "no lock file"),
               "model": {"preset": "dlrm-dcnv2", "dim": 32, "row_cap": args.row_cap, "dense": args.dense},
               "batch_per_rank": args.batch_size, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
               "hardware": "calibrated here at 4 ranks" if not args.hardware else args.hardware,
               "packs": packs, "predicted_iteration_us": predicted, "samples_per_s_runs": got,
-              "samples_per_s_median": med, "picasso_over_torchrec_plan": ratio, "goal": 1.3, "met": ratio >= 1.3}
+              "samples_per_s_median": med, "picasso_over_torchrec_plan": ratio, "goal": 1.3, "met": ratio >= 1.3,
+              "picasso_over_torchrec_dmp": (med["picasso"] / med["torchrec_dmp"]) if "torchrec_dmp" in med else None,
+              "torchrec_dmp_sharding": dmp_kinds}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.output}")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -43,32 +42,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-PIP_STEPS = (
-    ["torch==2.13.0", "fbgemm-gpu-cpu==1.8.0"],
-    ["--no-deps", "torchrec==1.8.0"],
-    ["tensordict", "torchmetrics==1.0.3", "tqdm", "pyre-extensions", "iopath"],
-)
+from torchrec_side import default_venv, ensure_venv, run_dmp, run_env, torchrec_rows  # noqa: E402
+
 ROW_CAP = 200_000
 LR, EPS = 0.01, 1e-8
 ZIPF = 1.05
-
-
-def default_venv() -> Path:
-    return Path(os.environ.get("PICASSO_TORCHREC_VENV", Path.home() / ".cache" / "picasso" / "torchrec-venv"))
-
-
-def ensure_venv(venv: Path) -> Path:
-    """The venv's python, after installing TorchRec there if it cannot import it."""
-    py = venv / "bin" / "python"
-    if py.exists() and subprocess.run([str(py), "-c", "import torchrec"], capture_output=True).returncode == 0:
-        return py
-    print(f"installing TorchRec into {venv} ...", flush=True)
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    for args in PIP_STEPS:
-        subprocess.run([str(py), "-m", "pip", "install", *args], check=True)
-    return py
 
 
 def model_for(dim: int):
@@ -88,20 +68,6 @@ def make_data(path: Path, rows: int) -> None:
     generate_criteo(path, rows, seed=0, cardinalities=cards, zipf_s=ZIPF, missing=0.0)
 
 
-def torchrec_rows(data: Path, model, out: Path) -> None:
-    """The rows picasso's reader makes of `data`, for the TorchRec side (same order)."""
-    import numpy as np
-
-    from executor.batches import RawBatch, feature_map, reader_chunks, to_batch
-
-    raw = RawBatch.concat(list(reader_chunks(str(data), "criteo")))
-    b = to_batch(raw, model, feature_map(model, raw.sparse))
-    sparse = np.stack([b.sparse[t][0].numpy() for t in model.table_names], axis=1)
-    if len(sparse) != len(b.labels):
-        raise SystemExit(f"{data}: expected one ID per feature and row")
-    np.savez(out, dense=b.dense.numpy(), sparse=sparse, labels=b.labels.numpy())
-
-
 def picasso_plan(model, batch: int, hardware: str, path: Path) -> str:
     from planner.plan import OptimizerPlan
     from planner.search import search
@@ -116,33 +82,17 @@ def picasso_plan(model, batch: int, hardware: str, path: Path) -> str:
     return res.best.label
 
 
-def run_env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // 2)), "OMP_WAIT_POLICY": "PASSIVE"}
-
-
 def run_picasso(plan: Path, data: Path, steps: int, warmup: int) -> float:
     cmd = [sys.executable, "-m", "picasso", "run", str(plan), "--data", str(data), "--nproc", "2", "--steps",
            str(steps + warmup), "--warmup", str(warmup), "--preload", "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=run_env())
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=run_env(2))
     if p.returncode != 0:
         raise SystemExit(f"picasso run failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
     return float(json.loads(p.stdout[p.stdout.index("{"):])["samples_per_s"])
 
 
 def run_torchrec(py: Path, npz: Path, model, batch: int, steps: int, warmup: int) -> dict:
-    from executor.spawn import free_port
-
-    dim = model.tables[0].dim
-    cmd = [str(py), "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           str(ROOT / "bench" / "torchrec_worker.py"), "--data", str(npz),
-           "--rows", ",".join(str(t.num_rows) for t in model.tables), "--dim", str(dim), "--batch", str(batch),
-           "--bottom", ",".join(map(str, model.bottom_mlp)), "--top", ",".join(map(str, model.top_mlp)),
-           "--lr", str(LR), "--eps", str(EPS), "--steps", str(steps + warmup), "--warmup", str(warmup)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=run_env())
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        raise SystemExit(f"TorchRec run failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    return json.loads(lines[-1])
+    return run_dmp(py, npz, model, 2, batch, steps, warmup, LR, LR, EPS)
 
 
 def main() -> int:
@@ -177,7 +127,7 @@ def main() -> int:
     for dim in dims:
         model = model_for(dim)
         npz = work / f"rows-d{dim}.npz"
-        torchrec_rows(data, model, npz)
+        torchrec_rows(str(data), "criteo", model, npz)
         for b in batches:
             plan = work / f"plan-d{dim}-b{b}.json"
             label = picasso_plan(model, b, args.hardware, plan)
