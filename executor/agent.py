@@ -1,5 +1,9 @@
 """`python -m executor.agent`: start this node's worker ranks, watch them, stop them together.
 
+The one launcher of ranks: `picasso run` starts its worker ranks through this command, and
+executor.spawn.run_ranks (tests, benchmarks, calibration) starts function ranks with the
+same `start_ranks` and `wait_ranks`.
+
 It replaces torchrun for `picasso run` so that the run listens only on --master-addr
 (executor.rendezvous: node 0's agent hosts the store there). Each worker gets RANK,
 LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT and the socket interface.
@@ -19,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
 from executor.rendezvous import HOSTED, free_port, host_store, socket_env
 
@@ -53,7 +58,7 @@ def _raise_stop(signum, _frame):
     raise _Stop(signum)
 
 
-def _stop(procs: dict[int, subprocess.Popen], grace_s: float) -> list[int]:
+def stop_ranks(procs: dict[int, subprocess.Popen], grace_s: float) -> list[int]:
     """SIGTERM the ranks still running, SIGKILL them after `grace_s`; returns the ranks stopped."""
     alive = [r for r, p in procs.items() if p.poll() is None]
     for r in alive:
@@ -68,25 +73,67 @@ def _stop(procs: dict[int, subprocess.Popen], grace_s: float) -> list[int]:
     return alive
 
 
-def supervise(procs: dict[int, subprocess.Popen], poll_s: float = 0.1, grace_s: float = GRACE_S) -> int:
-    """Wait for every rank; on the first failure stop the rest. Returns the agent's exit code."""
+@dataclass
+class Outcome:
+    """How a set of ranks ended: the codes of those that failed, those stopped after it."""
+
+    failed: dict[int, int] = field(default_factory=dict)
+    stopped: list[int] = field(default_factory=list)
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.stopped and not self.timed_out
+
+
+def wait_ranks(procs: dict[int, subprocess.Popen], poll_s: float = 0.1, grace_s: float = GRACE_S,
+               deadline_s: float | None = None) -> Outcome:
+    """Wait for every rank; on the first failure (or past `deadline_s`) stop the rest."""
+    end = None if deadline_s is None else time.monotonic() + deadline_s
     while True:
         codes = {r: p.poll() for r, p in procs.items()}
-        failed = {r: c for r, c in codes.items() if c not in (None, 0)}
-        if failed:
+        if any(c not in (None, 0) for c in codes.values()):
             break
         if all(c == 0 for c in codes.values()):
-            return 0
+            return Outcome()
+        if end is not None and time.monotonic() > end:
+            return Outcome(stopped=stop_ranks(procs, grace_s), timed_out=True)
         time.sleep(poll_s)
     time.sleep(min(grace_s, 0.5))  # peers of a dead rank fail on their own within moments: let them say so
     failed = {r: p.poll() for r, p in procs.items() if p.poll() not in (None, 0)}
-    stopped = _stop(procs, grace_s)
-    for r, c in sorted(failed.items()):
+    return Outcome(failed=failed, stopped=stop_ranks(procs, grace_s))
+
+
+def supervise(procs: dict[int, subprocess.Popen], poll_s: float = 0.1, grace_s: float = GRACE_S) -> int:
+    """Wait for every rank; on the first failure stop the rest, saying which rank did what
+    (the lines `first_error` reads). Returns the agent's exit code."""
+    out = wait_ranks(procs, poll_s, grace_s)
+    if out.ok:
+        return 0
+    for r, c in sorted(out.failed.items()):
         print(f"{PREFIX}: rank {r} exited with code {c}", file=sys.stderr, flush=True)
-    for r in stopped:
-        print(f"{PREFIX}: rank {r} was still running after rank {min(failed)} failed; stopped",
+    for r in out.stopped:
+        print(f"{PREFIX}: rank {r} was still running after rank {min(out.failed)} failed; stopped",
               file=sys.stderr, flush=True)
     return 1
+
+
+def start_ranks(argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str, master_port: int,
+                base_env: dict[str, str]) -> dict[int, subprocess.Popen]:
+    """This node's `nproc` ranks of `python -u -m <argv>`, each told its rank and the store's
+    address (executor.rendezvous.join_store). Started in the caller's process group, so that
+    executor.process_tree stops them with it."""
+    world = nproc * nnodes
+    procs: dict[int, subprocess.Popen] = {}
+    try:
+        for local in range(nproc):
+            rank = node_rank * nproc + local
+            env = worker_env(base_env, rank, local, nproc, world, master_addr, master_port)
+            procs[rank] = subprocess.Popen([sys.executable, "-u", "-m", *argv], env=env, stdin=subprocess.DEVNULL)
+    except BaseException:
+        stop_ranks(procs, 0.0)
+        raise
+    return procs
 
 
 def first_error(log: str) -> str:
@@ -134,19 +181,16 @@ def main(argv: list[str] | None = None) -> int:
         store = None  # kept referenced: the store serves until the agent ends
         if args.node_rank == 0:
             store = host_store(args.master_addr, args.master_port, world, STORE_TIMEOUT_S)
-        for local in range(args.nproc):
-            rank = args.node_rank * args.nproc + local
-            env = worker_env(dict(os.environ), rank, local, args.nproc, world, args.master_addr, args.master_port)
-            procs[rank] = subprocess.Popen([sys.executable, "-u", "-m", "executor", *worker_args], env=env,
-                                           stdin=subprocess.DEVNULL)
+        procs.update(start_ranks(["executor", *worker_args], args.nproc, args.nnodes, args.node_rank,
+                                 args.master_addr, args.master_port, dict(os.environ)))
         rc = supervise(procs)
         del store
         return rc
     except _Stop as exc:
-        _stop(procs, GRACE_S)
+        stop_ranks(procs, GRACE_S)
         return 128 + exc.signum
     except Exception as exc:  # noqa: BLE001 - one line; the ranks must not outlive the agent
-        _stop(procs, GRACE_S)
+        stop_ranks(procs, GRACE_S)
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"{PREFIX}: error: {msg}", file=sys.stderr, flush=True)
         return 1

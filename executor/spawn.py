@@ -1,44 +1,39 @@
 """Run a function on N local gloo ranks: the tests, benchmarks and calibration microbenchmarks.
 
-`picasso run` starts its ranks through executor.agent (executor.launch). The store listens
-on loopback only (executor.rendezvous); threads per rank follow executor.threads.
+Ranks are started by the one launcher, executor.agent (`start_ranks`, `wait_ranks`), as
+`python -m executor.rank_call`; the store is hosted here on loopback only
+(executor.rendezvous); threads per rank follow executor.threads.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import queue
-import time
-import traceback
+import re
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from executor.rendezvous import free_port, init_loopback_group
-from executor.threads import WAIT_ENV, set_rank_threads
+from executor.agent import start_ranks, stop_ranks, wait_ranks
+from executor.rendezvous import free_port, host_store, init_loopback_group
+from executor.threads import WAIT_ENV
 
 __all__ = ["free_port", "init_process_group", "run_ranks"]
 init_process_group = init_loopback_group  # the store on loopback only (executor.rendezvous)
+# a collective that failed because a peer went away (gloo's words), not a rank's own error
+BROKEN = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Socket closed|[Tt]imed out", re.I)
 
 
-def _entry(rank: int, world: int, port: int, timeout_s: float, threads: int | None, fn: Callable, args: tuple,
-           q) -> None:
-    try:
-        set_rank_threads(world, threads)
-        init_process_group(rank, world, port, timeout_s)
-        out = fn(rank, world, *args)
-        buf = io.BytesIO()
-        torch.save(out, buf)  # plain bytes: tensors shared through the queue die with the process
-        q.put((rank, "ok", buf.getvalue()))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        q.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+def _reference(fn: Callable) -> tuple[str, str, str | None]:
+    """How a rank finds `fn`: its module and name, and for the caller's script its path."""
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) if fn.__module__ == "__main__" else None
+    if "<locals>" in fn.__qualname__ or (fn.__module__ == "__main__" and not script):
+        raise ValueError(f"run_ranks needs an importable module-level function, not {fn.__qualname__}")
+    return fn.__module__, fn.__qualname__, script
 
 
 def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float = 60.0,
@@ -50,61 +45,37 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
     rank's error when any rank fails; a failure, a timeout, Ctrl-C or SIGTERM stops every
     rank (none outlives the caller).
     """
-    for k, v in WAIT_ENV.items():  # read by OpenMP as each rank loads torch
-        os.environ.setdefault(k, v)
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, timeout_s, threads, fn, args, q))
-             for r in range(world)]
-    try:
-        for p in procs:
-            p.start()
-        results, errors = _collect(procs, q, world, timeout_s * 3)
-    except BaseException:  # Ctrl-C, SIGTERM (picasso.cli raises it here): stop them now
-        _stop(procs, grace_s=0.0)
-        raise
-    _stop(procs)
-    if errors:
-        raise RuntimeError(errors[0])
-    return [results[r] for r in range(world)]
-
-
-def _collect(procs: list[Any], q: Any, world: int, wait_s: float) -> tuple[dict[int, Any], list[str]]:
-    results: dict[int, Any] = {}
-    errors: list[str] = []
-    reported: set[int] = set()
-    deadline = time.monotonic() + wait_s
-    while len(reported) < world and time.monotonic() < deadline:
+    ref = _reference(fn)
+    base = {**WAIT_ENV, **os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    with tempfile.TemporaryDirectory(prefix="picasso-ranks-") as folder:
+        d = Path(folder)
+        torch.save((ref, args, timeout_s, threads), d / "call.pt")
+        port = free_port()
+        store = host_store("127.0.0.1", port, world, timeout_s)
+        procs = start_ranks(["executor.rank_call", folder], world, 1, 0, "127.0.0.1", port, base)
         try:
-            rank, status, out = q.get(timeout=0.5)
-        except queue.Empty:
-            # a rank killed by a signal or os._exit never reports: stop waiting for it
-            dead = [r for r, p in enumerate(procs) if r not in reported and p.exitcode not in (None, 0)]
-            if dead:
-                errors.append(f"rank {dead[0]} died (exit code {procs[dead[0]].exitcode})")
-                break
-            continue
-        reported.add(rank)
-        if status == "ok":
-            results[rank] = torch.load(io.BytesIO(out), weights_only=False)  # our own child's bytes
-        else:
-            errors.append(f"rank {rank}: {out}")
-    if len(reported) < world and not errors:
-        errors.append(f"the ranks did not finish within {wait_s:.0f} s")
-    return results, errors
+            out = wait_ranks(procs, poll_s=0.02, grace_s=10.0, deadline_s=timeout_s * 3)
+        except BaseException:  # Ctrl-C, SIGTERM (picasso.cli raises it here): stop them now
+            stop_ranks(procs, 0.0)
+            raise
+        finally:
+            del store
+        if not out.ok:
+            raise RuntimeError(_blame(d, out, timeout_s * 3))
+        return [torch.load(d / f"rank{r}.pt", weights_only=False) for r in range(world)]  # our own ranks' files
 
 
-def _stop(procs: list[Any], grace_s: float = 10.0) -> None:
-    """Wait for the ranks a grace period, then terminate and, failing that, kill them."""
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        if p.pid is not None:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-            p.join(timeout=2.0)
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=2.0)
+def _blame(d: Path, out: Any, wait_s: float) -> str:
+    """The failing rank's error, as executor.agent.first_error blames: a rank's own error
+    first, then a rank that died without one, then a broken collective, then the time-out."""
+    errors = {int(f.stem.removeprefix("rank")): f for f in d.glob("rank*.err")}
+    first = sorted(errors, key=lambda r: errors[r].stat().st_mtime_ns)
+    own = [r for r in first if not BROKEN.search(errors[r].read_text().split("\n", 1)[0])]
+    died = sorted(r for r in out.failed if r not in errors)
+    if own:
+        return f"rank {own[0]}: {errors[own[0]].read_text()}"
+    if died:
+        return f"rank {died[0]} died (exit code {out.failed[died[0]]})"
+    if first:
+        return f"rank {first[0]}: {errors[first[0]].read_text()}"
+    return f"the ranks did not finish within {wait_s:.0f} s"

@@ -44,3 +44,42 @@ def test_calibration_ranks_are_started_by_the_one_spawner(monkeypatch):
     out = microbench.run_microbenchmarks(2, quick=True)
     assert calls == [("_rank", 2, threads_per_rank(2))]
     assert out == [{"kind": "gather", "us": 3.0, "threads": threads_per_rank(2), "nproc": 2}]  # slowest rank
+
+
+def _who(rank: int, world: int) -> tuple[str | None, str | None, str]:
+    import sys
+
+    return os.environ.get("RANK"), os.environ.get("PICASSO_RENDEZVOUS"), sys.modules["__main__"].__spec__.name
+
+
+def _fails_on_rank1(rank: int, world: int, how: str) -> int:
+    import torch.distributed as dist
+
+    if rank == 1:
+        if how == "die":
+            os._exit(7)
+        raise ValueError("boom on rank 1")
+    dist.barrier()  # rank 0 waits in a collective the failing rank never joins
+    return 0
+
+
+def test_function_ranks_are_started_by_the_one_launcher():
+    # executor.agent.start_ranks: ranks are `python -m executor.rank_call` told their rank and
+    # the store's address, as picasso run's workers are
+    assert run_ranks(_who, 2) == [("0", "1", "executor.rank_call"), ("1", "1", "executor.rank_call")]
+
+
+@pytest.mark.parametrize("how,expected", [("raise", "rank 1: ValueError: boom on rank 1"),
+                                          ("die", "rank 1 died (exit code 7)")])
+def test_the_failing_rank_is_blamed_not_its_peer(how, expected):
+    with pytest.raises(RuntimeError) as err:
+        run_ranks(_fails_on_rank1, 2, how, timeout_s=20)
+    assert str(err.value).splitlines()[0] == expected
+
+
+def test_a_local_function_is_refused_in_one_line():
+    def local(rank, world):
+        return rank
+
+    with pytest.raises(ValueError, match="module-level function"):
+        run_ranks(local, 2)

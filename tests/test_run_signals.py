@@ -98,7 +98,7 @@ def _children_running(proc: subprocess.Popen, marker: str, count: int, limit_s: 
 
 @pytest.mark.dist
 @pytest.mark.parametrize("command,marker,count", [
-    (["calibrate", "--quick", "-o", "{tmp}/hw.json"], "multiprocessing", 2),
+    (["calibrate", "--quick", "-o", "{tmp}/hw.json"], "executor.rank_call", 2),
     (["validate", "--data", "{tmp}/data.tsv", "--hardware", "local-cpu", "--plans", "3", "--fit-plans", "2",
       "--nproc-max", "2", "--row-cap", "200", "-o", "{tmp}/validate"], "-m executor ", 1),
 ], ids=["calibrate", "validate"])
