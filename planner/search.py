@@ -23,6 +23,11 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
    exchange cheaper pooled (long bags) are also packed apart from the others (layouts "+pool").
 Every candidate is lowered and scored with the fast evaluator on a one-rank symmetric graph;
 the best few are re-simulated with the simpy engine and the best of those is returned.
+
+In code the search is named stages over one state (`Candidates`): enumerate_layouts (1, 3),
+then STAGES: structure_stage (1-3 with closed-form hot sizes), hot_scale_stage (2's scale),
+sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), and
+final_stage (the discrete-event re-simulation).
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
 """
 
@@ -296,48 +301,70 @@ def pack_layout(model: ModelSpec, access: dict[str, TableAccess], world: int, ba
     return packs
 
 
-# ---- the search ---------------------------------------------------------------------------
+# ---- the search: its state, then its named stages ------------------------------------------
 
 
-def search(
-    model: ModelSpec,
-    hw: Any,
-    profile: Any | None = None,
-    batch_size_per_rank: int = 4096,
-    *,
-    access: dict[str, TableAccess] | None = None,
-    time_budget_s: float = 20.0,
-    top_k: int = 3,
-    micro_batch_options: tuple[int, ...] = MICRO_BATCHES,
-    progress: Callable[[float, float], None] | None = None,
-) -> SearchResult:
-    """The best plan found for `model` on `hw` within `time_budget_s` (see module docstring)."""
-    t0 = time.perf_counter()
-    world = hw.world_size
-    access = access if access is not None else table_access(model, profile)
-    batch = int(batch_size_per_rank)
-    c_a2a, c_ar = byte_costs(hw, world)
-    hbm = float(hw.gpu.hbm_bytes)
-    seen: dict[str, Evaluation] = {}
-    log: list[Evaluation] = []
-    ex_memo: dict = {}  # exchange costs of packs already seen (planner.exchange.choose_exchange)
+@dataclass
+class Layout:
+    """A packing of the tables (stage "enumerate"): a signature, a label and the packs."""
 
-    def over_budget() -> bool:
-        return time.perf_counter() - t0 > time_budget_s
+    signature: tuple
+    label: str
+    packs: list[PackPlan]
 
-    def score(label: str, plan: Plan) -> Evaluation:
+
+class Candidates:
+    """The search's state as it goes through the stages: every candidate scored (memoised by
+    the plan's key, in visiting order), the best so far, the time budget and the progress.
+
+    `make` is the one way a candidate is built from packs: placement when device memory
+    runs out, hot sizes, exchange and hot-row sync by cost (the closed-form rules above)."""
+
+    def __init__(self, model: ModelSpec, hw: Any, access: dict[str, TableAccess], batch: int,
+                 time_budget_s: float, progress: Callable[[float, float], None] | None) -> None:
+        self.t0 = time.perf_counter()
+        self.model, self.hw, self.access, self.batch = model, hw, access, batch
+        self.world = hw.world_size
+        self.time_budget_s, self.progress = time_budget_s, progress
+        self.c_a2a, self.c_ar = byte_costs(hw, self.world)
+        self.hbm = float(hw.gpu.hbm_bytes)
+        self.seen: dict[str, Evaluation] = {}
+        self.log: list[Evaluation] = []
+        self.ex_memo: dict = {}  # exchange costs of packs already seen (planner.exchange.choose_exchange)
+        self.best: Evaluation | None = None
+        self.layouts: list[Layout] = []
+        self.ks: list[int] = []
+        self.done, self.steps = 0, 1
+
+    def over_budget(self) -> bool:
+        return time.perf_counter() - self.t0 > self.time_budget_s
+
+    def score(self, label: str, plan: Plan) -> Evaluation:
         key = _plan_key(plan)
-        if key not in seen:
-            ev = evaluate(plan, hw, access, "fast", True, label)
-            seen[key] = ev
-            log.append(ev)
-        return seen[key]
+        if key not in self.seen:
+            ev = evaluate(plan, self.hw, self.access, "fast", True, label)
+            self.seen[key] = ev
+            self.log.append(ev)
+        return self.seen[key]
 
-    def better(a: Evaluation | None, b: Evaluation) -> bool:
-        return b.iteration_us is not None and (a is None or a.iteration_us is None or b.iteration_us < a.iteration_us)
+    def consider(self, label: str, plan: Plan) -> Evaluation:
+        """Score a candidate and keep it when it beats the best so far."""
+        ev = self.score(label, plan)
+        if _better(self.best, ev):
+            self.best = ev
+        return ev
 
-    def make(packs: list[PackPlan], k: int, ki: bool, scale: float) -> Plan:
-        plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
+    def tick(self) -> None:
+        self.done += 1
+        if self.progress:
+            self.progress(self.done, self.steps)
+
+    def ranked(self) -> list[Evaluation]:
+        return sorted((e for e in self.log if e.iteration_us is not None), key=lambda e: (e.iteration_us, e.label))
+
+    def make(self, packs: list[PackPlan], k: int, ki: bool, scale: float) -> Plan:
+        model, hw, access, batch = self.model, self.hw, self.access, self.batch
+        plan = Plan(model=model, world_size=self.world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
                     micro_batches=k, kernel_interleaving=ki, hardware=hw.name, optimizer=model_optimizer(model))
         # memory left for hot caches once everything else is placed; cold rows that do not
         # fit in device memory go to host memory (reached over PCIe), largest packs first
@@ -353,116 +380,155 @@ def search(
         c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == "hbm" else 1e6 / hw.pcie_bw)
                     for p in plan.packs for t in p.tables}
         budget = HOT_MEMORY_SHARE * free
-        plan.hot_rows = hot_sizes(model, cold, access, batch, k, c_a2a, c_ar, scale, budget, c_gather)
-        choose_exchange(plan, hw, access, batch / k, ex_memo)  # rows or pooled vectors, per pack by cost
+        plan.hot_rows = hot_sizes(model, cold, access, batch, k, self.c_a2a, self.c_ar, scale, budget, c_gather)
+        choose_exchange(plan, hw, access, batch / k, self.ex_memo)  # rows or pooled vectors, per pack by cost
         choose_hot_sync(plan, hw, access, batch / k)  # dense all-reduce or sparse all-gather, by cost
-        size_for_sparse_sync(plan, hw, access, scale, budget, c_a2a, c_ar, c_gather)
+        size_for_sparse_sync(plan, hw, access, scale, budget, self.c_a2a, self.c_ar, c_gather)
         return plan
 
-    ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]
-    layouts = [((), "dp", [PackPlan(f"pack{i}", [t.name for t in g], "replicated")
-                           for i, g in enumerate(attribute_groups(model))])] if world > 1 else []
-    pooled = pooled_tables(model, access, hw, batch)
+
+def _better(a: Evaluation | None, b: Evaluation) -> bool:
+    return b.iteration_us is not None and (a is None or a.iteration_us is None or b.iteration_us < a.iteration_us)
+
+
+def enumerate_layouts(c: Candidates, micro_batch_options: tuple[int, ...]) -> None:
+    """Enumerate: the packings (data parallel per attribute group, and per split count with
+    and without replicated small tables, with and without long-bag tables packed apart) and
+    the micro-batch counts that divide the batch."""
+    model, world, batch = c.model, c.world, c.batch
+    c.ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]
+    if world > 1:
+        c.layouts.append(Layout((), "dp", [PackPlan(f"pack{i}", [t.name for t in g], "replicated")
+                                           for i, g in enumerate(attribute_groups(model))]))
+    pooled = pooled_tables(model, c.access, c.hw, batch)
     for split in SPLITS:
         for rep in (True, False):
             for pool in ((None, pooled) if pooled else (None,)):
-                packs = pack_layout(model, access, world, batch, split, rep, c_a2a, c_ar, hbm, pool)
+                packs = pack_layout(model, c.access, world, batch, split, rep, c.c_a2a, c.c_ar, c.hbm, pool)
                 sig = tuple((p.sharding, tuple(p.tables)) for p in packs)
-                if sig not in [s for s, _, _ in layouts]:
-                    layouts.append((sig, f"split{split}{'+rep' if rep else ''}{'+pool' if pool else ''}", packs))
-    steps = len(layouts) * len(ks) * 2 + REFINE_TOP * len(HOT_SCALES) + 8
-    done = 0
-    best: Evaluation | None = None
-    # stage 1: packing layout x interleaving x micro-batches, closed-form hot sizes; the
-    # micro-batch count is walked upwards and left once a larger count stops paying off
-    # (more micro-batches trade launch and latency overhead for overlap: one optimum)
-    for _, lname, packs in layouts:
+                if sig not in [lay.signature for lay in c.layouts]:
+                    c.layouts.append(Layout(sig, f"split{split}{'+rep' if rep else ''}{'+pool' if pool else ''}", packs))
+    c.steps = len(c.layouts) * len(c.ks) * 2 + REFINE_TOP * len(HOT_SCALES) + 8
+
+
+def structure_stage(c: Candidates) -> None:
+    """Packing layout x interleaving x micro-batches, closed-form hot sizes. The micro-batch
+    count is walked upwards and left once a larger count stops paying off (more micro-batches
+    trade launch and latency overhead for overlap: one optimum)."""
+    for lay in c.layouts:
         for ki in (False, True):
             prev: Evaluation | None = None
-            for k in ks:
-                if over_budget() and best is not None:
+            for k in c.ks:
+                if c.over_budget() and c.best is not None:
                     break
-                ev = score(f"{lname} k={k} ki={int(ki)} hot=x1", make(packs, k, ki, 1.0))
-                done += 1
-                if progress:
-                    progress(done, steps)
-                if better(best, ev):
-                    best = ev
-                if prev is not None and prev.iteration_us is not None and not better(prev, ev):
+                ev = c.consider(f"{lay.label} k={k} ki={int(ki)} hot=x1", c.make(lay.packs, k, ki, 1.0))
+                c.tick()
+                if prev is not None and prev.iteration_us is not None and not _better(prev, ev):
                     break
                 prev = ev
-    if best is None:
-        raise PlanError(next((e.problem for e in log if e.problem and "host" in e.problem), None)
-                        or next((e.problem for e in reversed(log) if e.problem), "no plan fits in memory"))
-    # stage 2: hot-set scale, refined by simulation, for the best few structures of stage 1
-    # (the best hot size depends on the micro-batch count and the packing)
-    stage1 = sorted((e for e in log if e.iteration_us is not None), key=lambda e: (e.iteration_us, e.label))
-    for top in stage1[:REFINE_TOP]:
+    if c.best is None:
+        raise PlanError(next((e.problem for e in c.log if e.problem and "host" in e.problem), None)
+                        or next((e.problem for e in reversed(c.log) if e.problem), "no plan fits in memory"))
+
+
+def hot_scale_stage(c: Candidates) -> None:
+    """The hot-set scale, refined by simulation for the best few structures so far (the best
+    hot size depends on the micro-batch count and the packing)."""
+    for top in c.ranked()[:REFINE_TOP]:
         base_label = top.label.rsplit(" hot=", 1)[0]
         for s in HOT_SCALES:
-            if over_budget():
+            if c.over_budget():
                 break
-            plan = make(top.plan.packs, top.plan.micro_batches, top.plan.kernel_interleaving, s)
-            ev = score(f"{base_label} hot=x{s:g}", plan)
-            done += 1
-            if progress:
-                progress(done, steps)
-            if better(best, ev):
-                best = ev
-    # stage 3: per-pack sharding alternatives
-    for i in range(len(best.plan.packs)):
+            c.consider(f"{base_label} hot=x{s:g}",
+                       c.make(top.plan.packs, top.plan.micro_batches, top.plan.kernel_interleaving, s))
+            c.tick()
+
+
+def sharding_stage(c: Candidates) -> None:
+    """Per pack of the best plan, column-wise, table-wise, replicated and row-wise in its place."""
+    for i in range(len(c.best.plan.packs)):
         for sharding in ("column_wise", "table_wise", "replicated", "row_wise"):
-            if over_budget():
+            if c.over_budget():
                 break
-            cur = best.plan
+            cur = c.best.plan
             pack = cur.packs[i]
             if pack.sharding == sharding or not _sharding_ok(cur, pack, sharding):
                 continue
-            plan = _with_pack(cur, i, sharding, access, batch)
-            choose_exchange(plan, hw, access, batch / plan.micro_batches, ex_memo)
-            ev = score(f"{best.label} {pack.name}={sharding}", plan)
-            if better(best, ev):
-                best = ev
-    # stage 3b: on several nodes, each row-wise pack as table-row-wise packs, one per node
-    # (its tables split by exchange cost), whose requests are merged per node
-    if hw.nodes > 1 and hw.gpus_per_node > 1:
-        for i, pack in enumerate(list(best.plan.packs)):
-            if pack.sharding != "row_wise" or over_budget():
-                continue
-            plan = _as_table_row_wise(best.plan, i, hw.gpus_per_node, access, batch)
-            choose_exchange(plan, hw, access, batch / plan.micro_batches, ex_memo)
-            ev = score(f"{best.label} {pack.name}=table_row_wise", plan)
-            if better(best, ev):
-                best = ev
-    # stage 3c: the closed-form exchange choice checked by simulation, pack by pack
-    for i, pack in enumerate(list(best.plan.packs)):
-        if over_budget() or not poolable(best.plan, pack):
+            plan = _with_pack(cur, i, sharding, c.access, c.batch)
+            choose_exchange(plan, c.hw, c.access, c.batch / plan.micro_batches, c.ex_memo)
+            c.consider(f"{c.best.label} {pack.name}={sharding}", plan)
+
+
+def table_row_wise_stage(c: Candidates) -> None:
+    """On several nodes, each row-wise pack as table-row-wise packs, one per node (its tables
+    split by exchange cost), whose requests are merged per node."""
+    hw = c.hw
+    if hw.nodes <= 1 or hw.gpus_per_node <= 1:
+        return
+    for i, pack in enumerate(list(c.best.plan.packs)):
+        if pack.sharding != "row_wise" or c.over_budget():
+            continue
+        plan = _as_table_row_wise(c.best.plan, i, hw.gpus_per_node, c.access, c.batch)
+        choose_exchange(plan, hw, c.access, c.batch / plan.micro_batches, c.ex_memo)
+        c.consider(f"{c.best.label} {pack.name}=table_row_wise", plan)
+
+
+def exchange_stage(c: Candidates) -> None:
+    """The closed-form exchange choice checked by simulation, pack by pack."""
+    for i, pack in enumerate(list(c.best.plan.packs)):
+        if c.over_budget() or not poolable(c.best.plan, pack):
             continue
         flip = "rows" if pack.exchange == "pooled" else "pooled"
-        packs = [replace(p) for p in best.plan.packs]
+        packs = [replace(p) for p in c.best.plan.packs]
         packs[i].exchange = flip
-        ev = score(f"{best.label} {pack.name}:{flip}", replace(best.plan, packs=packs))
-        if better(best, ev):
-            best = ev
-    if progress:
-        progress(steps, steps)
-    # stage 4: re-simulate the best few with the discrete-event engine
-    ranked = sorted((e for e in log if e.iteration_us is not None), key=lambda e: (e.iteration_us, e.label))
-    finals = []
-    for ev in ranked[: max(1, top_k if not over_budget() else 1)]:
-        finals.append(evaluate(ev.plan, hw, access, "simpy", full_symmetry(ev.plan), ev.label))
+        c.consider(f"{c.best.label} {pack.name}:{flip}", replace(c.best.plan, packs=packs))
+
+
+def final_stage(c: Candidates, top_k: int) -> Evaluation:
+    """The best few re-simulated with the discrete-event engine; the best of those."""
+    finals = [evaluate(ev.plan, c.hw, c.access, "simpy", full_symmetry(ev.plan), ev.label)
+              for ev in c.ranked()[: max(1, top_k if not c.over_budget() else 1)]]
     finals = [f for f in finals if f.iteration_us is not None] or finals
-    chosen = min(finals, key=lambda e: (e.iteration_us if e.iteration_us is not None else math.inf, e.label))
+    return min(finals, key=lambda e: (e.iteration_us if e.iteration_us is not None else math.inf, e.label))
+
+
+# the stages after enumeration, in order (each improves on `Candidates.best`)
+STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_stage, sharding_stage,
+                                                     table_row_wise_stage, exchange_stage)
+
+
+def search(
+    model: ModelSpec,
+    hw: Any,
+    profile: Any | None = None,
+    batch_size_per_rank: int = 4096,
+    *,
+    access: dict[str, TableAccess] | None = None,
+    time_budget_s: float = 20.0,
+    top_k: int = 3,
+    micro_batch_options: tuple[int, ...] = MICRO_BATCHES,
+    progress: Callable[[float, float], None] | None = None,
+) -> SearchResult:
+    """The best plan found for `model` on `hw` within `time_budget_s` (see module docstring):
+    enumerate_layouts, then STAGES, then final_stage."""
+    access = access if access is not None else table_access(model, profile)
+    c = Candidates(model, hw, access, int(batch_size_per_rank), time_budget_s, progress)
+    enumerate_layouts(c, micro_batch_options)
+    for stage in STAGES:
+        stage(c)
+    if progress:
+        progress(c.steps, c.steps)
+    chosen = final_stage(c, top_k)
     plan = chosen.plan
     hot_ids = {t: access[t].hot_rows(n) for t, n in sorted(plan.hot_rows.items()) if n > 0}
     plan.hot_rows = {t: len(v) for t, v in hot_ids.items()}
     # Plan.save(path, hot_ids=result.hot_ids) names the real file; until then a placeholder
     plan.hot_ids_file = "hot.npz" if plan.hot_rows else None
-    fast_us = seen[_plan_key(plan)].iteration_us
-    plan.provenance = Provenance(planner="picasso.search", label=chosen.label, candidates_scored=len(log),
+    fast_us = c.seen[_plan_key(plan)].iteration_us
+    plan.provenance = Provenance(planner="picasso.search", label=chosen.label, candidates_scored=len(c.log),
                                  access_source=sorted({a.source for a in access.values()}))
     plan.prediction = Prediction(iteration_us=chosen.iteration_us, engine=chosen.engine, fast_iteration_us=fast_us)
-    return SearchResult(plan, hot_ids, chosen, log, time.perf_counter() - t0)
+    return SearchResult(plan, hot_ids, chosen, c.log, time.perf_counter() - c.t0)
 
 
 def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess], batch: int) -> Plan:

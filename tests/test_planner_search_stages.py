@@ -1,0 +1,29 @@
+"""The search as named stages over one state (planner.search.Candidates): run by hand, the
+stages give exactly what search() gives, and each stage only ever improves the best plan."""
+
+from __future__ import annotations
+
+from planner.access import table_access
+from planner.presets import get_model
+from planner.search import STAGES, Candidates, enumerate_layouts, final_stage, search
+from simulator.hardware import load_hardware
+
+
+def test_the_stages_by_hand_are_the_search():
+    model, hw = get_model("dlrm-criteo-kaggle"), load_hardware("dgx-h100", ["nodes=2"])
+    access = table_access(model, None)
+    c = Candidates(model, hw, access, 1024, time_budget_s=600.0, progress=None)
+    enumerate_layouts(c, (1, 2, 4))
+    assert c.layouts[0].label == "dp" and any(lay.label == "split1" for lay in c.layouts)
+    assert c.ks == [1, 2, 4]
+    bests = []
+    for stage in STAGES:
+        stage(c)
+        bests.append(c.best.iteration_us)
+    assert [s.__name__ for s in STAGES] == ["structure_stage", "hot_scale_stage", "sharding_stage",
+                                            "table_row_wise_stage", "exchange_stage"]
+    assert bests == sorted(bests, reverse=True)  # a stage never makes the best worse
+    chosen = final_stage(c, top_k=3)
+    res = search(model, hw, None, 1024, access=access, time_budget_s=600.0, micro_batch_options=(1, 2, 4))
+    assert [e.label for e in res.candidates] == [e.label for e in c.log]
+    assert res.best.label == chosen.label and res.best.iteration_us == chosen.iteration_us
