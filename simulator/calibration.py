@@ -485,8 +485,8 @@ def fit_op_classes(
     without flow a pure fixed cost.
 
     With `per_world`, a class is also fitted apart at each world size the fit plans ran
-    at (keys `w{n}.op:<class>`, `w{n}.opfixed:<class>`, which `spec_for_world` makes live
-    for that world): the ranks of a CPU "cluster" share the cores, so how much an op's
+    at (the calibration's `worlds[n].classes`, which the cost model applies at that world
+    size): the ranks of a CPU "cluster" share the cores, so how much an op's
     Python dispatch and its kernels slow down with the rank count differs per op (a
     single-threaded dispatch from a multi-threaded GEMM), which one factor per resource
     from the microbenchmarks does not capture. A world whose samples of a class are too few,

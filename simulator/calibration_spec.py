@@ -180,14 +180,15 @@ def is_legacy_key(key: str) -> bool:
     return leaf != key or leaf in ("opgap", "stepgap", "collwait") or leaf.startswith(("op:", "opfixed:", "lat:op:"))
 
 
-def from_legacy_efficiency(eff: Mapping[str, float]) -> tuple[dict[str, float], Calibration | None]:
-    """Split an old spec's `efficiency` into its plain factors and a Calibration: `w{n}.<key>`
-    (a world's launch_us, intra_latency_us, rate factors, class fits, opgap, stepgap,
-    collwait), `op:<class>` (rate), `opfixed:<class>` (fixed launches), `lat:op:<class>`
-    (latency scale), `opgap`."""
+def from_legacy_efficiency(eff: Mapping[str, float],
+                           into: Calibration | None = None) -> tuple[dict[str, float], Calibration | None]:
+    """Split an old spec's `efficiency` into its plain factors and a Calibration (`into`,
+    changed in place, when given): `w{n}.<key>` (a world's launch_us, intra_latency_us, rate
+    factors, class fits, opgap, stepgap, collwait), `op:<class>` (rate), `opfixed:<class>`
+    (fixed launches), `lat:op:<class>` (latency scale), `opgap`."""
     plain: dict[str, float] = {}
-    cal = Calibration()
-    found = False
+    cal = into if into is not None else Calibration()
+    found = into is not None
     for key, v in eff.items():
         world, leaf = _split_world(key)
         if world is None and not is_legacy_key(key):

@@ -191,6 +191,8 @@ class Costs:
     ures: np.ndarray
     ubusy: np.ndarray
     uop: np.ndarray  # per entry: the op it comes from
+    fixed: np.ndarray | None = None  # per op: its fixed time, us (calibration applied)
+    flow: np.ndarray | None = None  # per op: its flow time alone, us
 
 
 def _collective_kinds(st: Structure) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
@@ -264,7 +266,7 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
     ures_ptr = np.zeros(st.n_units + 1, np.int64)
     np.cumsum(np.bincount(u_of, minlength=st.n_units), out=ures_ptr[1:])
     return Costs(busy=busy, ufixed=ufixed, uflow=uflow, ures_ptr=ures_ptr, ures=st.slot[op_i] * N_RES + res_k,
-                 ubusy=busy[op_i, res_k], uop=op_i)
+                 ubusy=busy[op_i, res_k], uop=op_i, fixed=fixed, flow=flow)
 
 
 def _base_ops(st: Structure, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -342,3 +344,11 @@ def pre_collective_compute(st: Structure, solo_us: np.ndarray, is_coll: np.ndarr
     base = np.where(same, cs[np.maximum(prev, 0)], before_rank)
     out[order[pos]] = cs[pos] - base
     return out
+
+
+def op_costs(graph: OpGraph, hw: HardwareSpec) -> dict[str, tuple[float, float]]:
+    """Per op id: (fixed us, flow us) of the op running alone under `hw`, as the engines cost
+    it (its calibration applied)."""
+    st = structure(graph)
+    c = costs(st, hw)
+    return {nid: (float(f), float(w)) for nid, f, w in zip(st.ids, c.fixed, c.flow)}

@@ -206,11 +206,8 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
         cal = None if cal is None else Calibration.from_dict(cal, f"{where}: calibration")
     except CalibrationSpecError as exc:
         raise HardwareError(str(exc)) from None
-    plain, legacy = from_legacy_efficiency(eff)
-    if legacy is not None:  # an old file: its string keys become the typed calibration
-        if cal is not None:
-            raise HardwareError(f"{where}: efficiency holds old calibration keys and a calibration section too")
-        eff, cal = plain, legacy
+    # an old file's string keys (or such a key set by an override) go into the typed calibration
+    eff, cal = from_legacy_efficiency(eff, cal)
     return HardwareSpec(
         name=str(d["name"]),
         kind=str(d["kind"]),
