@@ -25,12 +25,13 @@ from validation.measure import Measured, ValidateError
 from validation.refit import refit_on_runs
 
 
-def load_sweep(out_dir: str | Path) -> tuple[dict[str, Any], list[tuple[Case, Measured]], AccessProfile]:
+def load_sweep(out_dir: str | Path) -> tuple[dict[str, Any], list[tuple[Case, Measured]], AccessProfile | None]:
     """(validate.json, [(Case, Measured)] of every plan that ran, the profile) of a finished sweep."""
     out = Path(out_dir)
     try:
         result = json.loads((out / "validate.json").read_text())
-        profile = AccessProfile.load(out / "profile.json")
+        # a sweep without a profile planned from the model's assumptions (table_access)
+        profile = AccessProfile.load(out / "profile.json") if (out / "profile.json").exists() else None
     except (OSError, ValueError) as exc:
         raise ValidateError(f"{out}: not a finished validate sweep ({exc})") from None
     warmup = int(result.get("warmup", 0))
