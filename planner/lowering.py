@@ -592,9 +592,10 @@ def emit_graph(ops: list[Op], world: int, symmetric: bool, gpus_per_node: int | 
     graph = OpGraph(world, symmetric=symmetric)
     group = tuple(range(world))
     ranks = [0] if symmetric else list(range(world))
+    classes = [on.op_class(op.name) for op in ops]  # whose calibrated coefficients the cost model applies
     for rank in ranks:
         ids: dict[str, list[int]] = {}
-        for op in ops:
+        for op, cls in zip(ops, classes):
             deps = [d for name in op.deps for d in ids.get(name, [])]
             if op.ranks is not None and not symmetric and rank not in op.ranks:
                 ids[op.name] = deps  # skipped here: pass its dependencies through
@@ -611,7 +612,7 @@ def emit_graph(ops: list[Op], world: int, symmetric: bool, gpus_per_node: int | 
                 kw["collective"] = Collective(ctype, _group(op.group, rank, world, gpus_per_node) or group,
                                               _at(nbytes, None), op.algorithm)
             args = {k: v for k, v in op.args.items() if k not in ("stage", "pipelined") and v is not None}
-            args["cls"] = on.op_class(op.name)  # whose calibrated coefficients the cost model applies
+            args["cls"] = cls
             node = graph.add_op(op.name, rank, op.lane, kind=op.kind, dtype=op.dtype,
                                 deps=tuple(dict.fromkeys(deps)), **kw, **args)
             ids[op.name] = [node]
