@@ -38,7 +38,7 @@ def poolable(plan: Plan, pack: PackPlan) -> bool:
 # ---- lowering of a pooled pack -------------------------------------------------------------
 
 
-def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Any]:
+def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -> list[Any]:
     """Forward of one pooled pack for one micro-batch (planner.lowering's stages)."""
     def n(op: str) -> str:
         return on.op_name("fwd", pv.name, on.pack_op(op, "pooled"), mb)
@@ -52,7 +52,7 @@ def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> 
         ops.append(compute(n("hot_gather"), [n("route")], hbm=pv.hot_lookups * (pv.row_bytes + ID_BYTES * 2)
                             + out_b, flops=pv.hot_lookups * pv.dim, stage=2))
     ops.append(collective(n("a2a_ids"), [ops[-1].name], "all_to_all", pv.pooled_ids_bytes, stage=3,
-                           fixed_us=count_us))
+                           lat_steps=count_steps))
     rows = pv.recv_ids
     owners = np.nonzero(rows > 0)[0]
     produced = pv.world * out_b  # an owner's partial sums for every rank

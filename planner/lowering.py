@@ -167,9 +167,9 @@ def _exchange(name: str, deps: list[str], pv: PackVolumes, intra: Any, inter: An
     node, then across nodes among equal local indices; `reverse`: across first)."""
     if pv.sharding != "table_row_wise" or pv.gpus_per_node >= pv.world:
         return [_collective(name, deps, "all_to_all", intra, **args)]
-    fixed = args.pop("fixed_us", 0.0)
-    a = _collective(name, deps, "all_to_all", intra, group="node", fixed_us=fixed, **args)
-    b = _collective(name + "_x", deps, "all_to_all", inter, group="peers", fixed_us=fixed, **args)
+    steps = args.pop("lat_steps", 0.0)
+    a = _collective(name, deps, "all_to_all", intra, group="node", lat_steps=steps, **args)
+    b = _collective(name + "_x", deps, "all_to_all", inter, group="peers", lat_steps=steps, **args)
     if reverse:
         a.deps, b.deps = [b.name], list(deps)
         return [b, a]
@@ -190,17 +190,17 @@ def exchanges(plan: Plan, pv: PackVolumes) -> bool:
     return pv.sharding != "replicated" and plan.world_size > 1
 
 
-def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Op]:
+def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -> list[Op]:
     """Forward stages of one pack for one micro-batch, each depending on the previous.
 
     Same order as the executor: dedup (unique IDs of the batch), route (hot/cold split,
-    owners), hot_gather, then the exchange. `count_us` is the exchange of every lookup's
+    owners), hot_gather, then the exchange. `count_steps` (link latencies) is the exchange of every lookup's
     sizes, once per step, charged to the step's first ID exchange (as the executor times it).
     """
     if pv.pooled:  # owners pool: planner.exchange
         from planner.exchange import pooled_fwd
 
-        return pooled_fwd(plan, pv, mb, count_us)
+        return pooled_fwd(plan, pv, mb, count_steps)
 
     def n(op: str) -> str:
         return on.op_name("fwd", pv.name, op, mb)
@@ -215,7 +215,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> l
     gather_dep = ops[-1].name
     if exchanges(plan, pv):
         ops.extend(_exchange(n("a2a_ids"), [gather_dep], pv, pv.a2a_ids_bytes, _hier_bytes(pv, ID_BYTES),
-                             stage=3, fixed_us=count_us))
+                             stage=3, lat_steps=count_steps))
         gather_dep = ops[-1].name
     rows = pv.gather_rows
     nbytes = rows * pv.slice_bytes
@@ -258,7 +258,7 @@ def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[O
     return ops
 
 
-def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Op]:
+def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -> list[Op]:
     """Forward of one fused sharding group as TorchRec runs it (module docstring)."""
     def n(op: str) -> str:
         return on.op_name("fwd", pv.name, op, mb)
@@ -270,7 +270,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -
     else:
         # the input distribution of this batch ran during the previous one (pipelined):
         # on the comm lane, waited for by nothing
-        ops = [_collective(n("a2a_ids"), [], "all_to_all", pv.a2a_ids_bytes, stage=3, fixed_us=count_us,
+        ops = [_collective(n("a2a_ids"), [], "all_to_all", pv.a2a_ids_bytes, stage=3, lat_steps=count_steps,
                            pipelined=True)]
         ops[0].lane = "input_dist"  # its own stream, as TorchRec's data-dist stream
         rows = pv.recv_ids
@@ -360,9 +360,9 @@ def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
 def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Any) -> list[Op]:
     """The ops of one iteration in issue order, with their dependencies (per rank)."""
     tr = torchrec_exchange(plan)
-    multi_node = plan.world_size > hw.gpus_per_node
-    # the counts exchange before each ID exchange: one more collective latency (none alone)
-    count_us = 0.0 if plan.world_size == 1 else hw.nic_latency_us if multi_node else hw.intra_latency_us
+    # the counts exchange before each ID exchange: one more link latency (none alone), a demand
+    # the cost model prices under whichever spec simulates the graph
+    count_steps = 0.0 if plan.world_size == 1 else 1.0
     ddt, _ = dense_dtype(plan.model, hw)
     k = plan.micro_batches
     mbs: list[int | None] = list(range(k)) if k > 1 else [None]
@@ -385,10 +385,10 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         prev_pool: str | None = None
         for pi, pv in enumerate(packs):
             if tr:  # TorchRec exchanges the counts of every group before its input distribution
-                stages = _tr_pack_fwd(plan, pv, mb, count_us)
+                stages = _tr_pack_fwd(plan, pv, mb, count_steps)
             else:  # one sizes exchange per step, charged to the first ID exchange
                 first_exchange = exchanges(plan, pv) and not any(exchanges(plan, q) for q in packs[:pi]) and mi == 0
-                stages = _pack_fwd(plan, pv, mb, count_us if first_exchange else 0.0)
+                stages = _pack_fwd(plan, pv, mb, count_steps if first_exchange else 0.0)
             first = stages[0]
             first.deps.append(h2d)
             if prev_pool is not None and not plan.kernel_interleaving:
@@ -466,14 +466,13 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         if pv.sharding == "replicated":
             # every replica all-gathers the sparse gradients of all ranks and applies them all
             rows = pv.cold_unique * k * plan.world_size
-            # at the memory rate the calibration measured (as for any other op's hbm bytes)
-            apply_us = (rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
-                        / (hw.gpu.hbm_bw * hw.eff("hbm")) * 1e6)
+            # applied at the memory rate (as any other op's hbm bytes), after the gathers
+            applied = rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
             # as the executor runs it: all_gathers of the rows and of their gradients (padded to
             # the largest count, known from the step's sizes exchange): one ring latency more
-            gathers_us = (plan.world_size - 1) * count_us
+            gathers = (plan.world_size - 1) * count_steps
             ops.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
-                                   pv.allgather_bytes(k), fixed_us=apply_us + gathers_us))
+                                   pv.allgather_bytes(k), fixed_hbm_bytes=applied, lat_steps=gathers))
         else:
             rows = pv.recv_ids * k
             touched = rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
@@ -491,7 +490,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # from the step's one sizes exchange), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
             ops.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
-                                   fixed_us=(plan.world_size - 1) * count_us))
+                                   lat_steps=(plan.world_size - 1) * count_steps))
             rows = pv.hot_unique * k * plan.world_size
             ops.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
                                 hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
@@ -593,9 +592,10 @@ def emit_graph(ops: list[Op], world: int, symmetric: bool, gpus_per_node: int | 
     graph = OpGraph(world, symmetric=symmetric)
     group = tuple(range(world))
     ranks = [0] if symmetric else list(range(world))
+    classes = [on.op_class(op.name) for op in ops]  # whose calibrated coefficients the cost model applies
     for rank in ranks:
         ids: dict[str, list[int]] = {}
-        for op in ops:
+        for op, cls in zip(ops, classes):
             deps = [d for name in op.deps for d in ids.get(name, [])]
             if op.ranks is not None and not symmetric and rank not in op.ranks:
                 ids[op.name] = deps  # skipped here: pass its dependencies through
@@ -612,6 +612,7 @@ def emit_graph(ops: list[Op], world: int, symmetric: bool, gpus_per_node: int | 
                 kw["collective"] = Collective(ctype, _group(op.group, rank, world, gpus_per_node) or group,
                                               _at(nbytes, None), op.algorithm)
             args = {k: v for k, v in op.args.items() if k not in ("stage", "pipelined") and v is not None}
+            args["cls"] = cls
             node = graph.add_op(op.name, rank, op.lane, kind=op.kind, dtype=op.dtype,
                                 deps=tuple(dict.fromkeys(deps)), **kw, **args)
             ids[op.name] = [node]

@@ -46,7 +46,6 @@ from planner.errors import PlanError
 from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
-from planner.op_names import op_class
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer
 from planner.volumes import ID_BYTES, STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
@@ -69,7 +68,7 @@ class Evaluation:
     lowered: Lowered | None = None
     result: Any = None  # simulator SimResult
     problem: str | None = None
-    graph: Any = None  # the simulated OpGraph (lowering's, tagged with a calibration's op classes)
+    graph: Any = None  # the simulated OpGraph (as lowered)
 
 
 @dataclass
@@ -95,8 +94,8 @@ def evaluate(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = 
 
     The one prediction path (plan, simulate, validate, demo): a spec calibrated on this
     machine (`picasso calibrate`, refined by `picasso validate`) first becomes the spec of the
-    plan's world size, and its per-op-class coefficients are applied to the lowered ops."""
-    from simulator.calibration import calibrated_worlds, has_op_classes, spec_for_world, tag_op_classes
+    plan's world size, whose cost model applies its per-op-class coefficients to the lowered ops."""
+    from simulator.calibration import calibrated_worlds, spec_for_world
     from simulator.engine import simulate
 
     spec = spec_for_world(hw, plan.world_size) if calibrated_worlds(hw) else hw
@@ -105,7 +104,7 @@ def evaluate(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = 
                         fuse_table_wise=fuse_table_wise)
     except PlanError as exc:
         return Evaluation(label, plan, None, engine, problem=str(exc))
-    graph = tag_op_classes(lowered.graph, spec, op_class) if has_op_classes(spec) else lowered.graph
+    graph = lowered.graph
     result = simulate(graph, spec, engine=engine)
     return Evaluation(label, plan, float(result.iteration_us), engine, lowered, result, graph=graph)
 

@@ -17,6 +17,7 @@ noisy sample (a shared machine) from pulling the fit.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -24,6 +25,8 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import least_squares
+
+from simulator.calibration_spec import Calibration, ClassFit, class_key
 
 
 class CalibrationError(ValueError):
@@ -218,8 +221,6 @@ def summarize(fits: dict[str, AffineFit]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- hardware spec
 
-WORLD_PREFIX = "w{n}."  # efficiency keys measured at a given world size: "w4.compute"
-
 
 def efficiency_from_fits(hw: Any, fits: dict[str, AffineFit]) -> dict[str, float]:
     """Efficiency factors (fitted rate / the spec's peak rate) for the keys the simulator reads.
@@ -260,248 +261,117 @@ def latencies_from_fits(fits: dict[str, AffineFit]) -> dict[str, float]:
 
 
 def calibrated_spec(base: Any, fits_by_world: dict[int, dict[str, AffineFit]], world: int) -> Any:
-    """`base` (a HardwareSpec) with the coefficients fitted at `world` ranks, and the other
-    world sizes' factors kept under `w{n}.` keys (see `spec_for_world`)."""
-    from simulator.hardware import HardwareSpec
-
+    """`base` (a HardwareSpec) with the coefficients fitted at each world size in its
+    calibration (`worlds[n]`), made live for `world` ranks (see `spec_for_world`)."""
     if world not in fits_by_world:
         raise CalibrationError(f"no fit for world size {world} (have {sorted(fits_by_world)})")
-    d = base.to_dict()
-    d["gpus_per_node"] = int(world)
-    d["nodes"] = 1
-    eff: dict[str, float] = {}
+    cal = Calibration()
     for n, fits in sorted(fits_by_world.items()):
-        for k, v in efficiency_from_fits(base, fits).items():
-            eff[WORLD_PREFIX.format(n=n) + k] = v
+        wf = cal.world(n)
+        wf.efficiency = efficiency_from_fits(base, fits)
         for k, v in latencies_from_fits(fits).items():
-            eff[WORLD_PREFIX.format(n=n) + k] = max(v, 1e-3)  # positive, as the spec requires
-    d["efficiency"] = eff
-    spec = HardwareSpec.from_dict(d, where="calibrated hardware")
+            setattr(wf, k, max(v, 1e-3))  # positive, as the spec requires
+    spec = _with(base, calibration=cal)
     return spec_for_world(spec, world)
 
 
 def calibrated_worlds(hw: Any) -> list[int]:
-    """World sizes that have calibrated factors in `hw.efficiency`."""
-    out = set()
-    for k in hw.efficiency:
-        if k.startswith("w") and "." in k and k[1:k.index(".")].isdigit():
-            out.add(int(k[1:k.index(".")]))
-    return sorted(out)
+    """World sizes the spec's calibration has figures for."""
+    return sorted(hw.calibration.worlds) if hw.calibration is not None else []
 
 
 def spec_for_world(hw: Any, world: int) -> Any:
-    """The spec for `world` ranks on one node: the factors measured at that world size (or
-    the nearest measured one) become the live efficiency keys and latencies."""
+    """The spec for `world` ranks on one node: the launch, latency and rate factors measured
+    at that world size (or the nearest measured one) become the live figures. Its op-class
+    fits and host gaps are applied by the cost model for the spec's world size
+    (Calibration.resolve)."""
     from simulator.hardware import HardwareSpec
 
-    worlds = calibrated_worlds(hw)
     d = hw.to_dict()
     d["gpus_per_node"] = int(world)
     d["nodes"] = 1
-    if worlds:
-        near = min(worlds, key=lambda n: (abs(n - world), -n))
-        prefix = WORLD_PREFIX.format(n=near)
-        eff = dict(hw.efficiency)  # keys of no world (per-op-class factors) stay as they are
-        for k, v in hw.efficiency.items():
-            if k.startswith(prefix):
-                leaf = k[len(prefix):]
-                if leaf == "launch_us":
-                    d["gpu"]["launch_us"] = v
-                elif leaf == "intra_latency_us":
-                    d["intra_latency_us"] = v
-                else:
-                    eff[leaf] = v
-        if world > 1 and near == 1:
+    cal = hw.calibration
+    if cal is not None and cal.worlds:
+        near = cal.nearest(world)
+        wf = cal.worlds[near]
+        eff = {**d["efficiency"], **wf.efficiency}
+        if wf.launch_us is not None:
+            d["gpu"]["launch_us"] = wf.launch_us
+        if wf.intra_latency_us is not None:
+            d["intra_latency_us"] = wf.intra_latency_us
+        coll = [n for n in cal.worlds if n > 1]
+        if world > 1 and near == 1 and coll:
             # Collectives were never measured below 2 ranks; use the smallest world that has them.
-            coll = [n for n in worlds if n > 1]
-            if coll:
-                p2 = WORLD_PREFIX.format(n=min(coll))
-                for k in (*COLLECTIVE_KINDS, "intra_latency_us"):
-                    if p2 + k in hw.efficiency:
-                        if k == "intra_latency_us":
-                            d["intra_latency_us"] = hw.efficiency[p2 + k]
-                        else:
-                            eff[k] = hw.efficiency[p2 + k]
+            w2 = cal.worlds[min(coll)]
+            eff.update({k: v for k, v in w2.efficiency.items() if k in COLLECTIVE_KINDS})
+            if w2.intra_latency_us is not None:
+                d["intra_latency_us"] = w2.intra_latency_us
         d["efficiency"] = eff
     return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
 
 
-# ----------------------------------------------------------------------------- refining on runs
+def _with(hw: Any, **fields: Any) -> Any:
+    """A copy of the spec `hw` with `fields` replaced (the calibration copied, never shared)."""
+    from simulator.hardware import HardwareSpec
 
-REFINE_KEYS = ("launch_us", "compute", "hbm", "all_to_all", "all_reduce", "intra_latency_us")
-OP_WEIGHT = 0.25  # per-op residuals count for less than iteration residuals (gaps between ops)
+    spec = HardwareSpec.from_dict(hw.to_dict(), where=f"hardware {hw.name}")
+    for k, v in fields.items():
+        setattr(spec, k, v)
+    return spec
+
+
+def _calibration_of(hw: Any) -> Calibration:
+    """A copy of the spec's calibration to change (an empty one when it has none)."""
+    return copy.deepcopy(hw.calibration) if hw.calibration is not None else Calibration()
+
+
+# ----------------------------------------------------------------------------- refining on runs
 
 
 def scale_spec(hw: Any, factors: dict[str, float]) -> Any:
     """`hw` with coefficients multiplied by `factors` (efficiencies: > 1 is faster; launch_us
-    and intra_latency_us: > 1 is slower), live keys and every world's `w{n}.` keys alike."""
-    from simulator.hardware import HardwareSpec
-
-    d = hw.to_dict()
-    eff = dict(d["efficiency"])
+    and intra_latency_us: > 1 is slower), the live figures and every calibrated world's alike."""
+    spec = _with(hw, calibration=_calibration_of(hw))
     for key, f in factors.items():
         if key == "launch_us":
-            d["gpu"]["launch_us"] = d["gpu"]["launch_us"] * f
+            spec.gpu.launch_us *= f
         elif key == "intra_latency_us":
-            d["intra_latency_us"] = d["intra_latency_us"] * f
+            spec.intra_latency_us *= f
         else:
-            eff[key] = eff.get(key, 1.0) * f
-        for k in list(eff):
-            if k.startswith("w") and "." in k and k.split(".", 1)[1] == key:
-                eff[k] = eff[k] * f
-    d["efficiency"] = eff
-    return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
-
-
-def _op_durations(res: Any) -> dict[str, float]:
-    """Mean simulated duration per op name (over ranks), without building a Timeline."""
-    nodes = res.st.graph.g.nodes
-    acc: dict[str, list[float]] = {}
-    dur = (res.end_us - res.start_us).tolist()
-    for i, nid in enumerate(res.st.ids):
-        acc.setdefault(nodes[nid]["name"], []).append(dur[i])
-    return {k: float(np.mean(v)) for k, v in acc.items()}
-
-
-def refine_on_runs(
-    hw: Any,
-    runs: Sequence[tuple[Any, int, float, dict[str, float]]],
-    keys: Sequence[str] = REFINE_KEYS,
-    engine: str = "fast",
-) -> tuple[Any, dict[str, Any]]:
-    """Refine coefficients on executed plans: `runs` = (OpGraph, world size, measured
-    iteration us, measured per-op us). Multiplicative corrections (log-parametrised) of
-    `keys` minimise the relative errors of the simulated iterations (and, with a lower
-    weight, of the per-op durations) by robust least squares. Returns (spec, report)."""
-    from simulator.engine import simulate
-
-    if not runs:
-        raise CalibrationError("refine_on_runs: no executed plans to fit")
-    keys = list(keys)
-    worlds = sorted({int(w) for _, w, _, _ in runs})
-
-    it_pos: list[int] = []  # where each run's iteration residual sits (same on every call)
-
-    def residuals(theta: np.ndarray) -> np.ndarray:
-        spec = scale_spec(hw, dict(zip(keys, np.exp(theta))))
-        per_world = {w: spec_for_world(spec, w) for w in worlds}
-        out = []
-        it_pos.clear()
-        for graph, w, meas_it, meas_ops in runs:
-            res = simulate(graph, per_world[int(w)], engine=engine)
-            it_pos.append(len(out))
-            out.append((res.iteration_us - meas_it) / meas_it)
-            pred = _op_durations(res)
-            common = [k for k in meas_ops if k in pred and meas_ops[k] > 0]
-            wgt = OP_WEIGHT / np.sqrt(max(len(common), 1))
-            out.extend(wgt * (pred[k] - meas_ops[k]) / meas_ops[k] for k in common)
-        return np.asarray(out, dtype=float)
-
-    theta0 = np.zeros(len(keys))
-    r0 = residuals(theta0)
-    sol = least_squares(residuals, theta0, bounds=(-4.0, 4.0), loss="soft_l1", f_scale=0.1,
-                        diff_step=0.05, max_nfev=60 * (len(keys) + 1))
-    factors = {k: float(np.exp(v)) for k, v in zip(keys, sol.x)}
-    refined = scale_spec(hw, factors)
-    before = np.abs(r0[it_pos])
-    after = np.abs(residuals(sol.x)[it_pos])
-    report = {
-        "fit_plans": len(runs), "keys": keys, "factors": factors,
-        "fit_mape_before": float(before.mean()), "fit_mape_after": float(after.mean()),
-        "evaluations": int(sol.nfev), "status": str(sol.message),
-    }
-    return refined, report
-
+            spec.efficiency[key] = spec.efficiency.get(key, 1.0) * f
+        for wf in spec.calibration.worlds.values():
+            if key in ("launch_us", "intra_latency_us"):
+                if getattr(wf, key) is not None:
+                    setattr(wf, key, getattr(wf, key) * f)
+            elif key in wf.efficiency:
+                wf.efficiency[key] *= f
+    if not spec.calibration.worlds and hw.calibration is None:
+        spec.calibration = None
+    return spec
 
 
 # ----------------------------------------------------------------------------- per-op-class fit
-
-OP_EFF_PREFIX = "op:"  # efficiency["op:<class>"]: rate factor of the ops of one class
-OP_FIXED_PREFIX = "opfixed:"  # efficiency["opfixed:<class>"]: their fixed cost, in units of launch_us
-OP_GAP = "opgap"  # efficiency["opgap"]: host time between two ops that no op's timing holds, in launch_us
 # Fixed costs are kept in units of the spec's launch_us so that they follow the contention
-# of each world size (the `w{n}.launch_us` microbenchmarks measure it), as rates do.
-
-
-def has_op_classes(hw: Any) -> bool:
-    """Whether a spec carries per-op-class coefficients (or host gaps) that `tag_op_classes` applies."""
-    return any(k.startswith((OP_EFF_PREFIX, OP_FIXED_PREFIX)) or k in (OP_GAP, STEP_GAP, COLL_WAIT)
-               for k in hw.efficiency)
-
-
-def tag_op_classes(graph: Any, hw: Any, classify: Callable[[str], str]) -> Any:
-    """A copy of `graph` whose ops point at their class's fitted coefficients in `hw`
-    (class = `classify(op name)`): `eff_key` "op:<class>", and instead of the launch cost
-    a fixed cost of (class factor + host gap) x launch_us. Ops of classes without
-    coefficients are left as they are."""
-    from simulator.cost import LATENCY_PREFIX
-    from simulator.opgraph import OpGraph
-
-    eff = hw.efficiency
-    gap = float(eff.get(OP_GAP, 0.0))
-    step_gap = float(eff.get(STEP_GAP, 0.0)) * hw.gpu.launch_us
-    wait = float(eff.get(COLL_WAIT, 0.0))
-    pre = compute_before_collectives(graph, hw) if wait > 0 else {}
-    d = graph.to_json()
-    for (nid, _a), op in zip(graph.ops(), d["ops"]):
-        coll = op.get("collective") is not None
-        cls = class_key(classify(op["name"]), coll)
-        args = dict(op.get("args") or {})
-        key = OP_EFF_PREFIX + cls
-        if key in eff:
-            args["eff_key"] = key
-        fixed = eff.get(OP_FIXED_PREFIX + cls)
-        if fixed is not None:
-            args["launch"] = False
-            if coll:  # the class scales the whole modelled collective: its own fixed part too
-                own = float(args.get("fixed_us", 0.0)) * eff.get(LATENCY_PREFIX + key, 1.0)
-                args["fixed_us"] = float(fixed) * hw.gpu.launch_us + own
-            else:  # the host's time between two ops is paid by the op it leads to
-                args["fixed_us"] = (float(fixed) + gap) * hw.gpu.launch_us
-        elif not coll and gap:  # a class no fit plan ran keeps its launch, and pays the gap as any op
-            args["fixed_us"] = float(args.get("fixed_us", 0.0)) + gap * hw.gpu.launch_us
-        if coll and wait > 0:  # waiting for the ranks that compute slower (COLL_WAIT)
-            args["fixed_us"] = float(args.get("fixed_us", 0.0)) + wait * pre.get(nid, 0.0)
-        if step_gap and not op.get("deps"):  # a rank's first op pays the step's untimed host work
-            args["fixed_us"] = float(args.get("fixed_us", 0.0)) + step_gap
-        op["args"] = args
-    return OpGraph.from_json(d, where="tagged graph")
-
-
-COLL_WAIT = "collwait"  # efficiency["w{n}.collwait"]: a collective's wait for its slowest rank, per us of compute before it
+# of each world size (the `worlds[n].launch_us` microbenchmarks measure it), as rates do.
 
 
 def compute_before_collectives(graph: Any, hw: Any) -> dict[str, float]:
-    """Per collective op id: the modelled solo time (simulator.cost under `hw`, untagged
-    ops) of the non-collective ops its rank runs, in program order, since its previous
+    """Per collective op id: the modelled solo time (simulator.cost under `hw`, the base
+    model) of the non-collective ops its rank runs, in program order, since its previous
     collective. Ranks that share cores (a CPU "cluster" with more ranks than cores) do not
     run that stretch in step: the OS runs some ranks ahead while others wait, so the
     early ranks wait at the next collective for the late ones, in proportion to the
     stretch (the same bytes take 2 ms after a short stretch, 10-18 ms after the dense
     forward and backward at 4 ranks on 2 cores). fit_op_classes fits the proportion per
-    world size (COLL_WAIT); tag_op_classes adds it to the collective."""
-    from simulator.cost import op_cost_us
+    world size (`coll_wait`); the cost model adds it to the collective
+    (simulator.compiled.pre_collective_compute computes the stretch for both)."""
+    from simulator.compiled import _base_ops, pre_collective_compute, structure
 
-    out: dict[str, float] = {}
-    acc: dict[int, float] = {}
-    for nid, a in graph.ops():
-        r = int(a["rank"])
-        if a.get("collective") is not None:
-            out[nid] = acc.get(r, 0.0)
-            acc[r] = 0.0
-        else:
-            acc[r] = acc.get(r, 0.0) + op_cost_us(a, hw)
-    return out
-
-
-COLLECTIVE_CLASS = "#collective"  # class suffix of collective ops (a name may be either: opt/<pack>/cold_update)
-
-
-def class_key(cls: str, collective: bool) -> str:
-    """The key a class's coefficients are stored under: every collective in one class
-    (they share the links and the gloo threads; a few fit plans seldom hold one exchange
-    at enough sizes to fit it alone), apart from the compute ops."""
-    return "comm" + COLLECTIVE_CLASS if collective else cls
+    st = structure(graph)
+    _, fixed, flow, _ = _base_ops(st, hw)
+    is_coll = st.column("coll") >= 0
+    pre = pre_collective_compute(st, fixed + flow, is_coll)
+    return {st.ids[i]: float(pre[i]) for i in np.flatnonzero(is_coll)}
 
 
 def _fit_class(rows: np.ndarray, fixed: bool, min_samples: int) -> tuple[float, float, np.ndarray]:
@@ -609,14 +479,14 @@ def fit_op_classes(
     of a class, the model's flow time under `hw` (simulator.cost, the spec of its world
     size) and that world's launch_us are held against the measured duration:
     measured = f * launch_us + s * flow (f, s >= 0, relative residuals). The class then
-    costs f launches fixed and its flow runs 1/s as fast (efficiency "op:<class>" = old
-    factor / s, "opfixed:<class>" = f). Classes with fewer than `min_samples` ops or no
+    costs f launches fixed and its flow runs 1/s as fast (the calibration's ClassFit: rate =
+    old factor / s, fixed_launches = f). Classes with fewer than `min_samples` ops or no
     spread (or with fixed=False) keep the launch as fixed cost and get a pure scale, or
     without flow a pure fixed cost.
 
     With `per_world`, a class is also fitted apart at each world size the fit plans ran
-    at (keys `w{n}.op:<class>`, `w{n}.opfixed:<class>`, which `spec_for_world` makes live
-    for that world): the ranks of a CPU "cluster" share the cores, so how much an op's
+    at (the calibration's `worlds[n].classes`, which the cost model applies at that world
+    size): the ranks of a CPU "cluster" share the cores, so how much an op's
     Python dispatch and its kernels slow down with the rank count differs per op (a
     single-threaded dispatch from a multi-threaded GEMM), which one factor per resource
     from the microbenchmarks does not capture. A world whose samples of a class are too few,
@@ -631,8 +501,7 @@ def fit_op_classes(
     and `f` adds launches: on a CPU "cluster" a collective competes with the ranks' compute
     for the cores, which the idle-machine microbenchmarks do not see. Returns (spec, report).
     """
-    from simulator.cost import LATENCY_PREFIX, op_busy
-    from simulator.hardware import HardwareSpec
+    from simulator.cost import op_busy
 
     samples: dict[str, list[tuple[float, ...]]] = {}  # class -> (flow, launch, measured, weight, world, pre)
     old_k: dict[tuple[str, int], float] = {}
@@ -664,7 +533,7 @@ def fit_op_classes(
                  float(np.mean(pre_name.get(name, [0.0]))), run_i))
     if not samples:
         raise CalibrationError("fit_op_classes: no measured op matched a lowered op by name")
-    eff = dict(hw.efficiency)
+    cal = _calibration_of(hw)
     report: dict[str, Any] = {}
     for cls, rows in sorted(samples.items()):
         arr = np.array([r[:4] for r in rows])
@@ -673,12 +542,13 @@ def fit_op_classes(
         plans = np.array([r[6] for r in rows])
         f, s, res = _fit_class(arr, fixed, min_samples)
         k0 = float(np.median([old_k[(cls, int(w))] for w in set(worlds.tolist())]))
-        eff[OP_FIXED_PREFIX + cls] = max(f, 1e-3)
+        pooled = cal.classes.setdefault(cls, ClassFit())
+        pooled.fixed_launches = max(f, 1e-3)
         if s > 0:
-            eff[OP_EFF_PREFIX + cls] = float(np.clip(k0 / s, 1e-5, 1e5))
+            pooled.rate = float(np.clip(k0 / s, 1e-5, 1e5))
         if cls in colls:  # latency and bandwidth terms alike (s = 0: all of it in the fixed part)
-            eff[LATENCY_PREFIX + OP_EFF_PREFIX + cls] = float(np.clip(s, 1e-5, 1e5))
-            eff[OP_EFF_PREFIX + cls] = float(np.clip(k0 / max(s, 1e-5), 1e-5, 1e5))
+            pooled.latency_scale = float(np.clip(s, 1e-5, 1e5))
+            pooled.rate = float(np.clip(k0 / max(s, 1e-5), 1e-5, 1e5))
         entry: dict[str, Any] = {"n": len(rows), "fixed_launches": round(f, 3), "flow_scale": round(s, 4),
                                  "rel_rms": round(float(np.sqrt(np.mean(res**2))), 4)}
         if per_world:
@@ -692,25 +562,23 @@ def fit_op_classes(
                 rw = (_predict_form(coef, sub, sub_pre) - sub[:, 2]) / sub[:, 2]
                 wait = coef if form == "wait" else None
                 if wait is not None:
-                    eff[WORLD_PREFIX.format(n=w) + COLL_WAIT] = max(wait[2], 1e-6)  # the spec wants it positive
-                pre = WORLD_PREFIX.format(n=w)
-                eff[pre + OP_FIXED_PREFIX + cls] = max(fw, 1e-3)
+                    cal.world(w).coll_wait = max(wait[2], 1e-6)  # the spec wants it positive
+                one = cal.world(w).classes.setdefault(cls, ClassFit())
+                one.fixed_launches = max(fw, 1e-3)
                 if sw > 0:
-                    eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / sw, 1e-5, 1e5))
+                    one.rate = float(np.clip(old_k[(cls, w)] / sw, 1e-5, 1e5))
                 elif s > 0:  # no flow at this world: keep the pooled rate, the fixed part carries it
-                    eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / s, 1e-5, 1e5))
+                    one.rate = float(np.clip(old_k[(cls, w)] / s, 1e-5, 1e5))
                 if cls in colls:
-                    eff[pre + LATENCY_PREFIX + OP_EFF_PREFIX + cls] = float(np.clip(sw, 1e-5, 1e5))
-                    eff[pre + OP_EFF_PREFIX + cls] = float(np.clip(old_k[(cls, w)] / max(sw, 1e-5), 1e-5, 1e5))
+                    one.latency_scale = float(np.clip(sw, 1e-5, 1e5))
+                    one.rate = float(np.clip(old_k[(cls, w)] / max(sw, 1e-5), 1e-5, 1e5))
                 by_world[str(w)] = {"n": len(sub), "form": form, "fixed_launches": round(fw, 3),
                                     "flow_scale": round(sw, 4), "rel_rms": round(float(np.sqrt(np.mean(rw**2))), 4)}
                 if wait is not None:
                     by_world[str(w)]["wait_per_compute_us"] = round(wait[2], 4)
             entry["worlds"] = by_world
         report[cls] = entry
-    d = hw.to_dict()
-    d["efficiency"] = eff
-    return HardwareSpec.from_dict(d, where=f"hardware {hw.name}"), report
+    return _with(hw, calibration=cal), report
 
 
 REFINE_ITERATION_KEYS = ("intra_latency_us", "all_to_all", "all_reduce")
@@ -719,21 +587,18 @@ REFINE_ITERATION_KEYS = ("intra_latency_us", "all_to_all", "all_reduce")
 def refine_iterations(
     hw: Any,
     runs: Sequence[tuple[Any, int, float]],
-    classify: Callable[[str], str],
     keys: Sequence[str] = REFINE_ITERATION_KEYS,
     engine: str = "fast",
     fit_gap: bool = True,
     bound: float = 4.0,
 ) -> tuple[Any, dict[str, Any]]:
-    """Fit the per-op host gap (OP_GAP, in launches; with `fit_gap`, else the spec's gaps
-    stay, e.g. measured by `fit_host_gaps`) and multiplicative corrections of `keys`
-    (collective latency and bandwidths by default, each within a factor e**bound) to
-    measured iteration times: `runs` = (OpGraph as lowered, world size, measured iteration
-    us). Graphs are re-tagged
-    (tag_op_classes) for every trial. Robust least squares on relative errors. Returns
-    (spec, report)."""
+    """Fit the per-op host gap (the calibration's op_gap, in launches; with `fit_gap`, else
+    the spec's gaps stay, e.g. measured by `fit_host_gaps`) and multiplicative corrections
+    of `keys` (collective latency and bandwidths by default, each within a factor e**bound)
+    to measured iteration times: `runs` = (OpGraph as lowered, world size, measured
+    iteration us); the cost model applies the calibration to them. Robust least squares on
+    relative errors. Returns (spec, report)."""
     from simulator.engine import simulate
-    from simulator.hardware import HardwareSpec
 
     if not runs:
         raise CalibrationError("refine_iterations: no executed plans to fit")
@@ -745,23 +610,22 @@ def refine_iterations(
         spec = scale_spec(hw, dict(zip(keys, np.exp(x[:len(keys)])))) if keys else hw
         if not fit_gap:
             return spec
-        d = spec.to_dict()
-        d["efficiency"] = {**d["efficiency"], OP_GAP: max(float(x[-1]), 1e-3)}
-        return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
+        cal = _calibration_of(spec)
+        cal.op_gap = max(float(x[-1]), 1e-3)
+        return _with(spec, calibration=cal)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         spec = spec_with(x)
         out = []
         for graph, w, meas in runs:
             sw = spec_for_world(spec, int(w))
-            tagged = tag_op_classes(graph, sw, classify)
-            out.append((simulate(tagged, sw, engine=engine).iteration_us - meas) / meas)
+            out.append((simulate(graph, sw, engine=engine).iteration_us - meas) / meas)
         return np.asarray(out)
 
     x0 = np.zeros(len(keys) + ng)
     r0 = residuals(x0)
     if len(x0) == 0:
-        return hw, {"gap_launches": float(hw.efficiency.get(OP_GAP, 0.0)), "factors": {}, "fit_plans": len(runs),
+        return hw, {"gap_launches": _op_gap(hw), "factors": {}, "fit_plans": len(runs),
                     "fit_mape_before": float(np.abs(r0).mean()), "fit_mape_after": float(np.abs(r0).mean()),
                     "evaluations": 1}
     lo = np.concatenate([np.full(len(keys), -bound), [0.0] * ng])
@@ -773,14 +637,16 @@ def refine_iterations(
                         max_nfev=40 * (len(keys) + 2))
     r1 = residuals(sol.x)
     return spec_with(sol.x), {
-        "gap_launches": float(sol.x[-1]) if fit_gap else float(hw.efficiency.get(OP_GAP, 0.0)),
+        "gap_launches": float(sol.x[-1]) if fit_gap else _op_gap(hw),
         "factors": {k: float(np.exp(v)) for k, v in zip(keys, sol.x[:len(keys)])},
         "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()), "fit_mape_after": float(np.abs(r1).mean()),
         "evaluations": int(sol.nfev),
     }
 
 
-STEP_GAP = "stepgap"  # efficiency["stepgap"]: host time per step outside every timed op, in launch_us
+def _op_gap(hw: Any) -> float:
+    return float(hw.calibration.op_gap or 0.0) if hw.calibration is not None else 0.0
+
 
 
 def fit_host_gaps(hw: Any, runs: Sequence[tuple[int, float, float]]) -> tuple[Any, dict[str, Any]]:
@@ -790,9 +656,8 @@ def fit_host_gaps(hw: Any, runs: Sequence[tuple[int, float, float]]) -> tuple[An
     op (the Python between two ops): gap = g0 + g1 * ops. g1 (us per op) is fitted on all
     runs, from the spread of op counts within each world size (the interpreter runs the
     same code at every world size); g0 per world size (what runs outside the ops each
-    step, and how busy the cores are). Stored in launches of each world (`w{n}.opgap`,
-    `w{n}.stepgap`; tag_op_classes adds them). Returns (spec, report)."""
-    from simulator.hardware import HardwareSpec
+    step, and how busy the cores are). Stored in launches of each world (the calibration's
+    `worlds[n].op_gap`, `step_gap`; the cost model adds them). Returns (spec, report)."""
 
     rows = [(int(w), float(n), float(g)) for w, n, g in runs if n > 0 and g >= 0]
     if not rows:
@@ -805,14 +670,12 @@ def fit_host_gaps(hw: Any, runs: Sequence[tuple[int, float, float]]) -> tuple[An
     x = n - np.array([n[worlds == w].mean() for w in worlds])
     y = g - np.array([g[worlds == w].mean() for w in worlds])
     g1 = float(max((x @ y) / (x @ x), 0.0)) if float(x @ x) > 0 else 0.0
-    eff = dict(hw.efficiency)
+    cal = _calibration_of(hw)
     report: dict[str, Any] = {"op_us": round(g1, 2), "worlds": {}}
     for w in sorted(launch):
         sel = worlds == w
         g0 = float(max(np.median(g[sel] - g1 * n[sel]), 0.0))
-        eff[WORLD_PREFIX.format(n=w) + OP_GAP] = max(g1 / launch[w], 1e-6)
-        eff[WORLD_PREFIX.format(n=w) + STEP_GAP] = max(g0 / launch[w], 1e-6)
+        cal.world(w).op_gap = max(g1 / launch[w], 1e-6)
+        cal.world(w).step_gap = max(g0 / launch[w], 1e-6)
         report["worlds"][str(w)] = {"step_us": round(g0, 1), "op_us": round(g1, 2), "runs": int(sel.sum())}
-    d = hw.to_dict()
-    d["efficiency"] = eff
-    return HardwareSpec.from_dict(d, where=f"hardware {hw.name}"), report
+    return _with(hw, calibration=cal), report

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.cost import N_RES, collective_cost, resource_capacity
+from simulator.calibration_spec import ClassFit, Resolved, class_key
+from simulator.cost import N_RES, collective_cost, link_latency_us, resource_capacity
 from simulator.hardware import HardwareSpec
 from simulator.opgraph import _INT_COLUMNS, OpGraph, OpGraphError
 
@@ -44,6 +45,7 @@ class Structure:
     mem: np.ndarray  # (n, 2): alloc, free
     dtypes: list[str]  # dtype code -> name
     eff_keys: list[Any]  # eff_key code -> key
+    classes: list[Any]  # cls code -> op class (None: an op without one)
     version: int  # the graph's version it was compiled from
     memo: dict[str, Any] = field(default_factory=dict)  # engine-specific views of the structure
 
@@ -176,7 +178,7 @@ def _build_structure(graph: OpGraph) -> Structure:
         unit_coll=unit_coll, coll_units=np.arange(C, dtype=np.int64),
         members_ptr=members_ptr, members=members, dep_ptr=dep_ptr, dep_src=dep_src,
         usucc_ptr=usucc_ptr, usucc=e_dst, uindeg=uindeg, mem=mem, dtypes=list(codes["dtype"]),
-        eff_keys=list(codes["eff_key"]), version=graph._version,
+        eff_keys=list(codes["eff_key"]), classes=list(codes["cls"]), version=graph._version,
     )
 
 
@@ -189,6 +191,8 @@ class Costs:
     ures: np.ndarray
     ubusy: np.ndarray
     uop: np.ndarray  # per entry: the op it comes from
+    fixed: np.ndarray | None = None  # per op: its fixed time, us (calibration applied)
+    flow: np.ndarray | None = None  # per op: its flow time alone, us
 
 
 def _collective_kinds(st: Structure) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
@@ -212,31 +216,36 @@ def _collective_kinds(st: Structure) -> tuple[np.ndarray, list[tuple[Any, Any]]]
 
 
 def costs(st: Structure, hw: HardwareSpec) -> Costs:
-    n = len(st.ids)
-    cap = resource_capacity(hw)
-    dt_rate = np.array([hw.flops_for(d) * hw.eff("compute") for d in st.dtypes] or [1.0])
-    ek = np.array([hw.eff(k) for k in st.eff_keys] or [1.0])
-    scale = 1e6 / ek[st.column("eff_key")]
-    busy = np.zeros((n, N_RES), order="F")  # column-major: per-resource columns and the row max are fast
-    np.divide(st.column("flops"), dt_rate[st.column("dtype")], out=busy[:, 0])
-    for k, (col, res) in enumerate((("hbm_bytes", "hbm"), ("host_bytes", "host"), ("pcie_bytes", "pcie")), 1):
-        np.divide(st.column(col), cap[res], out=busy[:, k])
-    np.divide(st.column("nic_bytes"), cap["nic"], out=busy[:, 5])
-    busy *= scale[:, None]
-    if hw.kind == "cpu":  # see cost.py: one DRAM serves host and "hbm" traffic (pcie: none)
-        busy[:, 1] += busy[:, 2] + busy[:, 3]
-        busy[:, 2:4] = 0.0
-    fixed = st.column("launch") * hw.gpu.launch_us + st.column("fixed_us")
-    flow = busy.max(axis=1)
+    """Fixed and flow time and resource use of every unit under `hw`: the base model, with the
+    op-class fits, host gaps and collective waits of the spec's calibration (for its world
+    size, simulator.calibration_spec) applied on top."""
+    cal = hw.calibration.resolve(hw.world_size) if hw.calibration is not None else None
+    if cal is not None and cal.empty:
+        cal = None
+    busy, fixed, flow, own = _base_ops(st, hw)
+    launch_us = hw.gpu.launch_us
     C = len(st.coll_units)
-    if C:  # collectives are units 0..C-1, so their members lead st.members
+    ms = st.members[:st.members_ptr[C]] if C else np.zeros(0, np.int64)  # collectives' ops lead st.members
+    comm = ClassFit()
+    if cal is not None:
+        is_coll = st.column("coll") >= 0
+        pre = pre_collective_compute(st, fixed + flow, is_coll) if cal.coll_wait else None
+        _apply_classes(st, cal, busy, fixed, ~is_coll, hw)
+        flow = busy.max(axis=1)
+        comm = cal.classes.get(class_key(None, True)) or comm
+        if comm.fixed_launches is not None:
+            fixed[ms] = comm.fixed_launches * launch_us + own[ms] * (comm.latency_scale or 1.0)
+        if pre is not None:
+            fixed[ms] += cal.coll_wait * pre[ms]
+        if cal.step_gap:  # a rank's first op pays the step's untimed host work
+            fixed[np.diff(st.dep_ptr) == 0] += cal.step_gap * launch_us
+    if C:
         kind_u, kinds = _collective_kinds(st)
         lat = np.empty(len(kinds))
         bw = np.empty(len(kinds))
         cb = np.empty((len(kinds), N_RES))
         for k, (c, key) in enumerate(kinds):
-            lat[k], bw[k], cb[k] = collective_cost(c, hw, key)
-        ms = st.members[:st.members_ptr[C]]
+            lat[k], bw[k], cb[k] = collective_cost(c, hw, key, comm.rate, comm.latency_scale)
         mk = kind_u[st.unit[ms]]
         busy[ms] = cb[mk]
         fixed[ms] += lat[mk]
@@ -257,4 +266,89 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
     ures_ptr = np.zeros(st.n_units + 1, np.int64)
     np.cumsum(np.bincount(u_of, minlength=st.n_units), out=ures_ptr[1:])
     return Costs(busy=busy, ufixed=ufixed, uflow=uflow, ures_ptr=ures_ptr, ures=st.slot[op_i] * N_RES + res_k,
-                 ubusy=busy[op_i, res_k], uop=op_i)
+                 ubusy=busy[op_i, res_k], uop=op_i, fixed=fixed, flow=flow)
+
+
+def _base_ops(st: Structure, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per op under the base model (simulator.cost): busy per resource, fixed time (launch and
+    own fixed demands; a collective's algorithm is costed per unit), flow, and the own fixed
+    demands alone."""
+    n = len(st.ids)
+    cap = resource_capacity(hw)
+    dt_rate = np.array([hw.flops_for(d) * hw.eff("compute") for d in st.dtypes] or [1.0])
+    ek = np.array([hw.eff(k) for k in st.eff_keys] or [1.0])
+    scale = 1e6 / ek[st.column("eff_key")]
+    busy = np.zeros((n, N_RES), order="F")  # column-major: per-resource columns and the row max are fast
+    np.divide(st.column("flops"), dt_rate[st.column("dtype")], out=busy[:, 0])
+    for k, (col, res) in enumerate((("hbm_bytes", "hbm"), ("host_bytes", "host"), ("pcie_bytes", "pcie")), 1):
+        np.divide(st.column(col), cap[res], out=busy[:, k])
+    np.divide(st.column("nic_bytes"), cap["nic"], out=busy[:, 5])
+    busy *= scale[:, None]
+    if hw.kind == "cpu":  # see cost.py: one DRAM serves host and "hbm" traffic (pcie: none)
+        busy[:, 1] += busy[:, 2] + busy[:, 3]
+        busy[:, 2:4] = 0.0
+    own = st.column("fixed_us").copy()
+    lat_steps = st.column("lat_steps")
+    if lat_steps.any():
+        own += lat_steps * link_latency_us(hw)
+    mem = st.column("fixed_hbm_bytes")
+    if mem.any():
+        own += mem / (hw.gpu.hbm_bw * hw.eff("hbm")) * 1e6
+    fixed = st.column("launch") * hw.gpu.launch_us + own
+    return busy, fixed, busy.max(axis=1), own
+
+
+def _apply_classes(st: Structure, cal: Resolved, busy: np.ndarray, fixed: np.ndarray, ordinary: np.ndarray,
+                   hw: HardwareSpec) -> None:
+    """The fitted class coefficients on the ordinary (non-collective) ops, in place: a class's
+    rate factor in place of the op's eff_key factor, its fixed cost (in launches) in place of
+    the launch and own fixed part, and the host gap per op on every op."""
+    n_cls = max(len(st.classes), 1)
+    f_of = np.full(n_cls, np.nan)
+    r_of = np.full(n_cls, np.nan)
+    for code, name in enumerate(st.classes):
+        cf = cal.classes.get(class_key(name, False)) if name is not None else None
+        if cf is not None:
+            f_of[code] = np.nan if cf.fixed_launches is None else cf.fixed_launches
+            r_of[code] = np.nan if cf.rate is None else cf.rate
+    code = st.column("cls")
+    rate = r_of[code]
+    sel = ordinary & ~np.isnan(rate)
+    if sel.any():
+        ek = np.array([hw.eff(k) for k in st.eff_keys] or [1.0])
+        busy[sel] *= (ek[st.column("eff_key")[sel]] / rate[sel])[:, None]
+    fl = f_of[code]
+    sel = ordinary & ~np.isnan(fl)
+    fixed[sel] = fl[sel] * hw.gpu.launch_us
+    if cal.op_gap:  # the host's time between two ops is paid by the op it leads to
+        fixed[ordinary] += cal.op_gap * hw.gpu.launch_us
+
+
+def pre_collective_compute(st: Structure, solo_us: np.ndarray, is_coll: np.ndarray) -> np.ndarray:
+    """Per op (collectives only; 0 elsewhere): the solo time `solo_us` of the ordinary ops its
+    rank runs, in program order, since its previous collective (see
+    simulator.calibration.compute_before_collectives for why it matters)."""
+    n = len(st.ids)
+    out = np.zeros(n)
+    if not is_coll.any():
+        return out
+    order = np.lexsort((np.arange(n), st.rank))  # by rank, then program order
+    cs = np.cumsum(np.where(is_coll, 0.0, solo_us)[order])
+    r = st.rank[order]
+    first = np.r_[True, r[1:] != r[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))  # where each position's rank begins
+    pos = np.flatnonzero(is_coll[order])
+    prev = np.r_[-1, pos[:-1]]
+    same = prev >= start[pos]
+    before_rank = np.where(start[pos] > 0, cs[np.maximum(start[pos] - 1, 0)], 0.0)
+    base = np.where(same, cs[np.maximum(prev, 0)], before_rank)
+    out[order[pos]] = cs[pos] - base
+    return out
+
+
+def op_costs(graph: OpGraph, hw: HardwareSpec) -> dict[str, tuple[float, float]]:
+    """Per op id: (fixed us, flow us) of the op running alone under `hw`, as the engines cost
+    it (its calibration applied)."""
+    st = structure(graph)
+    c = costs(st, hw)
+    return {nid: (float(f), float(w)) for nid, f, w in zip(st.ids, c.fixed, c.flow)}

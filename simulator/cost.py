@@ -58,14 +58,33 @@ def resource_capacity(hw: HardwareSpec) -> dict[str, float]:
     }
 
 
+def link_latency_us(hw: HardwareSpec) -> float:
+    """The latency one `lat_steps` step costs: the NIC's when the spec spans nodes."""
+    return hw.nic_latency_us if hw.world_size > hw.gpus_per_node else hw.intra_latency_us
+
+
+def own_fixed_us(args: Mapping[str, Any], hw: HardwareSpec) -> float:
+    """The fixed demands an op carries besides its launch and its collective algorithm:
+    `lat_steps` link latencies, `fixed_hbm_bytes` at the memory rate, `fixed_us` as given."""
+    out = float(args.get("fixed_us", 0.0))
+    if args.get("lat_steps"):
+        out += float(args["lat_steps"]) * link_latency_us(hw)
+    if args.get("fixed_hbm_bytes"):
+        out += float(args["fixed_hbm_bytes"]) / (hw.gpu.hbm_bw * hw.eff("hbm")) * 1e6
+    return out
+
+
 def fixed_us(attrs: Mapping[str, Any], hw: HardwareSpec) -> float:
+    """An op's fixed time under the base model (launch + own fixed demands); a calibration's
+    per-class fits are applied on top by simulator.compiled.costs."""
     args = attrs.get("args") or {}
     launch = hw.gpu.launch_us if args.get("launch", True) else 0.0
-    return launch + float(args.get("fixed_us", 0.0))
+    return launch + own_fixed_us(args, hw)
 
 
 def op_busy(attrs: Mapping[str, Any], hw: HardwareSpec) -> tuple[float, float, list[float]]:
-    """(fixed_us, flow_us, busy_us per resource in RESOURCES order) for one op."""
+    """(fixed_us, flow_us, busy_us per resource in RESOURCES order) for one op, under the base
+    model (no calibrated op-class fits: those are applied by simulator.compiled.costs)."""
     coll = attrs.get("collective")
     eff_key = (attrs.get("args") or {}).get("eff_key")
     if coll is not None:
@@ -99,18 +118,16 @@ def _topology(group: tuple[int, ...], hw: HardwareSpec) -> tuple[int, int, int]:
     return len(group), max(per_node.values()), len(per_node)
 
 
-LATENCY_PREFIX = "lat:"  # efficiency["lat:<eff_key>"]: multiplies the latency terms of collectives with that eff_key
-
-
-def collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None = None) -> tuple[float, float, list[float]]:
+def collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None = None, rate: float | None = None,
+                    latency_scale: float | None = None) -> tuple[float, float, list[float]]:
     """(latency_us, bandwidth_us, busy_us per resource) of one collective, for each of its ranks.
 
-    The op's `eff_key` divides the bandwidth term (as for any op) and, through the key
-    "lat:<eff_key>" when the spec has one, multiplies the latency terms (a collective class
-    calibrated on executed runs: simulator.calibration.fit_op_classes)."""
-    lat, bw, busy = _collective_cost(c, hw, eff_key)
-    if eff_key and (LATENCY_PREFIX + eff_key) in hw.efficiency:
-        lat *= hw.efficiency[LATENCY_PREFIX + eff_key]
+    The op's `eff_key` divides the bandwidth term (as for any op); a calibrated collective
+    class (simulator.calibration_spec.ClassFit) gives `rate` in its place and
+    `latency_scale`, which multiplies the latency terms."""
+    lat, bw, busy = _collective_cost(c, hw, eff_key, rate)
+    if latency_scale is not None:
+        lat *= latency_scale
     if hw.kind == "cpu" and bw > 0:
         # a CPU worker moves a collective's bytes with its own cores and memory (gloo's
         # threads copy and reduce them): while it flies, the rank's compute shares them
@@ -118,12 +135,13 @@ def collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None = None)
     return lat, bw, busy
 
 
-def _collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None) -> tuple[float, float, list[float]]:
+def _collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None,
+                     rate: float | None) -> tuple[float, float, list[float]]:
     p, g, m = _topology(c.group, hw)
     busy = [0.0] * N_RES
     if p <= 1:
         return 0.0, 0.0, busy
-    k = hw.eff(c.type) * hw.eff(eff_key)
+    k = hw.eff(c.type) * (hw.eff(eff_key) if rate is None else rate)
     bi = hw.intra_bw() * hw.eff("intra") * k / 1e6  # bytes per us
     be = hw.nic_bw_per_device() * hw.eff("nic") * k / 1e6
     ai, ae = hw.intra_latency_us, hw.nic_latency_us

@@ -9,6 +9,10 @@ fit them. Documented keys:
   compute, hbm, host, pcie, intra, nic      -- per resource (every op using it)
   all_to_all, all_reduce, all_gather, reduce_scatter, broadcast -- per collective type
   any other key (e.g. gemm, gather)         -- picked by an op through args["eff_key"]
+
+What a machine's calibration measured beyond these (per world size, per op class, host gaps,
+collective waits) is the typed `calibration` section (simulator.calibration_spec); old files
+that kept it as string keys in `efficiency` are converted when loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import yaml
 
 from foundation.fields import MAX_RANKS
 from foundation.files import read_text_file
+from simulator.calibration_spec import Calibration, CalibrationSpecError, from_legacy_efficiency
 from simulator.timeline import _atomic_write_text
 
 
@@ -70,6 +75,7 @@ class HardwareSpec:
     intra_latency_us: float = 2.0
     efficiency: dict[str, float] = field(default_factory=dict)
     source: dict[str, str] = field(default_factory=dict)  # figure -> public source
+    calibration: Calibration | None = None  # measured on this machine (simulator.calibration_spec)
 
     def __post_init__(self) -> None:
         validate_hardware(self)
@@ -108,7 +114,16 @@ class HardwareSpec:
         return rank // self.gpus_per_node
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        cal = self.calibration
+        self.calibration = None  # asdict would copy it field by field; it writes its own form
+        try:
+            d = asdict(self)
+        finally:
+            self.calibration = cal
+        d.pop("calibration")
+        if cal is not None:
+            d["calibration"] = cal.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "hardware") -> HardwareSpec:
@@ -184,7 +199,15 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
     eff = d.get("efficiency") or {}
     if not isinstance(eff, Mapping):
         raise HardwareError(f"{where}: efficiency: expected a mapping key -> factor")
+    eff = {str(k): _num(v, f"{where}: efficiency.{k}", positive=True) for k, v in eff.items()}
     src = d.get("source") or {}
+    cal = d.get("calibration")
+    try:
+        cal = None if cal is None else Calibration.from_dict(cal, f"{where}: calibration")
+    except CalibrationSpecError as exc:
+        raise HardwareError(str(exc)) from None
+    # an old file's string keys (or such a key set by an override) go into the typed calibration
+    eff, cal = from_legacy_efficiency(eff, cal)
     return HardwareSpec(
         name=str(d["name"]),
         kind=str(d["kind"]),
@@ -200,6 +223,7 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
         intra_latency_us=_num(d.get("intra_latency_us", 2.0), f"{where}: intra_latency_us"),
         efficiency={str(k): _num(v, f"{where}: efficiency.{k}", positive=True) for k, v in eff.items()},
         source={str(k): str(v) for k, v in dict(src).items()},
+        calibration=cal,
     )
 
 

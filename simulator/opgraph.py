@@ -31,9 +31,10 @@ ALGORITHMS = (None, "ring", "tree", "hierarchical", "direct")
 DEMANDS = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes")
 FORMAT_VERSION = 1
 _DEMAND_NAMES = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
-_INT_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll")
-_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "launch", "fixed_us", "flops", "hbm_bytes", "host_bytes",
-            "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
+_INT_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "cls")
+_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "cls", "launch", "fixed_us", "lat_steps", "fixed_hbm_bytes",
+            "flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
+_CODED = ("lane", "dtype", "eff_key", "coll", "cls")
 
 
 class OpGraphError(ValueError):
@@ -93,7 +94,7 @@ class OpGraph:
         self._idx: dict[str, int] = {}
         # typed arrays: numpy reads them without conversion (np.frombuffer)
         self._cols: dict[str, array] = {k: array("q" if k in _INT_COLUMNS else "d") for k in _COLUMNS}
-        self._codes: dict[str, dict[Any, int]] = {"lane": {}, "dtype": {}, "eff_key": {}, "coll": {}}
+        self._codes: dict[str, dict[Any, int]] = {k: {} for k in _CODED}
         self._coll_info: list[tuple[Collective, Any]] = []  # per collective code: (Collective, eff_key) of its first op
         self._esrc = array("q")
         self._edst = array("q")
@@ -106,7 +107,10 @@ class OpGraph:
                dtype: str = "fp32", collective: Collective | None = None, mem_alloc: float = 0.0,
                mem_free: float = 0.0, deps: Iterable[str] = (), **args: Any) -> str:
         """Add one op; returns its id `f"{rank}:{name}"`. `args` are free annotations; engines read
-        `eff_key` (efficiency factor), `fixed_us` (extra fixed time) and `launch` (False: no launch cost)."""
+        `eff_key` (efficiency factor), `launch` (False: no launch cost), `cls` (the op's class,
+        whose calibrated coefficients the cost model applies), and the demands of its fixed part:
+        `lat_steps` (link latencies it pays besides its collective algorithm's), `fixed_hbm_bytes`
+        (memory bytes it moves at the memory rate outside its flow) and `fixed_us` (plain time)."""
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise OpGraphError(f"op {name!r}: rank {rank!r} outside [0, {self.world_size})")
         if self.symmetric and self._rank_weights and rank not in self._rank_weights:
@@ -167,7 +171,10 @@ class OpGraph:
         ec = codes["eff_key"]
         cols["eff_key"].append(ec.setdefault(args.get("eff_key"), len(ec)))
         cols["launch"].append(0.0 if args.get("launch", True) is False else 1.0)
-        cols["fixed_us"].append(float(args.get("fixed_us", 0.0)) if args else 0.0)
+        cc = codes["cls"]
+        cols["cls"].append(cc.setdefault(args.get("cls"), len(cc)))
+        for k in ("fixed_us", "lat_steps", "fixed_hbm_bytes"):
+            cols[k].append(float(args.get(k, 0.0)) if args else 0.0)
         c = a["collective"]
         if c is None:
             cols["coll"].append(-1)
@@ -190,7 +197,7 @@ class OpGraph:
         """Call after editing op attributes in place (e.g. `args["eff_key"]`): the engines'
         columns are read again from the node attributes."""
         self._cols = {k: array("q" if k in _INT_COLUMNS else "d") for k in _COLUMNS}
-        self._codes = {"lane": {}, "dtype": {}, "eff_key": {}, "coll": {}}
+        self._codes = {k: {} for k in _CODED}
         self._coll_info = []
         nodes = self.g.nodes
         for nid in self._ids:

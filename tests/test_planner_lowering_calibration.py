@@ -28,12 +28,35 @@ def test_one_input_copy_per_step_carries_every_micro_batch():
 
 
 def test_id_exchange_pays_for_the_counts_exchange_first():
+    from simulator.cost import own_fixed_us
+
     one_node = load_hardware("dgx-h100")
     lo = lower(kaggle_plan(), one_node)
-    assert lo.op("fwd/pack0/a2a_ids").args["fixed_us"] == one_node.intra_latency_us
+    assert lo.op("fwd/pack0/a2a_ids").args["lat_steps"] == 1  # a demand: one link latency
+    assert own_fixed_us(lo.op("fwd/pack0/a2a_ids").args, one_node) == one_node.intra_latency_us
     two_nodes = load_hardware("dgx-h100", ["nodes=2"])
     lo2 = lower(kaggle_plan(world=16), two_nodes)
-    assert lo2.op("fwd/pack0/a2a_ids").args["fixed_us"] == two_nodes.nic_latency_us
+    assert own_fixed_us(lo2.op("fwd/pack0/a2a_ids").args, two_nodes) == two_nodes.nic_latency_us
+
+
+@pytest.mark.parametrize("setting", ["intra_latency_us=900", "gpu.hbm_bw=1TB/s", "efficiency.hbm=0.25"])
+def test_a_graph_simulated_under_another_spec_keeps_none_of_the_first_specs_microseconds(setting):
+    """Lowering emits demands (latency steps, bytes), so a graph lowered under one spec and
+    simulated under another costs exactly what that other spec's own graph costs (before,
+    the counts exchange's latency and a replica's update time were baked in as microseconds)."""
+    from planner.plan import PackPlan
+    from simulator.engine import simulate
+
+    m = get_model("dlrm-criteo-kaggle")
+    plan = Plan(model=m, world_size=8, batch_size_per_rank=2048,
+                packs=[PackPlan("rows", m.table_names[:20]),
+                       PackPlan("repl", m.table_names[20:], sharding="replicated")])
+    first = load_hardware("dgx-h100")
+    other = load_hardware("dgx-h100", [setting])
+    graph = lower(plan, first).graph
+    own = lower(plan, other).graph
+    assert simulate(graph, other).iteration_us == pytest.approx(simulate(own, other).iteration_us, rel=1e-12)
+    assert simulate(graph, other).iteration_us != pytest.approx(simulate(graph, first).iteration_us, rel=1e-6)
 
 
 def test_dlrm_interaction_moves_its_features_and_is_memory_bound():

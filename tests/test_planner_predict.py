@@ -17,8 +17,8 @@ from simulator.hardware import load_hardware
 def refined_spec(path) -> None:
     """local-cpu with what `picasso validate` adds: factors of one world, per-op-class coefficients, host gaps."""
     d = load_hardware("local-cpu").to_dict()
-    d["efficiency"] = {**d["efficiency"], "w2.launch_us": 7.0, "op:fwd/dense/top_mlp": 4.0,
-                       "opfixed:fwd/pack/dedup": 3.0, "opgap": 1.5}
+    d["calibration"] = {"worlds": {"2": {"launch_us": 7.0}}, "op_gap": 1.5,
+                        "classes": {"fwd/dense/top_mlp": {"rate": 4.0}, "fwd/pack/dedup": {"fixed_launches": 3.0}}}
     path.write_text(json.dumps(d))
 
 

@@ -39,7 +39,7 @@ def test_op_classes_fitted_per_world_size(setup):
     """Ranks sharing cores slow ops down by a different amount per op class and world size:
     coefficients that differ per world are recovered per world, and predict held-out plans
     at each world size (one pooled fit per class cannot)."""
-    from simulator.calibration import fit_op_classes, spec_for_world, tag_op_classes
+    from simulator.calibration import fit_op_classes, spec_for_world
     from simulator.engine import simulate
     from simulator.hardware import HardwareSpec
 
@@ -61,7 +61,7 @@ def test_op_classes_fitted_per_world_size(setup):
         w = c.plan.world_size
         graph = predict(c.plan, spec_for_world(hw, w), access=access).graph
         sw = spec_for_world(truth, w)
-        res = simulate(tag_op_classes(graph, sw, op_class), sw)
+        res = simulate(graph, sw)
         runs.append((graph, w, res.iteration_us, mean_op_durations(res.timeline)))
     # fit: the first two plans of each (world, batch) pair; held out: the rest
     seen: dict[tuple, int] = {}
@@ -83,7 +83,7 @@ def test_op_classes_fitted_per_world_size(setup):
         for w in (1, 2):
             g, ww, _, meas = next(r for r in held if r[1] == w)
             sw = spec_for_world(spec, ww)
-            pred = mean_op_durations(simulate(tag_op_classes(g, sw, op_class), sw).timeline)
+            pred = mean_op_durations(simulate(g, sw).timeline)
             for op, v in meas.items():
                 if op_class(op) == name:
                     assert pred[op] == pytest.approx(v, rel=0.03), (op, w)
@@ -165,6 +165,7 @@ def test_one_rank_has_no_counts_exchange(setup):
     """Alone, a rank exchanges nothing (no a2a_ids at all); with peers the step's one sizes
     exchange is one collective latency, charged to the first ID exchange only."""
     from simulator.calibration import spec_for_world
+    from simulator.cost import own_fixed_us
 
     model, access, hw = setup
     cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=12, worlds=(1, 2),
@@ -172,7 +173,7 @@ def test_one_rank_has_no_counts_exchange(setup):
     for w in (1, 2):
         c = next(c for c in cases if c.plan.world_size == w and c.knobs.get("sharding") == "row_wise")
         g = predict(c.plan, spec_for_world(hw, w), access=access).graph
-        fixed = [(a["name"], (a.get("args") or {}).get("fixed_us", 0.0)) for _, a in g.ops()
+        fixed = [(a["name"], own_fixed_us(a.get("args") or {}, spec_for_world(hw, w))) for _, a in g.ops()
                  if a["name"].endswith("a2a_ids")]
         if w == 1:
             assert not fixed
@@ -183,8 +184,9 @@ def test_one_rank_has_no_counts_exchange(setup):
 
 def test_host_gaps_fitted_per_step_and_per_op(setup):
     """Untimed host time = a per-step part per world size + a per-op part, in launches of
-    each world; tagging puts the step part on a rank's first op and the op part on each op."""
-    from simulator.calibration import OP_GAP, STEP_GAP, fit_host_gaps, spec_for_world, tag_op_classes
+    each world; the cost model puts the step part on a rank's first op and the op part on each op."""
+    from simulator.calibration import fit_host_gaps, spec_for_world
+    from simulator.compiled import op_costs
 
     _model, _access, hw0 = setup
     hw = _with_launch(hw0, {1: 5.0, 2: 20.0})
@@ -196,21 +198,23 @@ def test_host_gaps_fitted_per_step_and_per_op(setup):
         assert rep["step_us"] == pytest.approx(truth[w][0], rel=0.02)
         assert rep["op_us"] == pytest.approx(truth[w][1], rel=0.02)
         sw = spec_for_world(spec, w)
-        assert sw.efficiency[STEP_GAP] * sw.gpu.launch_us == pytest.approx(truth[w][0], rel=0.02)
-        assert sw.efficiency[OP_GAP] * sw.gpu.launch_us == pytest.approx(truth[w][1], rel=0.02)
+        gaps = sw.calibration.resolve(w)
+        assert gaps.step_gap * sw.gpu.launch_us == pytest.approx(truth[w][0], rel=0.02)
+        assert gaps.op_gap * sw.gpu.launch_us == pytest.approx(truth[w][1], rel=0.02)
     from simulator.opgraph import OpGraph
 
     g = OpGraph(1)
-    a = g.add_op("fwd/input/h2d", 0, "compute", kind="compute", hbm_bytes=1e3)
-    g.add_op("fwd/dense/top_mlp", 0, "compute", kind="compute", flops=1e6, deps=(a,))
-    d = spec.to_dict()
-    d["efficiency"] = {**d["efficiency"], "opfixed:fwd/dense/top_mlp": 2.0}
-    from simulator.hardware import HardwareSpec
+    a = g.add_op("fwd/input/h2d", 0, "compute", kind="compute", hbm_bytes=1e3, cls="fwd/input/h2d")
+    g.add_op("fwd/dense/top_mlp", 0, "compute", kind="compute", flops=1e6, deps=(a,), cls="fwd/dense/top_mlp")
+    from simulator.calibration_spec import ClassFit
 
-    sw = spec_for_world(HardwareSpec.from_dict(d), 1)
-    t = {a["name"]: a for _, a in tag_op_classes(g, sw, op_class).ops()}
-    assert t["fwd/input/h2d"]["args"]["fixed_us"] == pytest.approx(2000.0, rel=0.02)  # step part, first op
-    assert t["fwd/dense/top_mlp"]["args"]["fixed_us"] == pytest.approx(2 * 5.0 + 8.0, rel=0.02)
+    spec.calibration.classes["fwd/dense/top_mlp"] = ClassFit(fixed_launches=2.0)
+    sw = spec_for_world(spec, 1)
+    launch = sw.gpu.launch_us
+    t = {k.partition(":")[2]: f for k, (f, _) in op_costs(g, sw).items()}
+    # the step part on the first op (besides its launch and the op part)
+    assert t["fwd/input/h2d"] == pytest.approx(2000.0 + launch + 8.0, rel=0.02)
+    assert t["fwd/dense/top_mlp"] == pytest.approx(2 * 5.0 + 8.0, rel=0.02)
 
 
 def test_queued_collectives_count_from_when_the_lane_is_free():
@@ -264,6 +268,7 @@ def test_replicated_update_pays_two_gathers(setup):
     from planner.lowering import lower
     from planner.plan import PackPlan, Plan
     from simulator.calibration import spec_for_world
+    from simulator.cost import own_fixed_us
 
     model, access, hw = setup
     for w in (1, 4):
@@ -276,7 +281,7 @@ def test_replicated_update_pays_two_gathers(setup):
         rows = pv.cold_unique * w
         passes = {"sgd": 3, "rowwise_adagrad": 4}.get(model.table(model.table_names[0]).optimizer, 3)
         apply_us = rows * (pv.row_bytes * passes + pv.state_bytes * 2 + 8) / (spec.gpu.hbm_bw * spec.eff("hbm")) * 1e6
-        assert op.args["fixed_us"] == pytest.approx(apply_us + (w - 1) * spec.intra_latency_us)
+        assert own_fixed_us(op.args, spec) == pytest.approx(apply_us + (w - 1) * spec.intra_latency_us)
 
 
 def test_one_rank_step_times_what_lowering_names():

@@ -140,38 +140,11 @@ def test_predict_every_sweep_plan(setup):
         assert any(k.startswith("fwd/dense/top_mlp") for k in p.op_us)
 
 
-def test_refine_recovers_known_factors(setup):
-    """Runs simulated on a 'true' machine are the measurements; refining the base spec on
-    half of them recovers the true coefficients and predicts the other half."""
-    from simulator.calibration import refine_on_runs, scale_spec, spec_for_world
-
-    model, access, hw = setup
-    truth = scale_spec(hw, {"launch_us": 3.0, "compute": 0.5, "all_to_all": 0.25})
-    cases = build_sweep(model, access, hw_for(hw), n_plans=12, include_planner=False, batches=(256, 1024))
-    runs = []
-    for c in cases:
-        w = c.plan.world_size
-        meas = predict(c.plan, spec_for_world(truth, w), access=access)
-        graph = predict(c.plan, spec_for_world(hw, w), access=access).graph
-        runs.append((graph, w, meas.iteration_us, meas.op_us))
-    fit, held = runs[::2], runs[1::2]
-    refined, report = refine_on_runs(hw, fit, keys=("launch_us", "compute", "all_to_all"))
-    assert report["fit_mape_before"] > 0.3
-    assert report["fit_mape_after"] < 0.02
-    assert report["factors"]["launch_us"] == pytest.approx(3.0, rel=0.05)
-    assert report["factors"]["compute"] == pytest.approx(0.5, rel=0.1)
-    from simulator.engine import simulate
-
-    for graph, w, meas_it, _ in held:
-        pred = simulate(graph, spec_for_world(refined, w)).iteration_us
-        assert pred == pytest.approx(meas_it, rel=0.03)
-
-
 def test_op_class_fit_recovers_known_coefficients(setup):
     """Per-op-class fixed costs and rate factors set on a 'true' machine are recovered
     from op timings of simulated runs, and predict held-out plans' iterations."""
     from planner.op_names import op_class
-    from simulator.calibration import fit_op_classes, refine_iterations, spec_for_world, tag_op_classes
+    from simulator.calibration import fit_op_classes, refine_iterations, spec_for_world
     from simulator.engine import simulate
     from simulator.hardware import HardwareSpec
 
@@ -186,7 +159,7 @@ def test_op_class_fit_recovers_known_coefficients(setup):
     for c in cases:
         w = c.plan.world_size
         base_graph = predict(c.plan, spec_for_world(hw, w), access=access).graph
-        res = simulate(tag_op_classes(base_graph, spec_for_world(truth, w), op_class), spec_for_world(truth, w))
+        res = simulate(base_graph, spec_for_world(truth, w))
         meas_ops = mean_op_durations(res.timeline)
         runs.append((base_graph, w, res.iteration_us, meas_ops))
     fit, held = runs[::2], runs[1::2]
@@ -194,34 +167,37 @@ def test_op_class_fit_recovers_known_coefficients(setup):
     assert report["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
     assert report["fwd/dense/top_mlp"]["fixed_launches"] == pytest.approx(4.5, rel=0.1)  # fixed + gap
     assert report["bwd/dense/interaction"]["flow_scale"] == pytest.approx(10.0, rel=0.05)
-    spec2, rep = refine_iterations(spec1, [(g, w, t) for g, w, t, _ in fit], op_class, keys=())
+    spec2, rep = refine_iterations(spec1, [(g, w, t) for g, w, t, _ in fit], keys=())
     assert rep["fit_mape_after"] < 0.05
     for graph, w, meas_it, _ in held:
         sw = spec_for_world(spec2, w)
-        pred = simulate(tag_op_classes(graph, sw, op_class), sw).iteration_us
+        pred = simulate(graph, sw).iteration_us
         assert pred == pytest.approx(meas_it, rel=0.05)
 
 
 def test_collective_wait_for_compute_is_recovered(setup):
     """Collectives that wait for the slowest rank in proportion to the compute before them
-    (w{n}.collwait on a 'true' machine) are fitted back per world size, and the fitted model
-    predicts held-out plans' iterations; without the term a pure size model cannot."""
+    (the calibration's coll_wait per world on a 'true' machine) are fitted back per world
+    size, and the fitted model predicts held-out plans' iterations; without the term a pure
+    size model cannot."""
+    import copy
+
     from planner.op_names import op_class
-    from simulator.calibration import COLL_WAIT, fit_op_classes, spec_for_world, tag_op_classes
+    from simulator.calibration import fit_op_classes, spec_for_world
+    from simulator.calibration_spec import Calibration
     from simulator.engine import simulate
-    from simulator.hardware import HardwareSpec
 
     model, access, hw = setup
-    d = hw.to_dict()
-    d["efficiency"] = {**d["efficiency"], "w2." + COLL_WAIT: 0.1, "w4." + COLL_WAIT: 0.4}
-    truth = HardwareSpec.from_dict(d)
+    truth = copy.deepcopy(hw)
+    truth.calibration = copy.deepcopy(hw.calibration) or Calibration()
+    truth.calibration.world(2).coll_wait, truth.calibration.world(4).coll_wait = 0.1, 0.4
     cases = build_sweep(model, access, hw_for(hw), n_plans=12, include_planner=False, batches=(256, 1024),
                         worlds=(2, 4))
     runs = []
     for c in cases:
         w = c.plan.world_size
         base_graph = predict(c.plan, spec_for_world(hw, w), access=access).graph
-        res = simulate(tag_op_classes(base_graph, spec_for_world(truth, w), op_class), spec_for_world(truth, w))
+        res = simulate(base_graph, spec_for_world(truth, w))
         runs.append((base_graph, w, res.iteration_us, mean_op_durations(res.timeline)))
     fit = [r for i, r in enumerate(runs) if i % 4 < 2]  # worlds alternate: both in each half
     held = [r for i, r in enumerate(runs) if i % 4 >= 2]
@@ -230,17 +206,17 @@ def test_collective_wait_for_compute_is_recovered(setup):
     worlds = report["comm#collective"]["worlds"]
     assert worlds["2"]["wait_per_compute_us"] == pytest.approx(0.1, rel=0.15)
     assert worlds["4"]["wait_per_compute_us"] == pytest.approx(0.4, rel=0.15)
-    assert spec_for_world(spec1, 4).efficiency[COLL_WAIT] == pytest.approx(0.4, rel=0.15)
+    assert spec1.calibration.worlds[4].coll_wait == pytest.approx(0.4, rel=0.15)
     errs = []
     for graph, w, meas_it, _ in held:
         sw = spec_for_world(spec1, w)
-        errs.append(abs(simulate(tag_op_classes(graph, sw, op_class), sw).iteration_us - meas_it) / meas_it)
+        errs.append(abs(simulate(graph, sw).iteration_us - meas_it) / meas_it)
     assert max(errs) < 0.05
     # the same graphs without the wait: the held-out plans are mispredicted
-    no_wait = HardwareSpec.from_dict({**spec1.to_dict(), "efficiency": {
-        k: v for k, v in spec1.efficiency.items() if not k.endswith(COLL_WAIT)}})
-    errs0 = [abs(simulate(tag_op_classes(g, spec_for_world(no_wait, w), op_class), spec_for_world(no_wait, w))
-                 .iteration_us - t) / t for g, w, t, _ in held]
+    no_wait = copy.deepcopy(spec1)
+    for wf in no_wait.calibration.worlds.values():
+        wf.coll_wait = None
+    errs0 = [abs(simulate(g, spec_for_world(no_wait, w)).iteration_us - t) / t for g, w, t, _ in held]
     assert max(errs0) > 2 * max(errs)
 
 
@@ -330,3 +306,40 @@ def test_workflow_parameters_are_checked_dataclasses():
         CalibrateConfig(nproc=0).check()
     with pytest.raises(ValueError, match="--row-cap"):
         DemoConfig(row_cap=0).check()
+
+
+def test_replay_refits_a_saved_sweep_without_running_it(setup, tmp_path):
+    """`picasso validate --replay DIR`: a finished sweep's saved plans, traces and results are
+    enough to refit and predict again. Here the "measurements" are simulations on a 'true'
+    machine whose top MLP is 4x slower; the replayed refit recovers it for the held-out plans."""
+    import copy
+
+    from simulator.calibration import spec_for_world
+    from simulator.calibration_spec import Calibration, ClassFit
+    from simulator.engine import simulate
+    from validation.replay import replay
+
+    model, access, hw = setup
+    truth = copy.deepcopy(hw)
+    truth.calibration = Calibration(classes={"fwd/dense/top_mlp": ClassFit(fixed_launches=6.0, rate=0.25)})
+    cases = build_sweep(model, access, hw_for(hw), n_plans=8, include_planner=False, batches=(256, 1024),
+                        worlds=(1, 2), fit_count=4)
+    (tmp_path / "plans").mkdir()
+    records = []
+    for i, c in enumerate(cases):
+        path = tmp_path / "plans" / f"{i:02d}-{c.name}.json"
+        c.plan.save(path, hot_ids=c.hot_ids or None)
+        res = simulate(predict(c.plan, spec_for_world(hw, c.plan.world_size), access=access).graph,
+                       spec_for_world(truth, c.plan.world_size))
+        res.timeline.save(path.with_name(path.stem + ".measured.json"))
+        records.append({"name": c.name, "role": c.role, "knobs": c.knobs, "plan_file": str(path),
+                        "measured_us": res.iteration_us})
+    (tmp_path / "validate.json").write_text(json.dumps({"warmup": 0, "per_plan": records}))
+    out = replay(tmp_path, hw)
+    assert out["refit"]["op_classes"]["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
+    held = [r for r in out["per_plan"] if r["role"] == "validate"]
+    assert held and out["summary"]["plans"] == len(held)
+    assert out["summary"]["mape"] < 0.05
+    before = [abs(predict(c.plan, spec_for_world(hw, c.plan.world_size), access=access).iteration_us
+                  - r["measured_us"]) / r["measured_us"] for c, r in zip(cases, records) if c.role == "validate"]
+    assert np.mean(before) > 3 * out["summary"]["mape"]  # the refit did the work

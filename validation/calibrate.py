@@ -3,7 +3,7 @@
 The benchmarks (executor.microbench) run at every world size in {1, 2, 4, ...} up to
 `nproc` (the ranks of a CPU "cluster" share the cores, so a rank's speed depends on how
 many there are); the fitting is simulator.calibration's. The spec's live factors are
-those of `nproc`, the others are kept as `w{n}.` keys that
+those of `nproc`; every world size's are kept in its calibration (`worlds[n]`), which
 `simulator.calibration.spec_for_world` selects for plans of another world size.
 """
 
@@ -72,7 +72,7 @@ def calibrate(cfg: CalibrateConfig, log: Callable[[str], None] | None = None) ->
         "hardware": hw.name,
         "nproc": nproc,
         "worlds": sorted(fits_by_world),
-        "efficiency": {k: v for k, v in hw.efficiency.items() if "." not in k},
+        "efficiency": dict(hw.efficiency),
         "launch_us": hw.gpu.launch_us,
         "intra_latency_us": hw.intra_latency_us,
         "fits": {str(n): {k: f.to_dict() for k, f in fits.items()} for n, fits in fits_by_world.items()},

@@ -41,7 +41,7 @@ def refit_on_runs(hw: HardwareSpec, fit: list[tuple[Case, Measured]], profile: A
     # factors, bounded (REFINE_BOUND): a few single runs on a shared machine must not carry
     # the model after whichever plan another process slowed down
     kw = {} if keys is None else {"keys": keys}
-    spec2, it = refine_iterations(spec1, [(graph(c), c.plan.world_size, m.iteration_us) for c, m in fit], op_class,
+    spec2, it = refine_iterations(spec1, [(graph(c), c.plan.world_size, m.iteration_us) for c, m in fit],
                                   fit_gap=False, bound=REFINE_BOUND, **kw)
     return spec2, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "host_gaps": gaps,
                    "iterations": it}

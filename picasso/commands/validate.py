@@ -8,7 +8,7 @@ import argparse
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("validate", parents=[common],
                        help="run varied plans for real and measure the simulator's error")
-    p.add_argument("--data", required=True, help="click log to train on (and to profile)")
+    p.add_argument("--data", help="click log to train on (and to profile); required unless --replay")
     p.add_argument("--format", default="criteo", help="data format (default: criteo)")
     p.add_argument("--hardware", default="local-cpu",
                    help="hardware spec: `picasso calibrate` output, a preset or a file")
@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--html", help="write an HTML report here")
     p.add_argument("--save-refined", help="with --fit-plans: write the refined hardware spec here")
     p.add_argument("--results", help="also write the JSON result here (e.g. bench/results/validate_local_cpu.json)")
+    p.add_argument("--replay", metavar="DIR",
+                   help="run nothing: refit --hardware on the fit plans a finished sweep saved in DIR (its -o) "
+                        "and predict its validated plans from their saved measurements")
     p.set_defaults(func=run)
 
 
@@ -46,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from validation.report import validation_sections
     from validation.validate import ValidateConfig, json_default, run_validate
 
+    if args.replay:
+        return replay(args)
+    if not args.data:
+        raise ValueError("--data is required (unless --replay DIR)")
     try:
         batches = tuple(int(b) for b in str(args.batch_sizes).split(",") if b.strip())
     except ValueError:
@@ -88,3 +95,29 @@ def run(args: argparse.Namespace) -> int:
     for f in result["failed"]:
         print(f"FAILED {f['name']}: {f['error']}", file=sys.stderr)
     return 1 if result["failed"] else 0
+
+
+def replay(args: argparse.Namespace) -> int:
+    """`--replay DIR`: the refit and the predictions again, from a finished sweep's saved runs."""
+    import json
+
+    from simulator.hardware import load_hardware
+    from validation.replay import replay as replay_sweep
+    from validation.validate import json_default
+
+    out = replay_sweep(args.replay, load_hardware(args.hardware))
+    refined = out.pop("refined")
+    if args.save_refined:
+        refined.save(args.save_refined)
+    if args.json:
+        print(json.dumps(out, indent=1, default=json_default))
+        return 0
+    print(f"{'plan':<34} {'role':<8} {'measured ms':>11} {'predicted ms':>12} {'error':>8}")
+    for r in out["per_plan"]:
+        print(f"{r['name']:<34} {r['role']:<8} {r['measured_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
+              f"{r['error']:+8.1%}")
+    s = out["summary"]
+    by_world = ", ".join(f"{w} rank(s) {v['mape']:.1%}" for w, v in out["summary_by_world"].items())
+    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {round(s['spearman'] or 0, 3)}  "
+          f"({by_world}; replayed from {args.replay}, nothing run)")
+    return 0
