@@ -85,7 +85,7 @@ def table_optimizer(plan: Plan, table: TableSpec) -> str:
     return table.optimizer if table.optimizer != "sgd" else plan.optimizer.sparse
 
 
-PLAN_EXCHANGES = ("per_pack", "fused", "torchrec")
+PLAN_EXCHANGES = ("per_pack", "fused", "torchrec", "fused_pooled")
 
 
 @dataclass
