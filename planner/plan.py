@@ -229,6 +229,10 @@ class Plan:
             raise PlanError(f"sparse optimizer {self.optimizer.sparse!r} is not one of {list(SPARSE_OPTIMIZERS)}")
         if self.exchange not in PLAN_EXCHANGES:
             raise PlanError(f"exchange {self.exchange!r} is not one of {list(PLAN_EXCHANGES)}")
+        if self.exchange == "fused_pooled":
+            from planner.pooled_twrw import check  # its rules live with its lowering
+
+            check(self)
         if self.optimizer.dense not in DENSE_OPTIMIZERS:
             raise PlanError(f"dense optimizer {self.optimizer.dense!r} is not one of {list(DENSE_OPTIMIZERS)}")
 

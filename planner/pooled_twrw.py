@@ -61,6 +61,29 @@ def groups(plan: Plan) -> list[list[PackPlan]]:
     return list(out.values())
 
 
+def check(plan: Plan) -> None:
+    """Raise PlanError unless the plan's fused pooled groups can run as the executor runs them:
+    with overlap (every member hands in its part before any is waited for), each member
+    row-wise over one whole node of g ranks, nodes of one size that divides the world."""
+    from planner.errors import PlanError
+
+    if plan.micro_batches == 1 and not plan.kernel_interleaving:
+        raise PlanError("exchange fused_pooled needs micro_batches > 1 or kernel_interleaving: the executor "
+                        "launches a group's one collective once every member has sent its part")
+    sizes = set()
+    for p in plan.packs:
+        if not member(plan, p):
+            continue
+        r = plan.pack_ranks(p)
+        g = len(r)
+        sizes.add(g)
+        if r != list(range(r[0], r[0] + g)) or r[0] % g or plan.world_size % g:
+            raise PlanError(f"pack {p.name}: a fused pooled member must hold one whole node: ranks {r[0]}.."
+                            f"{r[0] + g - 1} of nodes of {g} ranks, got {r}")
+    if len(sizes) > 1:
+        raise PlanError(f"exchange fused_pooled: members span nodes of different sizes {sorted(sizes)}")
+
+
 def group_name(index: int) -> str:
     return GROUP if index == 0 else f"{GROUP}{index}"
 
