@@ -409,6 +409,19 @@ def search(
                 progress(done, steps)
             if better(best, ev):
                 best = ev
+    # stage 2b: on several nodes, TorchRec's structure (small tables data parallel, the others
+    # table-row-wise, one pack per node) with picasso's fused, hierarchical pooled exchange,
+    # hot rows and micro-batch interleaving (planner.pooled_twrw)
+    fused_layout = _fused_pooled_layout(model, access, hw, batch, c_a2a, c_ar, hbm)
+    for ki in (False, True) if fused_layout else ():
+        for k in ks:
+            for s in (0.0, 0.5, 1.0):
+                if over_budget() or (k == 1 and not ki):  # the fused exchange needs overlap
+                    continue
+                ev = score(f"fused-pooled k={k} ki={int(ki)} hot=x{s:g}",
+                           _as_fused_pooled(make(fused_layout, k, ki, s), hw))
+                if better(best, ev):
+                    best = ev
     # stage 3: per-pack sharding alternatives
     for i in range(len(best.plan.packs)):
         for sharding in ("column_wise", "table_wise", "replicated", "row_wise"):
@@ -465,6 +478,37 @@ def search(
     return SearchResult(plan, hot_ids, chosen, log, time.perf_counter() - t0)
 
 
+def _fused_pooled_layout(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int,
+                         c_a2a: float, c_ar: float, hbm: float) -> list[PackPlan]:
+    """Packs of the fused pooled candidates (planner.pooled_twrw.layout), per attribute group;
+    none on one node, or where a table has no bags to pool."""
+    from planner.pooled_twrw import layout
+
+    if hw.nodes <= 1 or hw.gpus_per_node <= 1 or any(t.pooling == "none" for t in model.tables):
+        return []
+    packs: list[PackPlan] = []
+    for gi, group in enumerate(attribute_groups(model)):
+        small = [t.name for t in group
+                 if replication_worthwhile(t, access[t.name], batch, hw.world_size, c_a2a, c_ar, hbm)]
+        packs += layout(list(group), {t.name: access[t.name].pooling for t in group}, hw.nodes, hw.gpus_per_node,
+                        small, f"g{gi}" if gi else "")
+    return packs
+
+
+def _as_fused_pooled(plan: Plan, hw: Any) -> Plan:
+    """`plan` (from _fused_pooled_layout) with its table-row-wise packs pooled in one fused
+    exchange and its small tables' rows all hot (data parallel, synchronised in the dense
+    all-reduce, as TorchRec's data-parallel tables)."""
+    plan.exchange = "fused_pooled"
+    for p in plan.packs:
+        if p.sharding == "table_row_wise":
+            p.exchange = "pooled"
+        else:
+            p.exchange, p.hot_sync = "rows", "dense"
+            plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
+    return plan
+
+
 def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess], batch: int) -> Plan:
     """Pack i replaced by one table-row-wise pack per node, tables balanced by exchange cost."""
     pack = plan.packs[i]
@@ -481,7 +525,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
 
 def _plan_key(plan: Plan) -> str:
     packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement, p.exchange) for p in plan.packs)
-    return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving))
+    return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving, plan.exchange))
 
 
 def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:
