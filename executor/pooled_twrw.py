@@ -128,7 +128,7 @@ class Fuser:
         W = self.world
         send, send_splits, recv_splits = [], [0] * W, [0] * W
         per_dest = []
-        for (lk, owner), node in zip(parts, self.node_of):
+        for (lk, _), node in zip(parts, self.node_of):
             ids = list(torch.split(lk.send_rows, lk.send_splits))
             lens = {}
             for k, d in enumerate(range(node * self.g, node * self.g + self.g)):

@@ -18,11 +18,11 @@ from planner.bounds import embedding_free_us
 from planner.builders import BASELINES, baseline_plan
 from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
+from planner.memory import gib
+from planner.plan import Plan
 from planner.pooled_twrw import exchange_bytes as group_bytes
 from planner.pooled_twrw import explain_lines as fused_lines
 from planner.pooled_twrw import is_group
-from planner.memory import gib
-from planner.plan import Plan
 from planner.search import (
     Evaluation,
     byte_costs,

@@ -186,8 +186,8 @@ def fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_us: float) -> list[Op
     ops.append(compute(n("cold_gather"), [n("a2a_ids")], hbm=rows * (pv.slice_bytes + ID_BYTES * 2) + part,
                        flops=rows * pv.dim, ranks=owners, stage=4))
     ops.append(collective(n("a2a_emb"), [n("cold_gather")], "reduce_scatter", part, group="node", stage=5))
-    ops.append(collective(n("a2a_emb") + "_x", [n("a2a_emb")], "all_to_all", peer_bytes(pv), group="peers",
-                          stage=5))
+    ops.append(collective(on.op_name("fwd", pv.name, "a2a_pooled_x", mb), [n("a2a_emb")], "all_to_all",
+                          peer_bytes(pv), group="peers", stage=5))
     nodes = pv.world // pv.gpus_per_node
     ops.append(compute(n("pool"), [ops[-1].name], hbm=(nodes + 2) * out_b, flops=nodes * pv.samples * pv.pooled_width,
                        stage=POOL_STAGE))
@@ -202,7 +202,8 @@ def bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[Op]:
     out_b = pv.samples * pv.pooled_width * 4.0
     ops = [compute(n("pool"), [after], hbm=out_b * 2 + pv.hot_lookups * pv.grad_row_bytes * 3,
                    flops=pv.hot_lookups * pv.dim, stage=0)]
-    ops.append(collective(n("a2a_grad") + "_x", [n("pool")], "all_to_all", peer_bytes(pv), group="peers", stage=1))
+    ops.append(collective(on.op_name("bwd", pv.name, "a2a_pooled_grad_x", mb), [n("pool")], "all_to_all",
+                          peer_bytes(pv), group="peers", stage=1))
     share = partial_bytes(pv) / pv.gpus_per_node  # each rank's part of the node's bag gradients
     ops.append(collective(n("a2a_grad"), [ops[-1].name], "all_gather", share, group="node", stage=1))
     return ops

@@ -416,12 +416,13 @@ def search(
     for ki in (False, True) if fused_layout else ():
         for k in ks:
             for s in (0.0, 0.5, 1.0):
-                if over_budget() or (k == 1 and not ki):  # the fused exchange needs overlap
-                    continue
-                ev = score(f"fused-pooled k={k} ki={int(ki)} hot=x{s:g}",
-                           _as_fused_pooled(make(fused_layout, k, ki, s), hw))
-                if better(best, ev):
-                    best = ev
+                for dp in (True, False):
+                    if over_budget() or (k == 1 and not ki):  # the fused exchange needs overlap
+                        continue
+                    ev = score(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g}",
+                               _as_fused_pooled(make(fused_layout, k, ki, s), dp))
+                    if better(best, ev):
+                        best = ev
     # stage 3: per-pack sharding alternatives
     for i in range(len(best.plan.packs)):
         for sharding in ("column_wise", "table_wise", "replicated", "row_wise"):
@@ -495,15 +496,15 @@ def _fused_pooled_layout(model: ModelSpec, access: dict[str, TableAccess], hw: A
     return packs
 
 
-def _as_fused_pooled(plan: Plan, hw: Any) -> Plan:
+def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
     """`plan` (from _fused_pooled_layout) with its table-row-wise packs pooled in one fused
-    exchange and its small tables' rows all hot (data parallel, synchronised in the dense
-    all-reduce, as TorchRec's data-parallel tables)."""
+    exchange; with `data_parallel` its small tables' rows all hot (synchronised in the dense
+    all-reduce, as TorchRec's data-parallel tables), else their hot sets as sized."""
     plan.exchange = "fused_pooled"
     for p in plan.packs:
         if p.sharding == "table_row_wise":
             p.exchange = "pooled"
-        else:
+        elif data_parallel:
             p.exchange, p.hot_sync = "rows", "dense"
             plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
     return plan
