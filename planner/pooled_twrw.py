@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from planner import op_names as on
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, fused_pooled_member
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise
 
@@ -42,9 +42,7 @@ def fused_pooled(plan: Plan) -> bool:
     return plan.exchange == "fused_pooled"
 
 
-def member(plan: Plan, pack: PackPlan) -> bool:
-    """Whether a pack joins the plan's fused pooled exchange."""
-    return fused_pooled(plan) and pack.exchange == "pooled" and pack.sharding == "table_row_wise"
+member = fused_pooled_member  # whether a pack joins the plan's fused pooled exchange (Plan's rule)
 
 
 def group_key(plan: Plan, pack: PackPlan) -> tuple:
@@ -59,29 +57,6 @@ def groups(plan: Plan) -> list[list[PackPlan]]:
         if member(plan, p):
             out.setdefault(group_key(plan, p), []).append(p)
     return list(out.values())
-
-
-def check(plan: Plan) -> None:
-    """Raise PlanError unless the plan's fused pooled groups can run as the executor runs them:
-    with overlap (every member hands in its part before any is waited for), each member
-    row-wise over one whole node of g ranks, nodes of one size that divides the world."""
-    from planner.errors import PlanError
-
-    if plan.micro_batches == 1 and not plan.kernel_interleaving:
-        raise PlanError("exchange fused_pooled needs micro_batches > 1 or kernel_interleaving: the executor "
-                        "launches a group's one collective once every member has sent its part")
-    sizes = set()
-    for p in plan.packs:
-        if not member(plan, p):
-            continue
-        r = plan.pack_ranks(p)
-        g = len(r)
-        sizes.add(g)
-        if r != list(range(r[0], r[0] + g)) or r[0] % g or plan.world_size % g:
-            raise PlanError(f"pack {p.name}: a fused pooled member must hold one whole node: ranks {r[0]}.."
-                            f"{r[0] + g - 1} of nodes of {g} ranks, got {r}")
-    if len(sizes) > 1:
-        raise PlanError(f"exchange fused_pooled: members span nodes of different sizes {sorted(sizes)}")
 
 
 def group_name(index: int) -> str:

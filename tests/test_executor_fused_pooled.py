@@ -57,3 +57,28 @@ def test_fused_pooled_refused_where_it_cannot_run():
     bad.packs[0].ranks = [1, 2]
     with pytest.raises(PlanError, match="must hold one whole node"):
         bad.validate()
+
+
+def _logits_worker(rank: int, world: int, plan_d: dict) -> list:
+    """Evaluation's forward (executor.evaluate.forward_logits) of a fused plan and of the same
+    plan exchanging pack by pack: the logits of this rank's rows."""
+    from executor.comm import Comm
+    from executor.evaluate import forward_logits
+    from executor.trainer import Trainer
+    from executor.verify import local_rows, synthetic_global_batches
+
+    comm = Comm()
+    out = []
+    for exchange in ("fused_pooled", "per_pack"):
+        plan = Plan.from_dict(plan_d)
+        plan.exchange = exchange
+        batch = synthetic_global_batches(plan, 1, seed=5)[0]
+        out.append(forward_logits(Trainer(plan, HOT, comm), local_rows(batch, plan, rank)).numpy())
+    return out
+
+
+@pytest.mark.dist
+def test_fused_pooled_evaluation_forward_matches_per_pack():
+    for fused, per_pack in run_ranks(_logits_worker, 4, fused_plan(4, 2).to_dict()):
+        assert fused.shape == per_pack.shape and len(fused)
+        assert abs(fused - per_pack).max() <= 1e-5 * max(abs(per_pack).max(), 1.0)
