@@ -2,7 +2,7 @@
 weights as the reference: table-row-wise packs pooled at their owners, reduced inside the
 node, then across nodes to the requesters, all members' collectives fused. Nodes are rank
 groups: 2 ranks as 2 nodes of 1 and as 1 node of 2; 4 ranks as 2 nodes of 2 with two
-members on one node; hot rows (dense and sparse sync), mean pooling, row-wise Adagrad,
+members on one node, or all on one node; hot rows (dense and sparse sync), mean pooling, row-wise Adagrad,
 host placement, kernel interleaving alone, and a plan mixing other packs."""
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ def fused_plan(world: int, g: int, pooling: str = "sum", *, hot_sync: str = "den
 
 def cases(world: int) -> list:
     plans = [fused_plan(world, g) for g in ((1, 2) if world == 2 else (2,))]
-    plans += [fused_plan(world, world // 2, "mean", hot_sync="sparse", opt=ADAGRAD),
+    lopsided = fused_plan(world, world // 2)  # the last node holds no member
+    for p in lopsided.packs:
+        p.ranks = list(range(world // 2))
+    plans += [lopsided, fused_plan(world, world // 2, "mean", hot_sync="sparse", opt=ADAGRAD),
               fused_plan(world, world // 2, k=1, ki=True, placement="host"),
               fused_plan(world, world // 2, k=4, opt=ADAGRAD, mixed=True)]
     return [(p.to_dict(), HOT, i, 2) for i, p in enumerate(plans)]
