@@ -93,6 +93,8 @@ def main() -> int:
                   f"plan {r['ours_planning_s']:.2f} s vs TorchRec {r['torchrec_planning_s']:.2f} s  "
                   f"goal {r['goal']}: {'met' if r['met'] else 'NOT met'}", flush=True)
     doc = {"machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+           "lock": ("alone on the machine (exclusive lock held)" if os.environ.get("PICASSO_BENCH_LOCK_HELD")
+                    else "not under the exclusive lock: other jobs may have run beside it"),
            "cases": rows}
     Path(args.out).write_text(json.dumps(doc, indent=1, default=float) + "\n")
     print(f"wrote {args.out}")

@@ -70,6 +70,8 @@ def forward_logits(trainer: Trainer, local: Batch) -> torch.Tensor:
         p.hot_gather(lk)
         if not p.local_only:
             p.send_ids(lk, async_op=False)
+    for p, lk in zip(trainer.packs, lks):  # after every ID exchange: fused groups launch on the last
+        if not p.local_only:
             p.gather(lk, async_op=False)
     embs: dict = {}
     seqs: dict = {}

@@ -22,7 +22,7 @@ from executor.comm import Comm
 from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
 from executor.optim import DenseOptimizer
-from executor.pooled import make_pack
+from executor.pooled_twrw import make_packs
 from executor.precision import apply_global, dense_precision
 from executor.timing import OpTimer
 from planner.plan import Plan
@@ -87,7 +87,7 @@ class Trainer:
         self.plan = plan
         self.comm = comm
         self.dev = comm.device
-        self.packs = [make_pack(plan, p, hot_ids, comm) for p in plan.packs]
+        self.packs = make_packs(plan, hot_ids, comm)  # fused pooled groups share their collectives
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # the dense layers' precision as the planner costed it, where this device has it

@@ -138,7 +138,11 @@ def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples
     memo = {} if memo is None else memo
     line = memo.get("line") or (a2a_line(hw, plan.world_size) if plan.world_size > 1 else None)
     memo["line"] = line
+    from planner.pooled_twrw import member
+
     for pack in plan.packs:
+        if member(plan, pack):  # in the plan's fused pooled exchange (planner.pooled_twrw): stays
+            continue
         pack.exchange = "rows"
         if poolable(plan, pack):
             key = (tuple(pack.tables), pack.sharding, tuple(pack.ranks or ()), pack.placement, pack.hot_sync,

@@ -20,6 +20,9 @@ from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
 from planner.memory import gib
 from planner.plan import Plan
+from planner.pooled_twrw import exchange_bytes as group_bytes
+from planner.pooled_twrw import explain_lines as fused_lines
+from planner.pooled_twrw import is_group
 from planner.search import (
     Evaluation,
     byte_costs,
@@ -72,7 +75,7 @@ class Explanation:
         rows = []
         for pv in lo.packs:
             lookups = max(pv.lookups, 1e-12)
-            a2a = pv.exchange_bytes(k)
+            a2a = group_bytes(pv, k) if is_group(pv) else pv.exchange_bytes(k)
             replicated = pv.sharding == "replicated"
             rows.append({
                 "pack": pv.name, "tables": pv.tables, "sharding": pv.sharding,
@@ -258,6 +261,7 @@ class Explanation:
                   f"{p['owner_imbalance']:.2f}", p["sync"]] for p in d["packs"]],
             ),
             *_exchange_lines(d["packs"]),
+            *fused_lines(self.plan, self.evaluation.lowered.packs),
             "",
             *(["per table: access statistics and hot set (a hot row costs its gradient in the all-reduce each "
                "step; cold, it is exchanged in each micro-batch it appears in):"] if d["tables"] else []),

@@ -57,6 +57,10 @@ from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.memory import MemoryReport, memory_report
 from planner.plan import Plan, table_optimizer
+from planner.pooled_twrw import bwd as group_bwd
+from planner.pooled_twrw import fuse as fuse_pooled
+from planner.pooled_twrw import fwd as group_fwd
+from planner.pooled_twrw import is_group
 from planner.program_ops import POOL_STAGE, Op
 from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
@@ -127,6 +131,7 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
     packs = [pack_volumes(plan, p, access, samples, hw.gpus_per_node, dedup=not tr) for p in plan.packs]
     if fuse_table_wise or tr:
         packs = _fuse_runs(plan, packs, ("table_wise", "table_row_wise") if tr else ("table_wise",))
+    packs = fuse_pooled(plan, packs)  # Plan.exchange "fused_pooled": planner.pooled_twrw
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
 
@@ -197,6 +202,8 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
     owners), hot_gather, then the exchange. `count_steps` (link latencies) is the exchange of every lookup's
     sizes, once per step, charged to the step's first ID exchange (as the executor times it).
     """
+    if is_group(pv):  # a fused, hierarchical pooled group: planner.pooled_twrw
+        return group_fwd(plan, pv, mb, count_steps)
     if pv.pooled:  # owners pool: planner.exchange
         from planner.exchange import pooled_fwd
 
@@ -242,6 +249,8 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
 
 
 def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[Op]:
+    if is_group(pv):
+        return group_bwd(plan, pv, mb, after)
     if pv.pooled:
         from planner.exchange import pooled_bwd
 

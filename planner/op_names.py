@@ -29,6 +29,10 @@ PACK_BWD = ("pool", "a2a_grad")
 POOLED_OPS = {"dedup": "bags", "cold_gather": "cold_pool", "a2a_emb": "a2a_pooled", "a2a_grad": "a2a_pooled_grad"}
 PACK_FWD += ("bags", "cold_pool", "a2a_pooled")
 PACK_BWD += ("a2a_pooled_grad",)
+# A fused pooled group (Plan.exchange "fused_pooled", planner.pooled_twrw) reduces inside the
+# node (a2a_pooled, a2a_pooled_grad) and exchanges across nodes among peers (the _x ops).
+PACK_FWD += ("a2a_pooled_x",)
+PACK_BWD += ("a2a_pooled_grad_x",)
 # hot_sync: a pack with PackPlan.hot_sync "sparse" all-gathers its touched hot rows' gradients
 # (instead of adding the whole hot set's to bwd/dense/allreduce), then hot_update applies them.
 PACK_OPT = ("cold_update", "hot_sync", "hot_update")

@@ -85,7 +85,13 @@ def table_optimizer(plan: Plan, table: TableSpec) -> str:
     return table.optimizer if table.optimizer != "sgd" else plan.optimizer.sparse
 
 
-PLAN_EXCHANGES = ("per_pack", "fused", "torchrec")
+PLAN_EXCHANGES = ("per_pack", "fused", "torchrec", "fused_pooled")
+
+
+def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
+    """Whether a pack joins its plan's fused pooled exchange (Plan.exchange "fused_pooled",
+    planner.pooled_twrw): a table-row-wise pack whose owners pool."""
+    return plan.exchange == "fused_pooled" and pack.exchange == "pooled" and pack.sharding == "table_row_wise"
 
 
 @dataclass
@@ -229,8 +235,30 @@ class Plan:
             raise PlanError(f"sparse optimizer {self.optimizer.sparse!r} is not one of {list(SPARSE_OPTIMIZERS)}")
         if self.exchange not in PLAN_EXCHANGES:
             raise PlanError(f"exchange {self.exchange!r} is not one of {list(PLAN_EXCHANGES)}")
+        if self.exchange == "fused_pooled":
+            self._check_fused_pooled()
         if self.optimizer.dense not in DENSE_OPTIMIZERS:
             raise PlanError(f"dense optimizer {self.optimizer.dense!r} is not one of {list(DENSE_OPTIMIZERS)}")
+
+    def _check_fused_pooled(self) -> None:
+        """The fused pooled groups (planner.pooled_twrw) as the executor runs them: with overlap
+        (every member hands in its part before any is waited for), each member row-wise over
+        one whole node of g ranks, nodes of one size that divides the world."""
+        if self.micro_batches == 1 and not self.kernel_interleaving:
+            raise PlanError("exchange fused_pooled needs micro_batches > 1 or kernel_interleaving: the executor "
+                            "launches a group's one collective once every member has sent its part")
+        sizes = set()
+        for p in self.packs:
+            if not fused_pooled_member(self, p):
+                continue
+            r = self.pack_ranks(p)
+            g = len(r)
+            sizes.add(g)
+            if r != list(range(r[0], r[0] + g)) or r[0] % g or self.world_size % g:
+                raise PlanError(f"pack {p.name}: a fused pooled member must hold one whole node: ranks {r[0]}.."
+                                f"{r[0] + g - 1} of nodes of {g} ranks, got {r}")
+        if len(sizes) > 1:
+            raise PlanError(f"exchange fused_pooled: members span nodes of different sizes {sorted(sizes)}")
 
     def _check_pooled(self, p: PackPlan) -> None:
         """A pooled exchange needs bags to pool and whole rows at each owner."""

@@ -26,7 +26,7 @@ the best few are re-simulated with the simpy engine and the best of those is ret
 
 In code the search is named stages over one state (`Candidates`): enumerate_layouts (1, 3),
 then STAGES: structure_stage (1-3 with closed-form hot sizes), hot_scale_stage (2's scale),
-sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), and
+fused_pooled_stage (several nodes: planner.pooled_twrw's fused pooled exchange), sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), and
 final_stage (the discrete-event re-simulation).
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
 """
@@ -443,6 +443,21 @@ def hot_scale_stage(c: Candidates) -> None:
             c.tick()
 
 
+def fused_pooled_stage(c: Candidates) -> None:
+    """On several nodes, TorchRec's structure (small tables data parallel, the others
+    table-row-wise, one pack per node) with picasso's fused, hierarchical pooled exchange,
+    hot rows and micro-batch interleaving (planner.pooled_twrw)."""
+    fused_layout = _fused_pooled_layout(c.model, c.access, c.hw, c.batch, c.c_a2a, c.c_ar, c.hbm)
+    for ki in (False, True) if fused_layout else ():
+        for k in c.ks:
+            for s in (0.0, 0.5, 1.0):
+                for dp in (True, False):
+                    if c.over_budget() or (k == 1 and not ki):  # the fused exchange needs overlap
+                        continue
+                    c.consider(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g}",
+                               _as_fused_pooled(c.make(fused_layout, k, ki, s), dp))
+
+
 def sharding_stage(c: Candidates) -> None:
     """Per pack of the best plan, column-wise, table-wise, replicated and row-wise in its place."""
     for i in range(len(c.best.plan.packs)):
@@ -492,8 +507,8 @@ def final_stage(c: Candidates, top_k: int) -> Evaluation:
 
 
 # the stages after enumeration, in order (each improves on `Candidates.best`)
-STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_stage, sharding_stage,
-                                                     table_row_wise_stage, exchange_stage)
+STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_stage, fused_pooled_stage,
+                                                     sharding_stage, table_row_wise_stage, exchange_stage)
 
 
 def search(
@@ -530,6 +545,37 @@ def search(
     return SearchResult(plan, hot_ids, chosen, c.log, time.perf_counter() - c.t0)
 
 
+def _fused_pooled_layout(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int,
+                         c_a2a: float, c_ar: float, hbm: float) -> list[PackPlan]:
+    """Packs of the fused pooled candidates (planner.pooled_twrw.layout), per attribute group;
+    none on one node, or where a table has no bags to pool."""
+    from planner.pooled_twrw import layout
+
+    if hw.nodes <= 1 or hw.gpus_per_node <= 1 or any(t.pooling == "none" for t in model.tables):
+        return []
+    packs: list[PackPlan] = []
+    for gi, group in enumerate(attribute_groups(model)):
+        small = [t.name for t in group
+                 if replication_worthwhile(t, access[t.name], batch, hw.world_size, c_a2a, c_ar, hbm)]
+        packs += layout(list(group), {t.name: access[t.name].pooling for t in group}, hw.nodes, hw.gpus_per_node,
+                        small, f"g{gi}" if gi else "")
+    return packs
+
+
+def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
+    """`plan` (from _fused_pooled_layout) with its table-row-wise packs pooled in one fused
+    exchange; with `data_parallel` its small tables' rows all hot (synchronised in the dense
+    all-reduce, as TorchRec's data-parallel tables), else their hot sets as sized."""
+    plan.exchange = "fused_pooled"
+    for p in plan.packs:
+        if p.sharding == "table_row_wise":
+            p.exchange = "pooled"
+        elif data_parallel:
+            p.exchange, p.hot_sync = "rows", "dense"
+            plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
+    return plan
+
+
 def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess], batch: int) -> Plan:
     """Pack i replaced by one table-row-wise pack per node, tables balanced by exchange cost."""
     pack = plan.packs[i]
@@ -546,7 +592,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
 
 def _plan_key(plan: Plan) -> str:
     packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement, p.exchange) for p in plan.packs)
-    return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving))
+    return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving, plan.exchange))
 
 
 def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:

@@ -169,6 +169,12 @@ def plans(world: int) -> list[tuple[str, dict, dict]]:
     out.append(("pooled", pooled.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
     pooled.packs[0].placement, pooled.packs[0].hot_sync = "host", "dense"
     out.append(("pooled-host", pooled.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
+    # fused, hierarchical pooled exchange (Plan.exchange "fused_pooled"): sizes from the same read
+    fused = Plan.from_dict(mixed.to_dict())
+    fused.exchange = "fused_pooled"
+    for i, r in ((0, world - 1), (3, 0)):
+        fused.packs[i].sharding, fused.packs[i].ranks, fused.packs[i].exchange = "table_row_wise", [r], "pooled"
+    out.append(("fused-pooled", fused.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
     low = dlrm_model()
     low = ModelSpec(low.name, low.arch, low.num_dense, tuple(
         TableSpec(t.name, t.num_rows, t.dim, dtype="bf16" if i % 2 else "fp16", pooling_factor=t.pooling_factor)
