@@ -27,6 +27,8 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from planner.sharding import Sharding
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -127,7 +129,7 @@ def loader_memory(ds: str, batch: int) -> dict:
 def memory(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-mem-"))
     m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(1000), bottom_mlp=(16, 16), top_mlp=(16, 1))
-    Plan(m, 2, args.batch, [PackPlan("pack0", m.table_names, "row_wise")]).save(tmp / "plan.json", hot_ids={})
+    Plan(m, 2, args.batch, [PackPlan("pack0", m.table_names, Sharding.ROW_WISE)]).save(tmp / "plan.json", hot_ids={})
     rows = []
     for ds in args.datasets:
         d = Dataset(ds)

@@ -36,6 +36,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from planner.sharding import Sharding
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -144,7 +146,7 @@ def host_plan(model: Any, access: dict, world: int, batch: int, hot: float) -> t
     """The packed row-wise plan with a hot cache; the pack of the largest tables on the host."""
     from planner.builders import r_packed
 
-    plan, ids, _ = r_packed("row_wise", hot=hot)(model, world, batch, access, None)
+    plan, ids, _ = r_packed(Sharding.ROW_WISE, hot=hot)(model, world, batch, access, None)
     big = max(plan.packs, key=lambda p: (plan.pack_rows(p) * model.table(p.tables[0]).bytes_per_row, p.name))
     big.placement = "host"
     plan.validate()

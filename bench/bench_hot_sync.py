@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from planner.sharding import Sharding
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -46,7 +48,7 @@ def make_plan(world: int, batch: int, hot: int, hot_sync: str) -> tuple[dict, di
     rows = max(hot, 1000)
     tables = (TableSpec("big", rows, DIM), TableSpec("small", 1000, DIM))
     model = ModelSpec("hot-sync-bench", "dlrm", 13, tables, bottom_mlp=(64, DIM), top_mlp=(64, 1))
-    plan = Plan(model, world, batch, [PackPlan("pack0", ["big", "small"], "row_wise", hot_sync=hot_sync)],
+    plan = Plan(model, world, batch, [PackPlan("pack0", ["big", "small"], Sharding.ROW_WISE, hot_sync=hot_sync)],
                 hot_rows={"big": hot}, hot_ids_file="hot.npz", optimizer=OptimizerPlan("sgd", 0.05, "sgd", 0.05))
     return plan.to_dict(), {"big": np.arange(hot, dtype=np.int64)}
 

@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from planner.sharding import Sharding
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -117,10 +119,10 @@ def main() -> None:
     planned = Plan.load(tmp / "planned.json")
     m, t = planned.model, planned.model.table_names
     big = [x.name for x in sorted(m.tables, key=lambda x: -x.num_rows)[:2]]
-    Plan(m, 2, BATCH, [PackPlan("pack0", t[:13], "row_wise"), PackPlan("pack1", t[13:], "column_wise")],
+    Plan(m, 2, BATCH, [PackPlan("pack0", t[:13], Sharding.ROW_WISE), PackPlan("pack1", t[13:], Sharding.COLUMN_WISE)],
          hot_rows={n: 256 for n in big}, micro_batches=2, kernel_interleaving=True, seed=planned.seed,
          optimizer=planned.optimizer).save(tmp / "hot.json", hot_ids={n: np.arange(256) for n in big})
-    Plan(m, 1, 2 * BATCH, [PackPlan("pack0", t, "row_wise")], seed=planned.seed,
+    Plan(m, 1, 2 * BATCH, [PackPlan("pack0", t, Sharding.ROW_WISE)], seed=planned.seed,
          optimizer=planned.optimizer).save(tmp / "reference.json", hot_ids={})
     runs = {}
     for name in ("reference", "planned", "naive", "hot"):

@@ -40,6 +40,7 @@ from executor.trainer import Trainer, tables_from_pieces
 from foundation import fields
 from foundation.files import atomic_write_bytes, fsync_dir, regular_file
 from planner.plan import Plan
+from planner.sharding import Sharding
 
 FORMAT = "picasso-checkpoint-3"
 FORMAT_V2 = "picasso-checkpoint-2"  # one file per rank holding every pack; still loads
@@ -319,7 +320,7 @@ def _saved_packs(m: dict, plan: Plan, only: set[str] | None) -> Iterator[tuple[d
     for k, (_, tables, sharding) in enumerate(m["packs"]):
         if only is not None and not only.intersection(tables):
             continue
-        holders = range(1) if sharding == "replicated" else range(world)  # replicas are identical
+        holders = range(1) if sharding == Sharding.REPLICATED else range(world)  # replicas are identical
         yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from executor.embedding import ShardedPack
+from planner.sharding import Sharding
 
 BLOCK_ROWS = 1 << 18  # rows per block of the block-wise comparison (no table-size temporaries)
 
@@ -41,7 +42,7 @@ def full_packs(p: ShardedPack, rank: int, world: int) -> Iterator[torch.Tensor]:
     """Yields on rank 0 the pack's full packed weight (for a replicated pack, also any other
     rank's replica that differs from rank 0's); on other ranks it only sends (collective)."""
     L, dev = p.layout, p.dev
-    if L.sharding == "replicated":
+    if L.sharding == Sharding.REPLICATED:
         digests = [None] * world
         if world > 1:
             dist.all_gather_object(digests, _digest(p.weight))
@@ -60,9 +61,9 @@ def full_packs(p: ShardedPack, rank: int, world: int) -> Iterator[torch.Tensor]:
     full = torch.zeros(L.rows, L.dim, dtype=p.weight.dtype)
     for i, r in enumerate(L.ranks):
         c0, c1 = L.col_slices()[i]
-        n = len(range(i, L.rows, L.n)) if L.sharding == "row_wise" else (L.rows if L.sharding != "table_wise" or i == 0 else 0)
+        n = len(range(i, L.rows, L.n)) if L.sharding == Sharding.ROW_WISE else (L.rows if L.sharding != Sharding.TABLE_WISE or i == 0 else 0)
         w = p.weight.detach().cpu() if r == 0 else _recv((n, c1 - c0), r, dev, p.weight.dtype)
-        if L.sharding == "row_wise":
+        if L.sharding == Sharding.ROW_WISE:
             full[i :: L.n] = w
         elif n:
             full[:, c0:c1] = w
@@ -75,7 +76,7 @@ def _with_hot(p: ShardedPack, full: torch.Tensor) -> torch.Tensor:
     is copied before they are written over it."""
     if not p.num_hot:
         return full
-    if p.layout.sharding == "replicated" and full.data_ptr() == p.weight.data_ptr():
+    if p.layout.sharding == Sharding.REPLICATED and full.data_ptr() == p.weight.data_ptr():
         full = full.clone()
     full[p.hot_packed.cpu()] = p.hot_weight.detach().cpu()
     return full

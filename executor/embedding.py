@@ -25,6 +25,7 @@ from executor.layout import PackLayout, init_packed_rows, pack_layout
 from executor.syncfree import Route
 from planner import op_names
 from planner.plan import PackPlan, Plan
+from planner.sharding import Sharding
 
 
 @dataclass
@@ -75,7 +76,7 @@ class ShardedPack:
         self.cols = L.col_slices()
         self.my_cols = self.cols[L.index] if L.index >= 0 else (0, 0)
         self.dest_order = sorted(L.ranks)  # all_to_all segments go in world-rank order
-        self.num_owners = L.n if L.sharding == "row_wise" else 1
+        self.num_owners = L.n if L.sharding == Sharding.ROW_WISE else 1
         # one rank holds every row: lookups need no routing by owner and no sizes on the host
         self.single = L.world == 1
         self.to_dest = torch.tensor(self._destination_matrix(), dtype=torch.int64, device=self.dev)
@@ -91,7 +92,7 @@ class ShardedPack:
         self.cold_dev = torch.device("cpu") if self.host else self.dev
         local = L.local_packed_rows()
         w = init_packed_rows(plan.model, L, plan.seed, local)
-        if L.sharding == "column_wise":
+        if L.sharding == Sharding.COLUMN_WISE:
             w = w[:, self.my_cols[0] : self.my_cols[1]]
         self.weight = self._cold_tensor(w.to(self.dtype))
         self.state = self._cold_tensor(torch.zeros(len(local))) if self.adagrad else None
@@ -121,7 +122,7 @@ class ShardedPack:
     def packed_of_local(self, local: torch.Tensor) -> torch.Tensor:
         """Packed rows of this rank's local cold rows (row-wise shards are cyclic)."""
         L = self.layout
-        return local * L.n + L.index if L.sharding == "row_wise" else local
+        return local * L.n + L.index if L.sharding == Sharding.ROW_WISE else local
 
     # ---- cold rows: device memory, or host memory reached over PCIe ---------------------
     def read_local(self, rows: torch.Tensor) -> torch.Tensor:
@@ -173,10 +174,10 @@ class ShardedPack:
         A replicated pack tells every rank its cold count: the sizes of its gradient all-gather."""
         L = self.layout
         m = [[0] * (self.num_owners + 1) for _ in range(L.world)]
-        if L.sharding == "row_wise":
+        if L.sharding == Sharding.ROW_WISE:
             for i, r in enumerate(L.ranks):
                 m[r][i] = 1
-        elif L.sharding in ("table_wise", "column_wise"):
+        elif L.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE):
             for r in L.ranks:
                 m[r][0] = 1
         else:
@@ -242,7 +243,7 @@ class ShardedPack:
         lk.hot_pos, lk.hot_slot = order[n_cold : n_cold + n_hot], value[n_cold : n_cold + n_hot]
         splits = [0] * L.world
         send_rows = cold_local
-        if L.sharding == "row_wise":
+        if L.sharding == Sharding.ROW_WISE:
             starts = np.concatenate([[0], np.cumsum(owners)])
             parts = []
             for dest in self.dest_order:
@@ -253,9 +254,9 @@ class ShardedPack:
                 perm = torch.cat(parts)
                 cold_pos, cold_local = cold_pos[perm], cold_local[perm]
             send_rows = cold_local
-        elif L.sharding == "table_wise":
+        elif L.sharding == Sharding.TABLE_WISE:
             splits[L.ranks[0]] = n_cold
-        elif L.sharding == "column_wise":
+        elif L.sharding == Sharding.COLUMN_WISE:
             for dest in self.dest_order:
                 splits[dest] = n_cold
             send_rows = cold_local.repeat(len(self.dest_order))
@@ -267,12 +268,12 @@ class ShardedPack:
 
     @property
     def replicated(self) -> bool:
-        return self.layout.sharding == "replicated"
+        return self.layout.sharding == Sharding.REPLICATED
 
     @property
     def local_only(self) -> bool:
         """Replicated packs (and single-rank runs) need no exchange."""
-        return self.layout.sharding == "replicated" or self.single
+        return self.layout.sharding == Sharding.REPLICATED or self.single
 
     def send_ids(self, lk: Lookup, async_op: bool) -> None:
         """Launch the ID exchange (sizes already placed)."""
@@ -286,14 +287,14 @@ class ShardedPack:
 
     def send_back(self, lk: Lookup, rows: torch.Tensor, async_op: bool) -> None:
         """Launch the return of the gathered rows (in the storage dtype: the bytes the planner costs)."""
-        width = self.my_cols[1] - self.my_cols[0] if self.layout.sharding == "column_wise" else self.layout.dim
+        width = self.my_cols[1] - self.my_cols[0] if self.layout.sharding == Sharding.COLUMN_WISE else self.layout.dim
         out = _wire(rows.reshape(-1))
         out_splits = [s * self.dest_width(d) for d, s in enumerate(lk.send_splits)]
         lk.emb_recv = torch.empty(sum(out_splits), dtype=self.dtype, device=self.dev)
         lk.handle = self.comm.a2a(_wire(lk.emb_recv), out, out_splits, [s * width for s in lk.recv_splits], async_op)
 
     def dest_width(self, dest: int) -> int:
-        if self.layout.sharding != "column_wise":
+        if self.layout.sharding != Sharding.COLUMN_WISE:
             return self.layout.dim
         if dest not in self.layout.ranks:
             return 0
@@ -332,7 +333,7 @@ class ShardedPack:
             u.index_copy_(0, lk.cold_pos, cold)
             return u
         lk.handle.wait()
-        if L.sharding != "column_wise":
+        if L.sharding != Sharding.COLUMN_WISE:
             u.index_copy_(0, lk.cold_pos, lk.emb_recv.view(-1, L.dim))
             return u
         off, nc = 0, len(lk.cold_pos)
@@ -372,7 +373,7 @@ class ShardedPack:
         if self.local_only:
             self.pending.append((lk.cold_local, g))
             return
-        if L.sharding == "column_wise":
+        if L.sharding == Sharding.COLUMN_WISE:
             parts = []
             for dest in self.dest_order:
                 c0, c1 = self.cols[L.ranks.index(dest)]
@@ -418,7 +419,7 @@ class ShardedPack:
         """Apply the cold rows' gradients; a replicated pack first completes its all-gather
         and then calls `on_gathered` (the trainer ends the collective's timed span there)."""
         L = self.layout
-        if L.sharding == "replicated":
+        if L.sharding == Sharding.REPLICATED:
             if getattr(self, "_replica_sync", None) is None:
                 self.start_replicated_sync(async_op=False)
             rows, g = self._replica_sync()
@@ -432,11 +433,11 @@ class ShardedPack:
         if self.host:  # the update runs where the rows live: gradients cross to host memory
             rows, g = self.to_host(rows, g)
         if self.low:
-            c0 = self.my_cols[0] if L.sharding == "column_wise" else 0
+            c0 = self.my_cols[0] if L.sharding == Sharding.COLUMN_WISE else 0
             lowp.update_rows(self.weight, self.state, rows, g, self.keys(self.packed_of_local(rows)), L.optimizer,
                              self.lr, self.eps, self.step_index, self.seed, col0=c0)
             return
-        if L.sharding == "column_wise" and self.adagrad and not self.single:
+        if L.sharding == Sharding.COLUMN_WISE and self.adagrad and not self.single:
             # the row's state needs the whole row's gradient; this rank updates its columns
             uniq, acc, valid = syncfree.segment_sum_fixed(rows, g)
             self.state.index_add_(0, uniq, torch.where(valid, (acc * acc).mean(dim=1), 0.0))
@@ -491,7 +492,7 @@ class ShardedPack:
         """This rank's pieces: cold shard (rows, columns), hot cache; CPU tensors."""
         L = self.layout
         return {
-            "pack": L.name, "tables": L.tables, "sharding": L.sharding, "ranks": L.ranks,
+            "pack": L.name, "tables": L.tables, "sharding": str(L.sharding), "ranks": L.ranks,
             "rows": torch.from_numpy(L.local_packed_rows()), "cols": list(self.my_cols if L.index >= 0 else (0, 0)),
             "weight": self.weight.cpu(), "state": None if self.state is None else self.state.cpu(),
             "hot_rows": self.hot_packed.cpu(), "hot_weight": self.hot_weight.cpu(),
@@ -533,7 +534,7 @@ class ShardedPack:
         L = self.layout
         local = torch.from_numpy(L.local_packed_rows())
         w = weight[local]
-        if L.sharding == "column_wise":
+        if L.sharding == Sharding.COLUMN_WISE:
             w = w[:, self.my_cols[0] : self.my_cols[1]]
         self.weight = self._cold_tensor(w.to(self.dtype))
         self.hot_weight = weight[self.hot_packed.cpu()].to(self.dtype).contiguous().to(self.dev)

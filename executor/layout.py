@@ -17,6 +17,7 @@ import torch
 
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import PackPlan, Plan, table_optimizer
+from planner.sharding import Sharding
 
 INIT_CHUNK = 1 << 14
 
@@ -128,7 +129,7 @@ class PackLayout:
 
     def col_slices(self) -> list[tuple[int, int]]:
         """Column range of each shard (the whole dim unless column-wise)."""
-        if self.sharding != "column_wise":
+        if self.sharding != Sharding.COLUMN_WISE:
             return [(0, self.dim)] * self.n
         parts = np.array_split(np.arange(self.dim), self.n)
         return [(int(p[0]), int(p[-1]) + 1) for p in parts]
@@ -138,9 +139,9 @@ class PackLayout:
         i = self.index if index is None else index
         if i < 0:
             return np.zeros(0, dtype=np.int64)
-        if self.sharding == "row_wise":
+        if self.sharding == Sharding.ROW_WISE:
             return np.arange(i, self.rows, self.n, dtype=np.int64)
-        if self.sharding == "table_wise" and i != 0:
+        if self.sharding == Sharding.TABLE_WISE and i != 0:
             return np.zeros(0, dtype=np.int64)
         return np.arange(self.rows, dtype=np.int64)
 
@@ -157,7 +158,7 @@ class PackLayout:
 
 def pack_layout(plan: Plan, pack: PackPlan, rank: int) -> PackLayout:
     first = plan.model.table(pack.tables[0])
-    ranks = list(range(plan.world_size)) if pack.sharding == "replicated" else plan.pack_ranks(pack)
+    ranks = list(range(plan.world_size)) if pack.sharding == Sharding.REPLICATED else plan.pack_ranks(pack)
     return PackLayout(
         name=pack.name,
         tables=list(pack.tables),
@@ -167,7 +168,7 @@ def pack_layout(plan: Plan, pack: PackPlan, rank: int) -> PackLayout:
         dim=first.dim,
         mode=first.pooling,
         # table-row-wise lays rows out as row-wise over the node's ranks (planner.plan)
-        sharding="row_wise" if pack.sharding == "table_row_wise" else pack.sharding,
+        sharding=Sharding.ROW_WISE if pack.sharding == Sharding.TABLE_ROW_WISE else pack.sharding,
         ranks=ranks,
         rank=rank,
         world=plan.world_size,

@@ -26,6 +26,7 @@ import torch
 from executor import syncfree
 from executor.embedding import Lookup, ShardedPack
 from planner.plan import PackPlan, Plan
+from planner.sharding import Sharding
 
 
 @dataclass
@@ -65,7 +66,7 @@ class PooledPack(ShardedPack):
     def __init__(self, plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> None:
         super().__init__(plan, pack, hot_ids, comm)
         L = self.layout
-        if L.sharding not in ("row_wise", "table_wise") or L.mode == "none":
+        if L.sharding not in (Sharding.ROW_WISE, Sharding.TABLE_WISE) or L.mode == "none":
             raise ValueError(f"pack {L.name}: pooled exchange needs row/table-wise shards of pooled tables")
         self.owner = L.index >= 0
 
@@ -102,7 +103,7 @@ class PooledPack(ShardedPack):
         splits = [0] * L.world
         parts, lens = [], []
         for dest in self.dest_order:
-            i = L.ranks.index(dest) if L.sharding == "row_wise" else 0
+            i = L.ranks.index(dest) if L.sharding == Sharding.ROW_WISE else 0
             parts.append(value[starts[i] : starts[i + 1]])
             lens.append(lk.owner_lengths[i])
             splits[dest] = owners[i]

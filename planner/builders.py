@@ -34,6 +34,7 @@ from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, attribute_groups
 from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
+from planner.sharding import Sharding
 from planner.volumes import STATE_BYTES, table_cost
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
@@ -54,7 +55,7 @@ def _baseline(model: ModelSpec, world: int, batch: int, packs: list[PackPlan], h
 
 def naive_plan(model: ModelSpec, world: int, batch: int, hw_name: str | None = None, seed: int = 0) -> Plan:
     """One table-wise pack per table, table i on rank i % world."""
-    packs = [PackPlan(f"t_{t.name}", [t.name], "table_wise", [i % world]) for i, t in enumerate(model.tables)]
+    packs = [PackPlan(f"t_{t.name}", [t.name], Sharding.TABLE_WISE, [i % world]) for i, t in enumerate(model.tables)]
     return _baseline(model, world, batch, packs, hw_name, "naive", seed)
 
 
@@ -75,7 +76,7 @@ def torchrec_like_plan(
             # TorchRec shards row-wise what would dominate a rank's memory or time
             (big if world > 1 and (costs[t.name] > fair or size > 0.25 * hbm) else small).append(t)
         if big:
-            packs.append(PackPlan(f"g{gi}_rw", [t.name for t in big], "row_wise"))
+            packs.append(PackPlan(f"g{gi}_rw", [t.name for t in big], Sharding.ROW_WISE))
         load = [0.0] * world
         on_rank: dict[int, list[str]] = defaultdict(list)
         for t in sorted(small, key=lambda t: (-costs[t.name], t.name)):  # greedy LPT, deterministic
@@ -85,7 +86,7 @@ def torchrec_like_plan(
         order = {t.name: i for i, t in enumerate(group)}
         for r in sorted(on_rank):
             names = sorted(on_rank[r], key=order.__getitem__)
-            packs.append(PackPlan(f"g{gi}_r{r}", names, "table_wise", [r]))
+            packs.append(PackPlan(f"g{gi}_r{r}", names, Sharding.TABLE_WISE, [r]))
     plan = _baseline(model, world, batch, packs, hw_name, "torchrec-like")
     # TorchRec runs all table-wise tables of a group in one all-to-all; explain() scores it
     # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
@@ -95,7 +96,7 @@ def torchrec_like_plan(
 
 def dp_hot_only_plan(model: ModelSpec, world: int, batch: int, hw_name: str | None = None) -> Plan:
     """Every table replicated on every rank, one replicated pack per attribute group."""
-    packs = [PackPlan(f"g{gi}_dp", [t.name for t in g], "replicated") for gi, g in enumerate(attribute_groups(model))]
+    packs = [PackPlan(f"g{gi}_dp", [t.name for t in g], Sharding.REPLICATED) for gi, g in enumerate(attribute_groups(model))]
     return _baseline(model, world, batch, packs, hw_name, "dp-hot-only")
 
 
@@ -181,9 +182,9 @@ def r_packed(sharding: str, hot: float = 0.0, mb: int = 1, ki: bool = False, pac
         packs = []
         for i, g in enumerate(groups):
             s = sharding
-            if s == "column_wise" and model.table(g[0]).dim < world:
-                s = "row_wise"
-            ranks = [i % world] if s == "table_wise" else None
+            if s == Sharding.COLUMN_WISE and model.table(g[0]).dim < world:
+                s = Sharding.ROW_WISE
+            ranks = [i % world] if s == Sharding.TABLE_WISE else None
             packs.append(PackPlan(f"p{i}", g, s, ranks))
         plan, ids = _make(model, world, batch, packs, hot=_hot(model, access, hot, min_rows=16 if hot else 0),
                           mb=mb, ki=ki)
@@ -199,9 +200,9 @@ def r_mixed(hot: float = 0.0, mb: int = 1, ki: bool = False) -> Recipe:
         cut = rows[len(rows) // 2]
         big = [t.name for t in model.tables if t.num_rows > cut]
         small = [t.name for t in model.tables if t.num_rows <= cut]
-        packs = [PackPlan("big", big, "row_wise")] if big else []
+        packs = [PackPlan("big", big, Sharding.ROW_WISE)] if big else []
         if small:
-            packs.append(PackPlan("small", small, "replicated"))
+            packs.append(PackPlan("small", small, Sharding.REPLICATED))
         plan, ids = _make(model, world, batch, packs, hot=_hot(model, access, hot, min_rows=16 if hot else 0),
                           mb=mb, ki=ki)
         return plan, ids, {"packing": True, "sharding": "mixed", "hot_fraction": hot, "micro_batches": mb,
@@ -225,22 +226,22 @@ RECIPES: list[tuple[str, Recipe]] = [
     ("naive", r_baseline("naive")),
     ("torchrec-like", r_baseline("torchrec-like")),
     ("dp-hot-only", r_baseline("dp-hot-only")),
-    ("packed-rw", r_packed("row_wise")),
-    ("unpacked-rw", r_packed("row_wise", packing=False)),
-    ("packed-rw-hot1%", r_packed("row_wise", hot=0.01)),
-    ("packed-rw-hot20%", r_packed("row_wise", hot=0.2)),
-    ("packed-cw", r_packed("column_wise")),
-    ("packed-tw", r_packed("table_wise")),
+    ("packed-rw", r_packed(Sharding.ROW_WISE)),
+    ("unpacked-rw", r_packed(Sharding.ROW_WISE, packing=False)),
+    ("packed-rw-hot1%", r_packed(Sharding.ROW_WISE, hot=0.01)),
+    ("packed-rw-hot20%", r_packed(Sharding.ROW_WISE, hot=0.2)),
+    ("packed-cw", r_packed(Sharding.COLUMN_WISE)),
+    ("packed-tw", r_packed(Sharding.TABLE_WISE)),
     ("mixed", r_mixed()),
-    ("packed-rw-mb2", r_packed("row_wise", mb=2)),
-    ("packed-rw-mb4-ki", r_packed("row_wise", mb=4, ki=True)),
-    ("unpacked-tw-hot5%", r_packed("table_wise", hot=0.05, packing=False)),
+    ("packed-rw-mb2", r_packed(Sharding.ROW_WISE, mb=2)),
+    ("packed-rw-mb4-ki", r_packed(Sharding.ROW_WISE, mb=4, ki=True)),
+    ("unpacked-tw-hot5%", r_packed(Sharding.TABLE_WISE, hot=0.05, packing=False)),
     ("mixed-hot5%-mb2-ki", r_mixed(hot=0.05, mb=2, ki=True)),
-    ("packed-cw-hot1%-mb2", r_packed("column_wise", hot=0.01, mb=2)),
-    ("packed-rw-ki", r_packed("row_wise", ki=True)),
-    ("unpacked-rw-mb4", r_packed("row_wise", mb=4, packing=False)),
-    ("packed-repl", r_packed("replicated")),
-    ("packed-rw-hot100%", r_packed("row_wise", hot=1.0)),
+    ("packed-cw-hot1%-mb2", r_packed(Sharding.COLUMN_WISE, hot=0.01, mb=2)),
+    ("packed-rw-ki", r_packed(Sharding.ROW_WISE, ki=True)),
+    ("unpacked-rw-mb4", r_packed(Sharding.ROW_WISE, mb=4, packing=False)),
+    ("packed-repl", r_packed(Sharding.REPLICATED)),
+    ("packed-rw-hot100%", r_packed(Sharding.ROW_WISE, hot=1.0)),
 ]
 
 
@@ -327,7 +328,7 @@ def _cases(model: Any, access: dict[str, Any], hw_for_world: Callable[[int], Any
 
 # the shardings random plans draw from (fixed, so seeded tests keep their plans;
 # table_row_wise runs as row_wise over a rank subset and is tested on its own)
-RANDOM_SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated")
+RANDOM_SHARDINGS = (Sharding.ROW_WISE, Sharding.TABLE_WISE, Sharding.COLUMN_WISE, Sharding.REPLICATED)
 
 
 def random_plan(
@@ -349,16 +350,16 @@ def random_plan(
     for i, g in enumerate(groups):
         s = sharding or str(rng.choice(RANDOM_SHARDINGS))
         dim = model.table(g[0]).dim
-        if s == "column_wise" and dim < world:
-            s = "row_wise"
-        if s == "table_wise":
+        if s == Sharding.COLUMN_WISE and dim < world:
+            s = Sharding.ROW_WISE
+        if s == Sharding.TABLE_WISE:
             ranks = [int(rng.integers(world))]
-        elif s == "replicated" or rng.random() < 0.5:
+        elif s == Sharding.REPLICATED or rng.random() < 0.5:
             ranks = None
         else:
             n = int(rng.integers(1, world + 1))
             ranks = [int(r) for r in rng.permutation(world)[:n]]
-            if s == "column_wise" and dim < len(ranks):
+            if s == Sharding.COLUMN_WISE and dim < len(ranks):
                 ranks = ranks[:dim]
         packs.append(PackPlan(f"pack{i}", g, s, ranks=ranks))
     hot_rows, hot_ids = {}, {}

@@ -31,6 +31,7 @@ from planner.search import (
     hot_threshold_rows,
     sparse_presence_threshold,
 )
+from planner.sharding import Sharding
 from planner.volumes import ID_BYTES
 from traces.coverage import presence, presence_threshold
 
@@ -48,7 +49,7 @@ HOT_SCALE_RE = re.compile(r"hot=x([0-9.]+)")
 def pack_sync(sharding: str, hot_rows: int, sparse_hot: bool = False) -> str:
     """How a pack's embedding gradients are synchronised, in words."""
     hot = (" + all-gather of touched hot rows" if sparse_hot else " + hot rows in dense all-reduce") if hot_rows else ""
-    if sharding == "replicated":
+    if sharding == Sharding.REPLICATED:
         return "all-gather of sparse grads" + (hot if sparse_hot else "")
     return "all-to-all" + hot
 
@@ -76,7 +77,7 @@ class Explanation:
         for pv in lo.packs:
             lookups = max(pv.lookups, 1e-12)
             a2a = group_bytes(pv, k) if is_group(pv) else pv.exchange_bytes(k)
-            replicated = pv.sharding == "replicated"
+            replicated = pv.sharding == Sharding.REPLICATED
             rows.append({
                 "pack": pv.name, "tables": pv.tables, "sharding": pv.sharding,
                 "ranks": "all" if len(pv.ranks) == self.plan.world_size else pv.ranks,
@@ -155,7 +156,7 @@ class Explanation:
         rec["threshold_share"] = presence_threshold(theta, lookups) if theta < 1 else None
         rec["closed_form_rows"] = closed
         chosen = self.plan.hot_rows.get(t.name, 0)
-        if pack.sharding == "replicated":
+        if pack.sharding == Sharding.REPLICATED:
             why = "replicated pack: every row is local (sparse gradients all-gathered), no hot set needed"
         elif world <= 1:
             why = "one rank: nothing is exchanged, so no row is worth replicating"
@@ -255,8 +256,8 @@ class Explanation:
                 ["pack", "tables", "sharding", "ranks", "place", "rows", "hot rows", "hot cover",
                  "exchange", "a2a MB/step", "saved MB/step", "imbalance", "sync"],
                 [[p["pack"], _tables(p["tables"]), p["sharding"], str(p["ranks"]), p["placement"], f"{p['rows']:,}",
-                  "all" if p["sharding"] == "replicated" else f"{p['hot_rows']:,}",
-                  "all (replicated)" if p["sharding"] == "replicated" else f"{p['hot_coverage']:.1%}",
+                  "all" if p["sharding"] == Sharding.REPLICATED else f"{p['hot_rows']:,}",
+                  "all (replicated)" if p["sharding"] == Sharding.REPLICATED else f"{p['hot_coverage']:.1%}",
                   p["exchange"], f"{p['a2a_bytes_per_step'] / 1e6:.2f}", f"{p['bytes_saved_per_step'] / 1e6:.2f}",
                   f"{p['owner_imbalance']:.2f}", p["sync"]] for p in d["packs"]],
             ),

@@ -64,6 +64,7 @@ from planner.pooled_twrw import is_group
 from planner.program_ops import POOL_STAGE, Op
 from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
+from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
@@ -109,7 +110,7 @@ def lower(
         )
     access = access if access is not None else table_access(plan.model, profile)
     for p in plan.packs:
-        if p.sharding == "table_row_wise" and len({r // hw.gpus_per_node for r in plan.pack_ranks(p)}) > 1:
+        if p.sharding == Sharding.TABLE_ROW_WISE and len({r // hw.gpus_per_node for r in plan.pack_ranks(p)}) > 1:
             raise PlanError(f"pack {p.name}: table_row_wise ranks {plan.pack_ranks(p)} span several nodes of "
                             f"{hw.gpus_per_node} ranks; it must stay inside one node")
     packs, memory, dense = analyze(plan, hw, access, fuse_table_wise)
@@ -130,7 +131,7 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
     tr = torchrec_exchange(plan)
     packs = [pack_volumes(plan, p, access, samples, hw.gpus_per_node, dedup=not tr) for p in plan.packs]
     if fuse_table_wise or tr:
-        packs = _fuse_runs(plan, packs, ("table_wise", "table_row_wise") if tr else ("table_wise",))
+        packs = _fuse_runs(plan, packs, (Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE) if tr else (Sharding.TABLE_WISE,))
     packs = fuse_pooled(plan, packs)  # Plan.exchange "fused_pooled": planner.pooled_twrw
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
@@ -141,7 +142,7 @@ def torchrec_exchange(plan: Plan) -> bool:
     return plan.exchange == "torchrec"
 
 
-def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = ("table_wise",)) -> list[PackVolumes]:
+def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = (Sharding.TABLE_WISE,)) -> list[PackVolumes]:
     """Consecutive packs of one sharding in `kinds` with equal attributes become one exchange."""
     out: list[PackVolumes] = []
     run: list[PackVolumes] = []
@@ -170,7 +171,7 @@ def _exchange(name: str, deps: list[str], pv: PackVolumes, intra: Any, inter: An
               **args: Any) -> list[Op]:
     """One all-to-all of a pack: flat, or for table-row-wise the hierarchical pair (inside the
     node, then across nodes among equal local indices; `reverse`: across first)."""
-    if pv.sharding != "table_row_wise" or pv.gpus_per_node >= pv.world:
+    if not Sharding(pv.sharding).hierarchical or pv.gpus_per_node >= pv.world:
         return [_collective(name, deps, "all_to_all", intra, **args)]
     steps = args.pop("lat_steps", 0.0)
     a = _collective(name, deps, "all_to_all", intra, group="node", lat_steps=steps, **args)
@@ -192,7 +193,7 @@ def _hier_bytes(pv: PackVolumes, per_row: float) -> np.ndarray:
 
 def exchanges(plan: Plan, pv: PackVolumes) -> bool:
     """Whether a pack's lookups cross ranks: not for a replica, and not on one rank."""
-    return pv.sharding != "replicated" and plan.world_size > 1
+    return Sharding(pv.sharding).exchanges and plan.world_size > 1
 
 
 def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -> list[Op]:
@@ -273,7 +274,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
         return on.op_name("fwd", pv.name, op, mb)
 
     out_b = pv.samples * pv.world * pv.owned_width * 4  # pooled vectors an owner computes
-    if pv.sharding == "replicated":  # data parallel: a local lookup and pooling
+    if pv.sharding == Sharding.REPLICATED:  # data parallel: a local lookup and pooling
         ops = [_compute(n("cold_gather"), [], hbm=pv.lookups * (pv.row_bytes + ID_BYTES) + pv.samples
                         * pv.pooled_width * 4, flops=pv.lookups * pv.dim, stage=4)]
     else:
@@ -285,11 +286,11 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
         rows = pv.recv_ids
         ops.append(_compute(n("cold_gather"), [], hbm=rows * (pv.slice_bytes + ID_BYTES) + out_b,
                             flops=rows * pv.slice_bytes / 4, ranks=np.nonzero(rows > 0)[0], stage=4))
-        if pv.sharding in ("table_wise", "column_wise"):
+        if pv.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE):
             nbytes = np.maximum(out_b, pv.samples * pv.pooled_width * 4)
             ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "all_to_all", nbytes, stage=5))
         else:  # partial sums of every sample: reduce-scatter (row-wise: flat ring; TWRW: node first)
-            algo = "hierarchical" if pv.sharding == "table_row_wise" else "ring"
+            algo = "hierarchical" if pv.sharding == Sharding.TABLE_ROW_WISE else "ring"
             ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "reduce_scatter", out_b, algorithm=algo,
                                    stage=5))
     last = ops[-1].name
@@ -303,12 +304,12 @@ def _tr_pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> lis
 
     own = pv.samples * pv.pooled_width * 4
     ops = [_compute(n("pool"), [after], hbm=own * 2, stage=0)]
-    if pv.sharding in ("table_wise", "column_wise"):
+    if pv.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE):
         nbytes = np.maximum(pv.samples * pv.world * pv.owned_width * 4, own)
         ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", nbytes, stage=1))
-    elif pv.sharding != "replicated":  # the pooled gradients of every sample to every owner
-        algo = "hierarchical" if pv.sharding == "table_row_wise" else "ring"
-        share = own / (pv.world // pv.gpus_per_node) if pv.sharding == "table_row_wise" else own
+    elif pv.sharding != Sharding.REPLICATED:  # the pooled gradients of every sample to every owner
+        algo = "hierarchical" if pv.sharding == Sharding.TABLE_ROW_WISE else "ring"
+        share = own / (pv.world // pv.gpus_per_node) if pv.sharding == Sharding.TABLE_ROW_WISE else own
         ops.append(_collective(n("a2a_grad"), [n("pool")], "all_gather", share, algorithm=algo, stage=1))
     return ops
 
@@ -454,9 +455,9 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
     # TorchRec: a data-parallel table's whole gradient joins the dense all-reduce (DDP)
-    dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == "replicated")
+    dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == Sharding.REPLICATED)
     if dp_bytes:
-        hot_deps += [d for pv in packs if pv.sharding == "replicated" for d in bwd_by_pack[pv.name]]
+        hot_deps += [d for pv in packs if pv.sharding == Sharding.REPLICATED for d in bwd_by_pack[pv.name]]
     ops.append(_collective(grad_sync, dense_grads + hot_deps, "all_reduce",
                            float(dense.params * 4) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes))
     for pv in packs:
@@ -464,15 +465,15 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         if tr:
             # TorchRec's fused backward: the owner merges its rows' gradients (sorted by row)
             # and updates each distinct row once; a data-parallel table is updated whole
-            rows = (np.full(plan.world_size, float(pv.rows)) if pv.sharding == "replicated"
+            rows = (np.full(plan.world_size, float(pv.rows)) if pv.sharding == Sharding.REPLICATED
                     else pv.update_rows * k)
-            deps = [grad_sync] if pv.sharding == "replicated" else grads_by_pack[pv.name]
+            deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else grads_by_pack[pv.name]
             ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
                                 hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                                 + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
                                 ranks=np.nonzero(rows > 0)[0]))
             continue
-        if pv.sharding == "replicated":
+        if pv.sharding == Sharding.REPLICATED:
             # every replica all-gathers the sparse gradients of all ranks and applies them all
             rows = pv.cold_unique * k * plan.world_size
             # applied at the memory rate (as any other op's hbm bytes), after the gathers

@@ -31,15 +31,12 @@ from foundation.fields import FieldError
 from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
+from planner.sharding import POOLED_SHARDINGS, SHARDINGS, Sharding
 
 PLAN_VERSION = 1
-SHARDINGS = ("row_wise", "table_wise", "column_wise", "replicated", "table_row_wise")
 PLACEMENTS = ("hbm", "host")
 HOT_SYNCS = ("dense", "sparse")
 PACK_EXCHANGES = ("rows", "pooled")
-# shardings a pooled exchange runs on: an owner pools whole rows of its bags (column-wise
-# would pool slices and need full-row gradients for row-wise Adagrad; a replica exchanges nothing)
-POOLED_SHARDINGS = ("row_wise", "table_wise", "table_row_wise")
 SPARSE_OPTIMIZERS = ("sgd", "rowwise_adagrad")
 DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 
@@ -48,7 +45,7 @@ DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 class PackPlan:
     name: str
     tables: list[str]
-    sharding: str = "row_wise"
+    sharding: Sharding = Sharding.ROW_WISE  # a plain name is taken (and kept when unknown: validate says so)
     ranks: list[int] | None = None  # ranks holding shards; None means every rank
     placement: str = "hbm"  # where cold rows live: device memory or host memory over PCIe
     # how the hot rows' gradients are synchronised: "dense", the whole hot set's gradient in
@@ -60,6 +57,10 @@ class PackPlan:
     # return one vector per sample and table (partial sums, added to the locally pooled hot
     # part). Planner: the cheaper by planner.exchange.exchange_costs
     exchange: str = "rows"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sharding, str) and self.sharding in SHARDINGS:
+            self.sharding = Sharding(self.sharding)
 
 
 @dataclass
@@ -91,7 +92,7 @@ PLAN_EXCHANGES = ("per_pack", "fused", "torchrec", "fused_pooled")
 def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
     """Whether a pack joins its plan's fused pooled exchange (Plan.exchange "fused_pooled",
     planner.pooled_twrw): a table-row-wise pack whose owners pool."""
-    return plan.exchange == "fused_pooled" and pack.exchange == "pooled" and pack.sharding == "table_row_wise"
+    return plan.exchange == "fused_pooled" and pack.exchange == "pooled" and pack.sharding == Sharding.TABLE_ROW_WISE
 
 
 @dataclass
@@ -202,7 +203,7 @@ class Plan:
             ranks = self.pack_ranks(p)
             if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < self.world_size for r in ranks):
                 raise PlanError(f"pack {p.name}: ranks {p.ranks} must be distinct ranks in [0, {self.world_size})")
-            if p.sharding == "table_wise" and len(ranks) != 1:
+            if p.sharding == Sharding.TABLE_WISE and len(ranks) != 1:
                 raise PlanError(f"pack {p.name}: table_wise sharding needs exactly one rank, got {ranks}")
             attrs = None
             for t in p.tables:
@@ -218,7 +219,7 @@ class Plan:
                         "from the pack's first table"
                     )
                 attrs = a
-            if p.sharding == "column_wise" and self.model.table(p.tables[0]).dim < len(ranks):
+            if p.sharding == Sharding.COLUMN_WISE and self.model.table(p.tables[0]).dim < len(ranks):
                 raise PlanError(f"pack {p.name}: column_wise over {len(ranks)} ranks needs dim >= ranks")
         missing = known - set(seen)
         if missing:
@@ -496,7 +497,7 @@ def _pack_from_dict(p: object, where: str, world: int) -> PackPlan:
     return PackPlan(
         name=fields.text(p["name"], f"{where}.name"),
         tables=[fields.text(t, f"{where}.tables[{i}]") for i, t in enumerate(fields.sequence(p["tables"], f"{where}.tables"))],
-        sharding=fields.text(p.get("sharding", "row_wise"), f"{where}.sharding", SHARDINGS),
+        sharding=fields.text(p.get("sharding", Sharding.ROW_WISE), f"{where}.sharding", SHARDINGS),
         ranks=None if ranks is None else [fields.integer(r, f"{where}.ranks[{i}]", 0, world - 1)
                                           for i, r in enumerate(fields.sequence(ranks, f"{where}.ranks"))],
         placement=fields.text(p.get("placement", "hbm"), f"{where}.placement", PLACEMENTS),

@@ -33,6 +33,7 @@ import numpy as np
 from planner import op_names as on
 from planner.plan import PackPlan, Plan, fused_pooled_member
 from planner.program_ops import POOL_STAGE, Op, collective, compute
+from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise
 
 GROUP = "pooled"  # the scope of the fused group's ops: fwd/pooled/a2a_ids, ...
@@ -206,8 +207,8 @@ def layout(plan_tables: list[Any], pooling: dict[str, float], nodes: int, g: int
         load[i] += pooled_cost(t, pooling[t.name])
         bins[i].append(t.name)
     order = {t.name: i for i, t in enumerate(plan_tables)}
-    packs = [PackPlan(f"{prefix}small", list(small), "row_wise")] if small else []
-    packs += [PackPlan(f"{prefix}node{j}", sorted(b, key=order.__getitem__), "table_row_wise", list(range(j * g, j * g + g)),
+    packs = [PackPlan(f"{prefix}small", list(small), Sharding.ROW_WISE)] if small else []
+    packs += [PackPlan(f"{prefix}node{j}", sorted(b, key=order.__getitem__), Sharding.TABLE_ROW_WISE, list(range(j * g, j * g + g)),
                        exchange="pooled") for j, b in enumerate(bins) if b]
     return packs
 

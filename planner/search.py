@@ -47,6 +47,7 @@ from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer
+from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
 
@@ -267,7 +268,7 @@ def pooled_tables(model: ModelSpec, access: dict[str, TableAccess], hw: Any, bat
         return out
     line = a2a_line(hw, hw.world_size)
     for t in model.tables:
-        probe = Plan(model, hw.world_size, batch, [PackPlan("probe", [t.name], "row_wise")])
+        probe = Plan(model, hw.world_size, batch, [PackPlan("probe", [t.name], Sharding.ROW_WISE)])
         if poolable(probe, probe.packs[0]):
             c = exchange_costs(probe, probe.packs[0], hw, access, batch, line)
             if c["pooled"] < c["rows"]:
@@ -288,13 +289,13 @@ def pack_layout(model: ModelSpec, access: dict[str, TableAccess], world: int, ba
                replication_worthwhile(t, access[t.name], batch, world, c_a2a, c_ar, hbm)]
         rest = [t for t in group if t not in rep]
         if rep:
-            packs.append(PackPlan("", [t.name for t in rep], "replicated"))
+            packs.append(PackPlan("", [t.name for t in rep], Sharding.REPLICATED))
         parts = [rest]
         if pooled:
             parts = [[t for t in rest if t.name in pooled], [t for t in rest if t.name not in pooled]]
         for part in parts:
             for names in balanced_split(part, costs, split) if part else []:
-                packs.append(PackPlan("", names, "row_wise"))
+                packs.append(PackPlan("", names, Sharding.ROW_WISE))
     for i, p in enumerate(packs):
         p.name = f"pack{i}"
     return packs
@@ -369,13 +370,13 @@ class Candidates:
         # fit in device memory go to host memory (reached over PCIe), largest packs first
         free = _free_hbm(plan, hw, access)
         if free <= 0:
-            for p in sorted((p for p in plan.packs if p.sharding != "replicated"),
+            for p in sorted((p for p in plan.packs if p.sharding != Sharding.REPLICATED),
                             key=lambda p: (-plan.pack_rows(p) * model.table(p.tables[0]).bytes_per_row, p.name)):
                 p.placement = "host"
                 free = _free_hbm(plan, hw, access)
                 if free > 0:
                     break
-        cold = [t for p in plan.packs if p.sharding != "replicated" for t in p.tables]
+        cold = [t for p in plan.packs if p.sharding != Sharding.REPLICATED for t in p.tables]
         c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == "hbm" else 1e6 / hw.pcie_bw)
                     for p in plan.packs for t in p.tables}
         budget = HOT_MEMORY_SHARE * free
@@ -397,7 +398,7 @@ def enumerate_layouts(c: Candidates, micro_batch_options: tuple[int, ...]) -> No
     model, world, batch = c.model, c.world, c.batch
     c.ks = [k for k in micro_batch_options if batch % k == 0 and batch // k >= 1] or [1]
     if world > 1:
-        c.layouts.append(Layout((), "dp", [PackPlan(f"pack{i}", [t.name for t in g], "replicated")
+        c.layouts.append(Layout((), "dp", [PackPlan(f"pack{i}", [t.name for t in g], Sharding.REPLICATED)
                                            for i, g in enumerate(attribute_groups(model))]))
     pooled = pooled_tables(model, c.access, c.hw, batch)
     for split in SPLITS:
@@ -461,7 +462,7 @@ def fused_pooled_stage(c: Candidates) -> None:
 def sharding_stage(c: Candidates) -> None:
     """Per pack of the best plan, column-wise, table-wise, replicated and row-wise in its place."""
     for i in range(len(c.best.plan.packs)):
-        for sharding in ("column_wise", "table_wise", "replicated", "row_wise"):
+        for sharding in (Sharding.COLUMN_WISE, Sharding.TABLE_WISE, Sharding.REPLICATED, Sharding.ROW_WISE):
             if c.over_budget():
                 break
             cur = c.best.plan
@@ -480,7 +481,7 @@ def table_row_wise_stage(c: Candidates) -> None:
     if hw.nodes <= 1 or hw.gpus_per_node <= 1:
         return
     for i, pack in enumerate(list(c.best.plan.packs)):
-        if pack.sharding != "row_wise" or c.over_budget():
+        if pack.sharding != Sharding.ROW_WISE or c.over_budget():
             continue
         plan = _as_table_row_wise(c.best.plan, i, hw.gpus_per_node, c.access, c.batch)
         choose_exchange(plan, hw, c.access, c.batch / plan.micro_batches, c.ex_memo)
@@ -568,7 +569,7 @@ def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
     all-reduce, as TorchRec's data-parallel tables), else their hot sets as sized."""
     plan.exchange = "fused_pooled"
     for p in plan.packs:
-        if p.sharding == "table_row_wise":
+        if p.sharding == Sharding.TABLE_ROW_WISE:
             p.exchange = "pooled"
         elif data_parallel:
             p.exchange, p.hot_sync = "rows", "dense"
@@ -583,7 +584,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
     specs = [plan.model.table(t) for t in pack.tables]
     costs = {t.name: table_cost(t, access[t.name], plan.world_size, batch) for t in specs}
     parts = balanced_split(specs, costs, nodes)
-    new = [PackPlan(f"{pack.name}n{j}", names, "table_row_wise", list(range(j * g, j * g + g)), pack.placement,
+    new = [PackPlan(f"{pack.name}n{j}", names, Sharding.TABLE_ROW_WISE, list(range(j * g, j * g + g)), pack.placement,
                     pack.hot_sync)
            for j, names in enumerate(parts)]
     packs = [replace(p) for p in plan.packs[:i]] + new + [replace(p) for p in plan.packs[i + 1:]]
@@ -609,7 +610,7 @@ def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:
 
 def _sharding_ok(plan: Plan, pack: PackPlan, sharding: str) -> bool:
     dim = plan.model.table(pack.tables[0]).dim
-    if sharding == "column_wise":
+    if sharding == Sharding.COLUMN_WISE:
         return dim >= plan.world_size and plan.world_size > 1
     return True
 
@@ -619,16 +620,16 @@ def _with_pack(plan: Plan, i: int, sharding: str, access: dict[str, TableAccess]
     p = packs[i]
     p.sharding = sharding
     p.ranks = None
-    if sharding == "table_wise":
+    if sharding == Sharding.TABLE_WISE:
         # on the rank that owns the least exchange work among table-wise packs
         load = [0.0] * plan.world_size
         for q in packs:
-            if q.sharding == "table_wise" and q is not p and q.ranks:
+            if q.sharding == Sharding.TABLE_WISE and q is not p and q.ranks:
                 load[q.ranks[0]] += sum(table_cost(plan.model.table(t), access[t], plan.world_size, batch)
                                         for t in q.tables)
         p.ranks = [min(range(plan.world_size), key=lambda r: (load[r], r))]
     hot = dict(plan.hot_rows)
-    if sharding == "replicated":
+    if sharding == Sharding.REPLICATED:
         for t in p.tables:
             hot.pop(t, None)  # a replicated pack is all hot already
     new = replace(plan, packs=packs, hot_rows=hot)

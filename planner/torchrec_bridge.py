@@ -31,19 +31,20 @@ from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
+from planner.sharding import Sharding
 
 INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see README, "
                 "'TorchRec baseline')")
 # TorchRec sharding type -> picasso sharding
-FROM_TORCHREC = {"data_parallel": "replicated", "table_wise": "table_wise", "row_wise": "row_wise",
-                 "table_row_wise": "table_row_wise", "column_wise": "column_wise",
-                 "table_column_wise": "column_wise", "grid_shard": "column_wise"}
-TO_TORCHREC = {"replicated": "data_parallel", "table_wise": "table_wise", "row_wise": "row_wise",
-               "table_row_wise": "table_row_wise", "column_wise": "column_wise"}
+FROM_TORCHREC = {"data_parallel": Sharding.REPLICATED, Sharding.TABLE_WISE: Sharding.TABLE_WISE, Sharding.ROW_WISE: Sharding.ROW_WISE,
+                 Sharding.TABLE_ROW_WISE: Sharding.TABLE_ROW_WISE, Sharding.COLUMN_WISE: Sharding.COLUMN_WISE,
+                 "table_column_wise": Sharding.COLUMN_WISE, "grid_shard": Sharding.COLUMN_WISE}
+TO_TORCHREC = {Sharding.REPLICATED: "data_parallel", Sharding.TABLE_WISE: Sharding.TABLE_WISE, Sharding.ROW_WISE: Sharding.ROW_WISE,
+               Sharding.TABLE_ROW_WISE: Sharding.TABLE_ROW_WISE, Sharding.COLUMN_WISE: Sharding.COLUMN_WISE}
 HOST_KERNELS = ("fused_uvm", "fused_uvm_caching")
 # pack order in a converted plan: TorchRec fuses each sharding type into one exchange, so
 # the packs of one type are kept next to each other (planner.lowering fuses runs)
-ORDER = ("replicated", "table_wise", "column_wise", "row_wise", "table_row_wise")
+ORDER = (Sharding.REPLICATED, Sharding.TABLE_WISE, Sharding.COLUMN_WISE, Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE)
 
 
 def torchrec_available() -> bool:
@@ -174,25 +175,25 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
         kinds[st] += 1
         sharding = FROM_TORCHREC[st]
         ranks = _ranks(t.name, d, world)
-        if sharding == "replicated":
+        if sharding == Sharding.REPLICATED:
             ranks = None
-        elif sharding == "table_wise":
+        elif sharding == Sharding.TABLE_WISE:
             ranks = ranks[:1]
-        elif sharding == "row_wise" and sorted(ranks) == list(range(world)):
+        elif sharding == Sharding.ROW_WISE and sorted(ranks) == list(range(world)):
             ranks = None
-        elif sharding == "column_wise":
+        elif sharding == Sharding.COLUMN_WISE:
             distinct = list(dict.fromkeys(ranks))[: t.dim]
-            if st != "column_wise" or len(distinct) != len(ranks) or not _even_columns(d, t.dim):
+            if st != Sharding.COLUMN_WISE or len(distinct) != len(ranks) or not _even_columns(d, t.dim):
                 approx.append(f"{t.name}: {st} shards {_shape(d)} -> column_wise split evenly over ranks {distinct}")
             ranks = distinct
-        if sharding in ("row_wise", "table_row_wise") and d.get("shards") and len(d["shards"]) > 1:
+        if sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE) and d.get("shards") and len(d["shards"]) > 1:
             approx.append(f"{t.name}: {st} contiguous row ranges -> cyclic rows over the same ranks")
         placement = "host" if kernel in HOST_KERNELS else "hbm"
         if kernel == "fused_uvm_caching":
             approx.append(f"{t.name}: {kernel} (HBM cache over UVM) -> cold rows in host memory, no cache")
         # one pack per fused group; column-wise tables are sharded alone
         key = (ORDER.index(sharding), tuple(ranks or ()), t.attributes(), placement,
-               t.name if sharding == "column_wise" else "")
+               t.name if sharding == Sharding.COLUMN_WISE else "")
         groups[key].append(t.name)
     packs = []
     for i, (key, names) in enumerate(sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2:])))):
@@ -249,16 +250,16 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
         if len(p.tables) > 1:
             lost.append(f"pack {p.name}: {len(p.tables)} tables packed into one table with row offsets "
                         "(TorchRec fuses lookups of a group but keeps tables apart)")
-        ranks = list(range(plan.world_size)) if p.sharding == "replicated" else plan.pack_ranks(p)
-        kernel = "dense" if p.sharding == "replicated" else ("fused_uvm" if p.placement == "host" else "fused")
+        ranks = list(range(plan.world_size)) if p.sharding == Sharding.REPLICATED else plan.pack_ranks(p)
+        kernel = "dense" if p.sharding == Sharding.REPLICATED else ("fused_uvm" if p.placement == "host" else "fused")
         for t in p.tables:
             spec = plan.model.table(t)
             rows, dim = spec.num_rows, spec.dim
-            if p.sharding == "replicated":
+            if p.sharding == Sharding.REPLICATED:
                 shards = []
-            elif p.sharding == "table_wise":
+            elif p.sharding == Sharding.TABLE_WISE:
                 shards = [[0, 0, rows, dim, ranks[0]]]
-            elif p.sharding == "column_wise":
+            elif p.sharding == Sharding.COLUMN_WISE:
                 parts = np.array_split(np.arange(dim), len(ranks))
                 shards = [[0, int(c[0]), rows, len(c), r] for c, r in zip(parts, ranks)]
             else:  # row-wise kinds: TorchRec's contiguous ranges of even size
@@ -266,9 +267,9 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
                 shards = [[i * per, 0, max(0, min(per, rows - i * per)), dim, r] for i, r in enumerate(ranks)]
             out[t] = {"sharding_type": TO_TORCHREC[p.sharding], "compute_kernel": kernel, "ranks": ranks,
                       "shards": shards}
-        if p.sharding in ("row_wise", "table_row_wise") and len(ranks) > 1:
+        if p.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE) and len(ranks) > 1:
             lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
-        if p.exchange == "rows" and p.sharding != "replicated" and plan.world_size > 1:
+        if p.exchange == "rows" and p.sharding != Sharding.REPLICATED and plan.world_size > 1:
             lost.append(f"pack {p.name}: exchange of deduplicated rows (TorchRec always pools at the owner: "
                         "exchange pooled)")
     hot = {t: n for t, n in plan.hot_rows.items() if n}

@@ -36,6 +36,7 @@ import numpy as np
 from planner.access import TableAccess
 from planner.model_spec import TableSpec
 from planner.plan import PackPlan, Plan, table_optimizer
+from planner.sharding import Sharding
 from traces.coverage import presence
 
 ID_BYTES = 8  # int64 IDs on the wire
@@ -93,7 +94,7 @@ class PackVolumes:
     @property
     def owners_heard(self) -> int:
         """Owners that return a partial sum of each bag: every shard row-wise, one table-wise."""
-        return 1 if self.sharding == "table_wise" else len(self.ranks)
+        return 1 if self.sharding == Sharding.TABLE_WISE else len(self.ranks)
 
     def _at_owners(self, v: float) -> np.ndarray:
         out = np.zeros(self.world)
@@ -119,7 +120,7 @@ class PackVolumes:
 
     def exchange_bytes(self, micro_batches: int) -> float:
         """All-to-all bytes a rank sends and receives per iteration for its cold lookups."""
-        if self.sharding == "replicated":
+        if self.sharding == Sharding.REPLICATED:
             return 0.0
         if self.pooled:
             return float(np.max(self.pooled_ids_bytes + 2 * self.pooled_out_bytes)) * micro_batches
@@ -151,22 +152,22 @@ class PackVolumes:
         The simulator's all_to_all takes the whole send buffer and charges the remote part;
         an owner that receives more than it sends (table-wise, a hot owner) pays for that.
         """
-        if self.sharding == "replicated":
+        if self.sharding == Sharding.REPLICATED:
             return np.zeros(self.world)
-        fanout = len(self.ranks) if self.sharding == "column_wise" else 1
+        fanout = len(self.ranks) if self.sharding == Sharding.COLUMN_WISE else 1
         return np.maximum(self.cold_unique * ID_BYTES * fanout, self.recv_ids * ID_BYTES)
 
     @cached_property
     def a2a_emb_bytes(self) -> np.ndarray:
         """Whole embedding all-to-all buffer per rank (the gradient all-to-all mirrors it)."""
-        if self.sharding == "replicated":
+        if self.sharding == Sharding.REPLICATED:
             return np.zeros(self.world)
         return np.maximum(self.cold_unique * self.row_bytes, self.recv_ids * self.slice_bytes)
 
     @property
     def gather_rows(self) -> np.ndarray:
         """Rows each rank reads as owner (replicated: its own cold rows from its replica)."""
-        if self.sharding == "replicated":
+        if self.sharding == Sharding.REPLICATED:
             return np.full(self.world, self.cold_unique)
         return self.recv_ids
 
@@ -185,9 +186,9 @@ class PackVolumes:
         """Gradient all-to-all buffer; column-wise with row-wise Adagrad sends full rows to every owner
         (the row's state needs the whole gradient)."""
         g = self.grad_row_bytes
-        if self.sharding == "column_wise" and self.state_bytes:
+        if self.sharding == Sharding.COLUMN_WISE and self.state_bytes:
             return np.maximum(self.cold_unique * g * len(self.ranks), self.recv_ids * g)
-        if self.sharding == "replicated":
+        if self.sharding == Sharding.REPLICATED:
             return np.zeros(self.world)
         return np.maximum(self.cold_unique * g, self.recv_ids * self.slice_bytes * g / self.row_bytes)
 
@@ -271,8 +272,8 @@ def pack_volumes(
             hot_rows += hot
             coverage[spec.name] = cov
             continue
-        cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, pack.sharding == "row_wise" and n > 1)
-        if pack.sharding == "table_row_wise":
+        cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, pack.sharding == Sharding.ROW_WISE and n > 1)
+        if pack.sharding == Sharding.TABLE_ROW_WISE:
             node_u += _table_stats(acc, L * g, hot, False)[2]
         lookups += L
         hot_l += L * cov
@@ -293,29 +294,29 @@ def pack_volumes(
     idx = np.asarray(ranks)
     owned = np.zeros(world)
     width = sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs)
-    if pack.sharding == "row_wise":
+    if pack.sharding == Sharding.ROW_WISE:
         recv[idx] = world * (head_load + tail / n)
         shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
-    elif pack.sharding == "table_row_wise" and pack.exchange == "pooled":
+    elif pack.sharding == Sharding.TABLE_ROW_WISE and pack.exchange == "pooled":
         # the executor runs it flat, as row-wise over the node's ranks: no per-node merge
         recv[idx] = world * tail / n
         shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
-    elif pack.sharding == "table_row_wise":
+    elif pack.sharding == Sharding.TABLE_ROW_WISE:
         # deduplicated: each node's distinct rows once (hierarchical); TorchRec: every lookup
         recv[idx] = (world / g) * node_u / n if dedup else world * tail / n
         shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
-    elif pack.sharding == "table_wise":
+    elif pack.sharding == Sharding.TABLE_WISE:
         recv[idx] = world * cold_u
         shard[idx] = rows
         slice_bytes = float(row_bytes)
         owned[idx] = width
-    elif pack.sharding == "column_wise":
+    elif pack.sharding == Sharding.COLUMN_WISE:
         recv[idx] = world * cold_u
         shard[idx] = rows / n  # each owner holds dim/n columns of every row, counted in rows
         slice_bytes = row_bytes / n
@@ -331,7 +332,7 @@ def pack_volumes(
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
         node_unique=node_u, gpus_per_node=g, owned_width=owned,
-        update_rows=None if dedup else np.where(recv > 0, upd / (1 if pack.sharding in ("table_wise", "column_wise")
+        update_rows=None if dedup else np.where(recv > 0, upd / (1 if pack.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE)
                                                              else n), 0.0),
     )
 
