@@ -43,10 +43,10 @@ struct VecBuffer {
 #define PICASSO_TRANSPOSE_IN(buf, rows, f, d, n0, nb)                       \
   for (int64_t i_ = 0; i_ < (f); ++i_) {                                   \
     const float* src_ = (rows)[i_] + (n0) * (d);                           \
-    vec* dst_ = (buf) + i_ * (d);                                          \
-    for (int64_t k_ = 0; k_ < (d); ++k_) dst_[k_] = vec{};                 \
+    float* dst_ = reinterpret_cast<float*>((buf) + i_ * (d));              \
+    if ((nb) < kLanes) std::memset(dst_, 0, (d) * sizeof(vec));            \
     for (int64_t l_ = 0; l_ < (nb); ++l_)                                  \
-      for (int64_t k_ = 0; k_ < (d); ++k_) dst_[k_][l_] = src_[l_ * (d) + k_]; \
+      for (int64_t k_ = 0; k_ < (d); ++k_) dst_[k_ * kLanes + l_] = src_[l_ * (d) + k_]; \
   }
 
 // One range of sample blocks of the forward. Cloned per instruction set (AVX-512, AVX2, generic),
@@ -85,10 +85,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot_forward_bl
         zi[j] = s;
       }
     }
+    const float* zf = reinterpret_cast<const float*>(z);
     for (int64_t l = 0; l < nb; ++l) {
       float* o = out + (n0 + l) * width;
       std::memcpy(o, rows[0] + (n0 + l) * d, d * sizeof(float));  // the first input passes through
-      for (int64_t p = 0; p < pairs; ++p) o[d + p] = z[p][l];
+      for (int64_t p = 0; p < pairs; ++p) o[d + p] = zf[p * kLanes + l];
     }
   }
 }
@@ -109,10 +110,11 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot_backward_b
   for (int64_t blk = b0; blk < b1; ++blk) {
     const int64_t n0 = blk * kLanes, nb = std::min<int64_t>(kLanes, n - n0);
     PICASSO_TRANSPOSE_IN(t, rows, f, d, n0, nb)
-    for (int64_t p = 0; p < pairs; ++p) g[p] = vec{};
+    float* gf = reinterpret_cast<float*>(g);
+    if (nb < kLanes) std::memset(gf, 0, pairs * sizeof(vec));
     for (int64_t l = 0; l < nb; ++l) {
       const float* gz = grad + (n0 + l) * width + d;
-      for (int64_t p = 0; p < pairs; ++p) g[p][l] = gz[p];
+      for (int64_t p = 0; p < pairs; ++p) gf[p * kLanes + l] = gz[p];
     }
     for (int64_t i = 0; i < f; ++i) {
       const int64_t* pi = pair_of.data() + i * f;
@@ -148,13 +150,14 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot_backward_b
         o[k0] = s;
       }
       float* dst = grads[i] + n0 * d;
+      const float* of = reinterpret_cast<const float*>(o);
       for (int64_t l = 0; l < nb; ++l) {
         float* r = dst + l * d;
         if (i == 0) {
           const float* pass = grad + (n0 + l) * width;
-          for (int64_t k = 0; k < d; ++k) r[k] = pass[k] + o[k][l];
+          for (int64_t k = 0; k < d; ++k) r[k] = pass[k] + of[k * kLanes + l];
         } else {
-          for (int64_t k = 0; k < d; ++k) r[k] = o[k][l];
+          for (int64_t k = 0; k < d; ++k) r[k] = of[k * kLanes + l];
         }
       }
     }

@@ -69,3 +69,20 @@ def test_dlrm_dispatches_to_the_native_kernel(monkeypatch) -> None:
 def test_other_dtypes_fall_back_to_the_reference() -> None:
     xs = [torch.randn(5, 4, dtype=torch.float64) for _ in range(3)]
     torch.testing.assert_close(dot_interaction_native(xs), dot_interaction_ref(xs))
+
+
+def test_pack_gradient_is_a_view_of_the_interaction_gradient() -> None:
+    """The per-table gradients the native backward writes end to end reach the pack uncopied."""
+    from executor.trainer import leaves_grad
+
+    xs = [torch.randn(33, 8) for _ in range(4)]
+    leaves = [x.clone().requires_grad_() for x in xs]
+    dot_interaction_native(leaves).sum().backward()
+    g = leaves_grad(leaves[1:])
+    assert g.shape == (99, 8)
+    assert g.data_ptr() == leaves[1].grad.data_ptr()
+    torch.testing.assert_close(g, torch.cat([q.grad for q in leaves[1:]]))
+    # not adjacent (the first input's gradient is its own buffer): copied, same values
+    g2 = leaves_grad(leaves[:2])
+    torch.testing.assert_close(g2, torch.cat([leaves[0].grad, leaves[1].grad]))
+    assert g2.data_ptr() != leaves[0].grad.data_ptr()
