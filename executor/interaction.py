@@ -89,8 +89,11 @@ class _NativeDots(torch.autograd.Function):
 
 
 def dot_interaction_native(xs: list[torch.Tensor]) -> torch.Tensor:
-    """dot_interaction_ref's function on csrc's kernel (CPU fp32; anything else goes to the reference)."""
+    """dot_interaction_ref's function on csrc's kernel, in fp32, for CPU inputs of fp32 (or a bf16
+    bottom output under CPU bf16 autocast, which the reference would promote to fp32 as well);
+    anything else goes to the reference."""
     x0 = xs[0]
-    if x0.device.type != "cpu" or x0.dim() != 2 or any(x.dtype != torch.float32 or x.shape != x0.shape for x in xs):
+    ok = (torch.float32, torch.bfloat16) if x0.device.type == "cpu" else ()
+    if x0.dim() != 2 or any(x.dtype not in ok or x.shape != x0.shape for x in xs):
         return dot_interaction_ref(xs)
-    return _NativeDots.apply(*(x.contiguous() for x in xs))
+    return _NativeDots.apply(*(x.float().contiguous() for x in xs))
