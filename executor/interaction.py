@@ -3,7 +3,7 @@
 Two implementations of the same function (exact to fp32 rounding):
 - `dot_interaction_ref`: bmm(t, t^T) over the stacked inputs, the lower triangle picked out;
   its backward (`LowerTriangleDots`) gathers the pairs' gradients into the symmetric matrix;
-- `dot_interaction_native`: csrc's kernel with a block of samples in the SIMD lanes, which
+- `dot_interaction_on(lib, ...)`: csrc's kernel with a block of samples in the SIMD lanes, which
   computes only the f(f-1)/2 pairs and writes the output (first input included) in one pass.
   On CPU, bmm of n tiny [f, d] matrices runs far below the GEMM rate: at d 64, batch 2048, the
   native forward + backward is about half of bmm's (bench/bench_interaction.py).
@@ -73,27 +73,24 @@ def dot_interaction_ref(xs: list[torch.Tensor]) -> torch.Tensor:
 
 class _NativeDots(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, *xs: torch.Tensor) -> torch.Tensor:
-        from executor import kernels
-
+    def forward(ctx: Any, lib: Any, *xs: torch.Tensor) -> torch.Tensor:
+        ctx.lib = lib
         ctx.save_for_backward(*xs)
-        return kernels._lib.dot_interaction_forward(list(xs))
+        return lib.dot_interaction_forward(list(xs))
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from executor import kernels
-
-        first, rest = kernels._lib.dot_interaction_backward(grad, list(ctx.saved_tensors))
-        return (first, *rest.unbind(0))
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        first, rest = ctx.lib.dot_interaction_backward(grad, list(ctx.saved_tensors))
+        return (None, first, *rest.unbind(0))
 
 
-def dot_interaction_native(xs: list[torch.Tensor]) -> torch.Tensor:
-    """dot_interaction_ref's function on csrc's kernel, in fp32, for CPU inputs of fp32 (or a bf16
-    bottom output under CPU bf16 autocast, which the reference would promote to fp32 as well);
-    anything else goes to the reference."""
+def dot_interaction_on(lib: Any, xs: list[torch.Tensor]) -> torch.Tensor:
+    """dot_interaction_ref's function on csrc's kernel (`lib`, the loaded library), in fp32, for
+    CPU inputs of fp32 (or a bf16 bottom output under CPU bf16 autocast, which the reference
+    would promote to fp32 as well); anything else goes to the reference."""
     x0 = xs[0]
     ok = (torch.float32, torch.bfloat16) if x0.device.type == "cpu" else ()
     if x0.dim() != 2 or any(x.dtype not in ok or x.shape != x0.shape for x in xs):
         return dot_interaction_ref(xs)
-    return _NativeDots.apply(*(x.float().contiguous() for x in xs))
+    return _NativeDots.apply(lib, *(x.float().contiguous() for x in xs))

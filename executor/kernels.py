@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from executor.interaction import dot_interaction_native, dot_interaction_ref
+from executor.interaction import dot_interaction_on, dot_interaction_ref
 
 
 def bag_forward_ref(
@@ -247,6 +247,12 @@ def sparse_update_native(
     assert _lib is not None
     with torch.no_grad():
         _lib.sparse_update(weight, state, rows, grads, optimizer, float(lr), float(eps))
+
+
+def dot_interaction_native(xs: list[torch.Tensor]) -> torch.Tensor:
+    """DLRM's dot interaction on the native CPU kernel (executor.interaction)."""
+    assert _lib is not None
+    return dot_interaction_on(_lib, xs)
 
 
 _REF = {

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executor import kernels as K
-from executor.interaction import dot_interaction_native, dot_interaction_ref
+from executor.interaction import dot_interaction_ref
+from executor.kernels import dot_interaction_native
 
 
 @pytest.fixture(scope="module", autouse=True)
