@@ -22,6 +22,11 @@ How the two sides are matched:
 - threads: OMP_NUM_THREADS = cores / ranks for both, passive OpenMP waits;
 - timing: samples/s over the timed steps after --warmup steps, from the slowest rank.
 
+With --bf16, a third side runs the same picasso plan with dense_dtype bf16 (mixed precision:
+bf16 autocast for the dense layers on a CPU with bf16 instructions, fp32 master weights,
+gradients, optimizer state and tables; executor.precision). It is reported on its own line
+and never as the fp32 comparison: TorchRec runs fp32.
+
 TorchRec is a benchmark dependency only: it lives in its own virtual environment (--venv;
 created with the three pip commands below when missing), and its side runs as a
 subprocess there (bench/torchrec_worker.py).
@@ -68,6 +73,15 @@ def make_data(path: Path, rows: int) -> None:
     generate_criteo(path, rows, seed=0, cardinalities=cards, zipf_s=ZIPF, missing=0.0)
 
 
+def bf16_plan(plan: Path) -> Path:
+    """The same plan with the dense layers at bf16 (the model's extra.dense_dtype)."""
+    p = json.loads(plan.read_text())
+    p["model"]["extra"]["dense_dtype"] = "bf16"
+    out = plan.with_name(plan.stem + "-bf16.json")
+    out.write_text(json.dumps(p))
+    return out
+
+
 def picasso_plan(model, batch: int, hardware: str, path: Path) -> str:
     from planner.plan import OptimizerPlan
     from planner.search import search
@@ -82,13 +96,16 @@ def picasso_plan(model, batch: int, hardware: str, path: Path) -> str:
     return res.best.label
 
 
-def run_picasso(plan: Path, data: Path, steps: int, warmup: int) -> float:
+def run_picasso(plan: Path, data: Path, steps: int, warmup: int, dense_dtype: str = "fp32") -> float:
     cmd = [sys.executable, "-m", "picasso", "run", str(plan), "--data", str(data), "--nproc", "2", "--steps",
            str(steps + warmup), "--warmup", str(warmup), "--preload", "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=run_env(2))
     if p.returncode != 0:
         raise SystemExit(f"picasso run failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    return float(json.loads(p.stdout[p.stdout.index("{"):])["samples_per_s"])
+    res = json.loads(p.stdout[p.stdout.index("{"):])
+    if res.get("dense_dtype", "fp32") != dense_dtype:
+        raise SystemExit(f"picasso ran its dense layers at {res.get('dense_dtype')}, expected {dense_dtype}")
+    return float(res["samples_per_s"])
 
 
 def run_torchrec(py: Path, npz: Path, model, batch: int, steps: int, warmup: int) -> dict:
@@ -105,6 +122,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--hardware", default="local-cpu", help="picasso planner's hardware (e.g. a calibrated spec)")
     ap.add_argument("--quick", action="store_true", help="check the pipeline: dim 16, batch 256, 2 steps, 1 run each")
+    ap.add_argument("--bf16", action="store_true", help="also run picasso with bf16 dense layers (a separate line)")
     ap.add_argument("--work", type=Path, help="folder for data and plans (default: a temporary one)")
     ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "vs_torchrec.json"))
     args = ap.parse_args()
@@ -132,19 +150,22 @@ def main() -> int:
             plan = work / f"plan-d{dim}-b{b}.json"
             label = picasso_plan(model, b, args.hardware, plan)
             settings.append({"dim": dim, "batch_per_rank": b, "model": model, "npz": npz, "plan": plan,
-                             "picasso_plan": label, "picasso": [], "torchrec": []})
+                             "picasso_plan": label, "picasso": [], "torchrec": [], "picasso_bf16": []})
     for r in range(args.repeats):
         for s in settings:  # alternate the sides, and which goes first
             sides = ("picasso", "torchrec") if r % 2 == 0 else ("torchrec", "picasso")
-            for side in sides:
-                if side == "picasso":
+            for side in sides + (("picasso_bf16",) if args.bf16 else ()):
+                if side == "picasso_bf16":
+                    s[side].append(run_picasso(bf16_plan(s["plan"]), data, args.steps, args.warmup, "bf16"))
+                elif side == "picasso":
                     s["picasso"].append(run_picasso(s["plan"], data, args.steps, args.warmup))
                 else:
                     tr = run_torchrec(py, s["npz"], s["model"], s["batch_per_rank"], args.steps, args.warmup)
                     s["torchrec"].append(tr["samples_per_s"])
                     s["torchrec_sharding"] = tr["sharding_types"]
             print(f"dim {s['dim']:>3} batch {s['batch_per_rank']:>5} run {r + 1}: picasso {s['picasso'][-1]:,.0f}  "
-                  f"TorchRec {s['torchrec'][-1]:,.0f} samples/s", flush=True)
+                  f"TorchRec {s['torchrec'][-1]:,.0f} samples/s"
+                  + (f"  (picasso bf16 dense {s['picasso_bf16'][-1]:,.0f})" if args.bf16 else ""), flush=True)
     rows = []
     print(f"\n{'dim':>4} {'batch/rank':>10} {'TorchRec':>12} {'picasso':>12} {'ratio':>6}")
     for s in settings:
@@ -154,9 +175,16 @@ def main() -> int:
                      "picasso_runs": s["picasso"], "picasso_plan": s["picasso_plan"],
                      "torchrec_sharding": s.get("torchrec_sharding")})
         print(f"{s['dim']:>4} {s['batch_per_rank']:>10} {tr:>12,.0f} {pc:>12,.0f} {pc / tr:>6.2f}")
+        if args.bf16:  # its own line: picasso with bf16 dense layers against fp32 TorchRec
+            bf = statistics.median(s["picasso_bf16"])
+            rows[-1].update({"picasso_bf16_dense_samples_per_s": bf, "picasso_bf16_dense_over_torchrec_fp32": bf / tr,
+                             "picasso_bf16_dense_runs": s["picasso_bf16"]})
+            print(f"{'':>4} {'':>10} {'':>12} {bf:>12,.0f} {bf / tr:>6.2f}  picasso with bf16 dense layers (not fp32)")
     result = {"bench": "vs_torchrec", "machine": machine(), "quick": args.quick, "ranks": 2, "backend": "gloo",
               "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats, "row_cap": ROW_CAP,
               "zipf": ZIPF, "optimizer": {"embeddings": "rowwise adagrad", "dense": "adagrad", "lr": LR, "eps": EPS},
+              "note": "timed runs alone on the machine (/work/bin/quiet-run); picasso_bf16_dense_* is picasso with "
+                      "dense_dtype bf16 (mixed precision), not the fp32 comparison",
               "results": rows}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=1) + "\n")

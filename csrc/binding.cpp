@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "binding.h"
 #include "kernels.h"
@@ -213,6 +214,46 @@ void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, c
                      rows.data_ptr<int64_t>(), rows.numel(), grads.data_ptr(), opt, lr, eps);
 }
 
+// The f inputs of the dot interaction: CPU, fp32, contiguous, [n, d] each.
+std::vector<const float*> interaction_inputs(const std::vector<at::Tensor>& xs) {
+  TORCH_CHECK_VALUE(!xs.empty(), "picasso native: dot interaction needs at least one input");
+  const auto n = xs[0].size(0), d = xs[0].size(1);
+  std::vector<const float*> rows;
+  for (const auto& x : xs) {
+    TORCH_CHECK_VALUE(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous() &&
+                          x.size(0) == n && x.size(1) == d,
+                      "picasso native: dot interaction inputs must be contiguous CPU fp32 [", n, ", ", d, "]");
+    rows.push_back(x.data_ptr<float>());
+  }
+  return rows;
+}
+
+at::Tensor dot_interaction_forward(const std::vector<at::Tensor>& xs) {
+  const auto rows = interaction_inputs(xs);
+  const int64_t f = xs.size(), n = xs[0].size(0), d = xs[0].size(1);
+  at::Tensor out = at::empty({n, d + f * (f - 1) / 2}, xs[0].options());
+  pybind11::gil_scoped_release nogil;
+  cpu::dot_interaction_forward(rows.data(), f, d, n, out.data_ptr<float>());
+  return out;
+}
+
+// Gradients of the first input [n, d] and of the others, stacked [f - 1, n, d].
+std::tuple<at::Tensor, at::Tensor> dot_interaction_backward(const at::Tensor& grad_in,
+                                                            const std::vector<at::Tensor>& xs) {
+  const auto rows = interaction_inputs(xs);
+  const int64_t f = xs.size(), n = xs[0].size(0), d = xs[0].size(1);
+  const at::Tensor grad = grad_in.contiguous();
+  TORCH_CHECK_VALUE(grad.scalar_type() == at::kFloat && grad.dim() == 2 && grad.size(0) == n &&
+                        grad.size(1) == d + f * (f - 1) / 2,
+                    "picasso native: dot interaction gradient must be fp32 [", n, ", ", d + f * (f - 1) / 2, "]");
+  at::Tensor first = at::empty({n, d}, grad.options()), rest = at::empty({f - 1, n, d}, grad.options());
+  std::vector<float*> outs{first.data_ptr<float>()};
+  for (int64_t i = 1; i < f; ++i) outs.push_back(rest.data_ptr<float>() + (i - 1) * n * d);
+  pybind11::gil_scoped_release nogil;
+  cpu::dot_interaction_backward(grad.data_ptr<float>(), rows.data(), f, d, n, outs.data());
+  return {first, rest};
+}
+
 }  // namespace
 }  // namespace picasso
 
@@ -230,5 +271,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sparse_update", &picasso::sparse_update, "in-place sparse SGD / row-wise Adagrad", pybind11::arg("weight"),
         pybind11::arg("state"), pybind11::arg("rows"), pybind11::arg("grads"), pybind11::arg("optimizer"),
         pybind11::arg("lr"), pybind11::arg("eps") = 1e-8);
+  m.def("dot_interaction_forward", &picasso::dot_interaction_forward, "DLRM dot interaction [first | pairs]",
+        pybind11::arg("inputs"));
+  m.def("dot_interaction_backward", &picasso::dot_interaction_backward, "gradients of the dot interaction",
+        pybind11::arg("grad"), pybind11::arg("inputs"));
   m.def("has_cuda", []() { return picasso::kWithCuda; }, "whether the CUDA kernels were compiled in");
 }

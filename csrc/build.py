@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 SRC_DIR = Path(__file__).resolve().parent
-CPU_SOURCES = ("kernels_cpu.cpp", "binding.cpp")
+CPU_SOURCES = ("kernels_cpu.cpp", "interaction_cpu.cpp", "binding.cpp")
 CUDA_SOURCES = ("binding_cuda.cpp", "kernels_cuda.cu")
 HEADERS = ("kernels.h", "binding.h")
 

@@ -45,6 +45,13 @@ int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_m
 void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,
                    int64_t n, const void* grads, Optim opt, double lr, double eps);
 
+// DLRM dot interaction (interaction_cpu.cpp): rows[0..f) are f row-major [n, d] fp32 inputs; out
+// [n, d + f(f-1)/2] gets rows[0] then the dot products of inputs i > j, pair (i, j) at
+// i(i-1)/2 + j. The backward writes each input's gradient [n, d] to grads[i] from grad [n, width].
+void dot_interaction_forward(const float* const* rows, int64_t f, int64_t d, int64_t n, float* out);
+void dot_interaction_backward(const float* grad, const float* const* rows, int64_t f, int64_t d, int64_t n,
+                              float* const* grads);
+
 }  // namespace cpu
 
 #ifdef PICASSO_WITH_CUDA

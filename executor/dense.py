@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from executor import kernels
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
@@ -52,42 +53,6 @@ class DenseArch(nn.Module):
         return torch.cat(parts, dim=1)
 
 
-class LowerTriangleDots(torch.autograd.Function):
-    """Pairwise dot products t_i . t_j (i > j) of the rows of t [n, f, d], flattened [n, f(f-1)/2].
-
-    The generic backward of picking the triangle out of bmm(t, t^T) scatters with
-    accumulation, which dominated DLRM's dense step on CPU. Here the gradient is S t, with S
-    the symmetric [f, f] matrix holding each pair's gradient at (i, j) and (j, i) and zeros on
-    the diagonal, gathered in one index_select from the pairs' gradients (no zero fill, no
-    scatter). `sym` maps each of the f*f entries to its pair + 1, the diagonal to 0."""
-
-    @staticmethod
-    def forward(ctx, t: torch.Tensor, tri: torch.Tensor, sym: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(t, sym)
-        z = torch.bmm(t, t.transpose(1, 2))
-        return z.flatten(1).index_select(1, tri)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: torch.Tensor):
-        t, sym = ctx.saved_tensors
-        n, f, _ = t.shape
-        src = torch.cat([torch.zeros(n, 1, dtype=t.dtype, device=t.device), grad.to(t.dtype)], dim=1)
-        s = src.index_select(1, sym).view(n, f, f)
-        return torch.bmm(s, t), None, None
-
-
-def triangle_maps(f: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tri, sym) for LowerTriangleDots: the flat positions of the pairs i > j in an f x f
-    matrix, and for every flat position its pair + 1 (0 on the diagonal)."""
-    li, lj = torch.tril_indices(f, f, offset=-1)
-    sym = torch.zeros(f, f, dtype=torch.int64)
-    pair = torch.arange(1, len(li) + 1)
-    sym[li, lj] = pair
-    sym[lj, li] = pair
-    return li * f + lj, sym.flatten()
-
-
 class DLRM(DenseArch):
     """Bottom MLP, pairwise dot products of [bottom, embeddings...], top MLP (Naumov et al.)."""
 
@@ -102,17 +67,13 @@ class DLRM(DenseArch):
         self.bot = mlp([model.num_dense, *model.bottom_mlp], last_act=True) if model.bottom_mlp else None
         self.proj = None if model.bottom_mlp else nn.Linear(model.num_dense, d)
         f = len(model.tables) + 1
-        tri, sym = triangle_maps(f)
-        self.register_buffer("tri", tri, persistent=False)
-        self.register_buffer("sym", sym, persistent=False)
         self.topm = mlp([d + f * (f - 1) // 2, *(model.top_mlp or (1,))], last_act=False)
 
     def bottom(self, dense):
         return self.bot(dense) if self.bot is not None else self.proj(dense)
 
     def interaction(self, b, embs, seqs):
-        t = torch.stack([b] + [embs[n] for n in self.pooled], dim=1)
-        return torch.cat([b, LowerTriangleDots.apply(t, self.tri, self.sym)], dim=1)
+        return kernels.dot_interaction([b] + [embs[n] for n in self.pooled])
 
     def top(self, z):
         return self.topm(z).squeeze(1)

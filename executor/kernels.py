@@ -25,6 +25,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from executor.interaction import dot_interaction_on, dot_interaction_ref
+
 
 def bag_forward_ref(
     weight: torch.Tensor,
@@ -247,7 +249,14 @@ def sparse_update_native(
         _lib.sparse_update(weight, state, rows, grads, optimizer, float(lr), float(eps))
 
 
+def dot_interaction_native(xs: list[torch.Tensor]) -> torch.Tensor:
+    """DLRM's dot interaction on the native CPU kernel (executor.interaction)."""
+    assert _lib is not None
+    return dot_interaction_on(_lib, xs)
+
+
 _REF = {
+    "dot_interaction": dot_interaction_ref,
     "bag_forward": bag_forward_ref,
     "bag_backward": bag_backward_ref,
     "route_ids": route_ids_ref,
@@ -255,6 +264,7 @@ _REF = {
     "sparse_update": sparse_update_ref,
 }
 _NATIVE = {
+    "dot_interaction": dot_interaction_native,
     "bag_forward": bag_forward_native,
     "bag_backward": bag_backward_native,
     "route_ids": route_ids_native,
@@ -347,3 +357,4 @@ bag_backward = _lazy("bag_backward")
 route_ids = _lazy("route_ids")
 unique = _lazy("unique")
 sparse_update = _lazy("sparse_update")
+dot_interaction = _lazy("dot_interaction")

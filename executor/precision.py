@@ -2,9 +2,12 @@
 
 The planner costs the dense ops at fp32, tf32 or bf16 (planner.dense.dense_dtype); the
 executor runs them the same way where the device can: tf32 matmuls or bf16 autocast on a
-CUDA GPU that supports it. Elsewhere (CPU, GPUs without bf16) the dense layers run in
-fp32, which is also what lowering assumes for hardware without that FLOP rate. Embedding
-tables, gradients and optimizer state stay fp32 either way.
+CUDA GPU that supports it, bf16 autocast on a CPU with bf16 dot-product instructions
+(AVX512_BF16 or AMX: there oneDNN's bf16 GEMMs run about twice the fp32 rate; without them
+bf16 would be emulated, slower than fp32). Elsewhere (tf32 on CPU, GPUs or CPUs without
+bf16) the dense layers run in fp32, which is also what lowering assumes for hardware
+without that FLOP rate. Mixed precision: the weights (the master copy), their gradients and
+optimizer state, the embedding tables and the loss stay fp32 either way.
 """
 
 from __future__ import annotations
@@ -25,19 +28,36 @@ class DensePrecision:
     note: str | None = None
 
     def autocast(self, device: torch.device) -> Any:
-        """Context for the dense forward: bf16 autocast on CUDA, nothing otherwise."""
+        """Context for the dense forward: bf16 autocast when the dense layers run at bf16."""
         if self.used == "bf16":
             return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has bf16 dot-product instructions (Linux: /proc/cpuinfo flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
 def dense_precision(extra: dict[str, Any], device: torch.device, bf16_ok: bool | None = None) -> DensePrecision:
-    """What the dense layers run at on `device` (bf16_ok: the GPU supports bf16; None asks torch)."""
+    """What the dense layers run at on `device` (bf16_ok: the device has bf16; None asks torch or the CPU)."""
     want = extra.get("dense_dtype", "fp32")
     if want not in DTYPES:
         raise ValueError(f"extra.dense_dtype {want!r} is not one of {list(DTYPES)}")
     if want == "fp32":
         return DensePrecision(want, "fp32")
+    if device.type == "cpu" and want == "bf16":
+        if cpu_has_bf16() if bf16_ok is None else bf16_ok:
+            return DensePrecision(want, "bf16")
+        return DensePrecision(want, "fp32", "dense_dtype bf16: this CPU has no bf16 instructions; runs in fp32")
     if device.type != "cuda":
         return DensePrecision(want, "fp32", f"dense_dtype {want}: runs in fp32 on {device.type}")
     if want == "bf16":

@@ -75,8 +75,29 @@ def dense_step_inputs(model, tables: list[str], out: torch.Tensor, mb: Batch, em
 
 
 def leaves_grad(leaves: list[torch.Tensor]) -> torch.Tensor:
-    """The pack's output gradient from its per-table leaves (zeros for a table the loss ignores)."""
-    return torch.cat([q.grad if q.grad is not None else torch.zeros_like(q) for q in leaves])
+    """The pack's output gradient from its per-table leaves (zeros for a table the loss ignores).
+    Gradients that already lie end to end in one buffer (the native interaction's backward
+    writes them so) are returned as one view of it instead of being copied."""
+    grads = [q.grad if q.grad is not None else torch.zeros_like(q) for q in leaves]
+    joined = adjacent_view(grads)
+    return joined if joined is not None else torch.cat(grads)
+
+
+def adjacent_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """torch.cat(parts) as a view when the contiguous parts are consecutive in one storage, else None."""
+    first = parts[0]
+    if not all(p.is_contiguous() and p.dtype == first.dtype and p.shape[1:] == first.shape[1:] for p in parts):
+        return None
+    try:
+        ptr, off = first.untyped_storage().data_ptr(), first.storage_offset()
+    except (RuntimeError, NotImplementedError):
+        return None
+    for p in parts:
+        if p.untyped_storage().data_ptr() != ptr or p.storage_offset() != off:
+            return None
+        off += p.numel()
+    rows = sum(p.shape[0] for p in parts)
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
 
 
 class Trainer:

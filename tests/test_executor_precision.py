@@ -7,8 +7,10 @@ from executor.precision import apply_global, dense_precision
 def test_fp32_everywhere_and_fallbacks_say_why():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert dense_precision({}, cpu).used == "fp32" and dense_precision({}, cpu).note is None
-    p = dense_precision({"dense_dtype": "bf16"}, cpu)
-    assert (p.asked, p.used) == ("bf16", "fp32") and "cpu" in p.note
+    p = dense_precision({"dense_dtype": "bf16"}, cpu, bf16_ok=False)
+    assert (p.asked, p.used) == ("bf16", "fp32") and "CPU" in p.note
+    p = dense_precision({"dense_dtype": "tf32"}, cpu)
+    assert (p.asked, p.used) == ("tf32", "fp32") and "cpu" in p.note
     assert dense_precision({"dense_dtype": "bf16"}, gpu, bf16_ok=False).used == "fp32"
     assert dense_precision({"dense_dtype": "bf16"}, gpu, bf16_ok=True).used == "bf16"
     assert dense_precision({"dense_dtype": "tf32"}, gpu).used == "tf32"
@@ -31,3 +33,15 @@ def test_bf16_autocast_runs_linear_layers_in_bf16_and_fp32_does_not():
         assert torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_bf16_on_a_cpu_with_bf16_instructions_runs_mixed_precision():
+    """dense_dtype bf16 on such a CPU: bf16 autocast for the dense layers, fp32 weights and gradients."""
+    p = dense_precision({"dense_dtype": "bf16"}, torch.device("cpu"), bf16_ok=True)
+    assert (p.asked, p.used, p.note) == ("bf16", "bf16", None)
+    lin = torch.nn.Linear(8, 4)
+    with p.autocast(torch.device("cpu")):
+        y = lin(torch.randn(3, 8))
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert lin.weight.dtype == lin.weight.grad.dtype == torch.float32

@@ -144,7 +144,7 @@ def test_synthetic_rows_fit_every_table():
 def test_lower_triangle_dots_gradient_matches_autograd():
     """DLRM's interaction with its own backward gives the generic formulation's values and
     gradients (gradcheck in float64, and against the indexing it replaces)."""
-    from executor.dense import LowerTriangleDots, triangle_maps
+    from executor.interaction import LowerTriangleDots, triangle_maps
 
     f = 5
     li, lj = torch.tril_indices(f, f, offset=-1)
