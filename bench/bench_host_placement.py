@@ -14,7 +14,7 @@ Stages, in one command:
    holding the largest tables placed in host memory (`placement: host`); the same plan
    with every pack in device memory is its twin.
 3. both plans at each world size: predicted through the one prediction path
-   (planner.search.evaluate with the calibrated spec, validation.compare.predict_tagged) and
+   (planner.search.evaluate with the calibrated spec, validation.compare.predict) and
    run with `--timeline` (per-op timing on, batches preloaded; validation.measure.run_measured); measured/predicted per step and per op class,
    then the host plan once more under `--verify`.
 
@@ -48,7 +48,7 @@ from executor.threads import rank_env  # noqa: E402
 from foundation.files import atomic_write_bytes, check_output_path  # noqa: E402
 from planner.op_names import op_class  # noqa: E402
 from simulator.measured import drop_warmup, host_gap, load_timeline  # noqa: E402
-from validation.compare import predict, predict_tagged  # noqa: E402
+from validation.compare import predict  # noqa: E402
 from validation.measure import measured_from, merge_passes, run_measured, timed_steps_for  # noqa: E402
 from validation.refit import refit_on_runs  # noqa: E402
 
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, p in (("host", plan), ("device", twin)):
                 paths[name] = tmp / f"{name}-w{world}.json"
                 p.save(paths[name], hot_ids=ids)
-                preds[name] = predict_tagged(p, hw, profile, access)
+                preds[name] = predict(p, hw, profile, access)
             steps = timed_steps_for(preds["host"].iteration_us, 10, args.timed_seconds, 60)
             runs: dict[str, list[Any]] = {"host": [], "device": []}
             for r in range(args.repeats):  # alternating: the machine's drift hits both alike

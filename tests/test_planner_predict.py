@@ -25,7 +25,7 @@ def refined_spec(path) -> None:
 @pytest.mark.parametrize("engine", ["fast", "simpy"])
 def test_simulate_with_a_refined_spec_gives_validates_prediction(tmp_path, engine):
     from planner.search import evaluate
-    from validation.compare import predict_tagged
+    from validation.compare import predict
 
     m = ModelSpec("u", "dlrm", 13, tuple(TableSpec(f"C{i + 1}", n, 8) for i, n in enumerate([500, 40, 3000])),
                   bottom_mlp=(16, 8), top_mlp=(16, 1))
@@ -33,7 +33,7 @@ def test_simulate_with_a_refined_spec_gives_validates_prediction(tmp_path, engin
     plan.save(tmp_path / "plan.json")
     refined_spec(tmp_path / "hw.json")
     hw = load_hardware(str(tmp_path / "hw.json"))
-    want = predict_tagged(plan, hw, access=table_access(m, None), engine=engine).iteration_us
+    want = predict(plan, hw, access=table_access(m, None), engine=engine).iteration_us
     out = subprocess.run([sys.executable, "-m", "picasso", "simulate", str(tmp_path / "plan.json"), "--hardware",
                           str(tmp_path / "hw.json"), "--engine", engine, "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -10,12 +10,10 @@ import numpy as np
 
 from planner.access import TableAccess, table_access
 from planner.builders import Case
-from planner.lowering import lower
 from planner.op_names import base_name, op_class, split_name
 from planner.plan import Plan
 from planner.search import evaluate
 from simulator.calibration import class_key
-from simulator.engine import simulate
 from simulator.hardware import HardwareSpec
 from simulator.measured import mean_op_durations
 from simulator.timeline import Timeline
@@ -35,16 +33,9 @@ class Predicted:
 
 def predict(plan: Plan, hw: HardwareSpec, profile: Any = None, access: dict[str, TableAccess] | None = None,
             engine: str = "fast") -> Predicted:
-    """Lower the plan on `hw` (already set to the plan's world size) and simulate one iteration."""
-    low = lower(plan, hw, profile=profile, access=access, check_memory=False)
-    res = simulate(low.graph, hw, engine=engine)
-    tl = res.timeline
-    return Predicted(float(res.iteration_us), mean_op_durations(tl), tl, low.graph)
-
-
-def predict_tagged(plan: Plan, hw: HardwareSpec, profile: Any = None, access: dict[str, TableAccess] | None = None,
-                   engine: str = "fast") -> Predicted:
-    """The calibrated prediction, through the one path `picasso plan` and `simulate` take."""
+    """The prediction of one iteration, through the one path `picasso plan` and `simulate`
+    take (planner.search.evaluate: the spec of the plan's world size, its calibration applied
+    by the cost model); the memory check is left to the run."""
     ev = evaluate(plan, hw, access if access is not None else table_access(plan.model, profile), engine,
                   symmetric=None, check_memory=False)
     if ev.iteration_us is None:

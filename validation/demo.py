@@ -32,7 +32,7 @@ from simulator.report import Section, bar_figure, coverage_figure, table_html, w
 from traces.profile import profile_file
 from traces.synth import generate_criteo
 from validation.calibrate import CalibrateConfig, calibrate
-from validation.compare import predict, predict_tagged
+from validation.compare import predict
 from validation.measure import run_measured
 from validation.report import validation_sections
 from validation.validate import ValidateConfig, json_default, run_validate
@@ -167,7 +167,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         # the plan and the baselines once more, with the spec refined on the fit plans
         if vres.get("refined_hardware"):
             refined = load_hardware(vres["refined_hardware"])
-            ctx["refined"] = {n: predict_tagged(Plan.load(pth), refined, access=access)
+            ctx["refined"] = {n: predict(Plan.load(pth), refined, access=access)
                               for n, pth in [("picasso", plan_path), *base_plans.items()]}
 
     with st.stage("report", "one self-contained HTML page"):

@@ -20,7 +20,7 @@ from planner.plan import Plan
 from simulator.hardware import HardwareSpec
 from simulator.measured import drop_warmup, load_timeline, mean_op_durations, merge_runs
 from traces.profile import AccessProfile
-from validation.compare import predict_tagged, summary
+from validation.compare import predict, summary
 from validation.measure import Measured, ValidateError
 from validation.refit import refit_on_runs
 
@@ -65,7 +65,7 @@ def replay(out_dir: str | Path, hw: HardwareSpec,
     refined, report = refit(hw, fit, profile, access)
     records = []
     for c, m in runs:
-        p = predict_tagged(c.plan, refined, profile, access)
+        p = predict(c.plan, refined, profile, access)
         err = (p.iteration_us - m.iteration_us) / m.iteration_us
         records.append({"name": c.name, "role": c.role, "world": c.plan.world_size,
                          "measured_us": round(m.iteration_us, 1), "predicted_us": round(p.iteration_us, 1),

@@ -39,7 +39,6 @@ from validation.compare import (
     compare,
     op_error_summary,
     predict,
-    predict_tagged,
     summary,
     unfitted_classes,
 )
@@ -172,7 +171,7 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
     if cfg.fit_plans:
         refined, fit_report = refit_on_runs(hw, [(c, m) for c, m, _ in runs if c.role == "fit"], profile, access)
         for j, (rec, (c, m, _p)) in enumerate(zip(results, runs)):
-            p2 = predict_tagged(c.plan, refined, profile, access)
+            p2 = predict(c.plan, refined, profile, access)
             runs[j] = (c, m, p2)  # the report's simulated timelines are the refined predictions too
             rec["unfitted_classes"] = unfitted_classes(p2.graph, c.plan.world_size, fit_report["op_classes"])
             rec["predicted_us_microbench"] = rec["predicted_us"]
