@@ -170,10 +170,10 @@ void check(int64_t f, int64_t d, int64_t n) {
   if (f < 1 || d < 1 || n < 0) throw std::invalid_argument("picasso native: dot interaction needs f >= 1, d >= 1");
 }
 
-}  // namespace
-
-void dot_interaction_forward(const float* const* rows, int64_t f, int64_t d, int64_t n, float* out) {
-  check(f, d, n);
+// Runs work(first block, end block) on each OpenMP thread over its share of the
+// kLanes-sample blocks of n samples.
+template <class Work>
+void over_blocks(int64_t n, Work&& work) {
   const int64_t blocks = (n + kLanes - 1) / kLanes;
 #pragma omp parallel
   {
@@ -182,23 +182,21 @@ void dot_interaction_forward(const float* const* rows, int64_t f, int64_t d, int
 #else
     const int64_t nt = 1, id = 0;
 #endif
-    dot_forward_blocks(rows, f, d, n, out, blocks * id / nt, blocks * (id + 1) / nt);
+    work(blocks * id / nt, blocks * (id + 1) / nt);
   }
+}
+
+}  // namespace
+
+void dot_interaction_forward(const float* const* rows, int64_t f, int64_t d, int64_t n, float* out) {
+  check(f, d, n);
+  over_blocks(n, [&](int64_t b0, int64_t b1) { dot_forward_blocks(rows, f, d, n, out, b0, b1); });
 }
 
 void dot_interaction_backward(const float* grad, const float* const* rows, int64_t f, int64_t d, int64_t n,
                               float* const* grads) {
   check(f, d, n);
-  const int64_t blocks = (n + kLanes - 1) / kLanes;
-#pragma omp parallel
-  {
-#ifdef _OPENMP
-    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-#else
-    const int64_t nt = 1, id = 0;
-#endif
-    dot_backward_blocks(grad, rows, f, d, n, grads, blocks * id / nt, blocks * (id + 1) / nt);
-  }
+  over_blocks(n, [&](int64_t b0, int64_t b1) { dot_backward_blocks(grad, rows, f, d, n, grads, b0, b1); });
 }
 
 }  // namespace cpu

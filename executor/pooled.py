@@ -175,8 +175,8 @@ class PooledPack(ShardedPack):
             return grad_out / lk.lengths.clamp(min=1).unsqueeze(1).to(grad_out.dtype)
         return grad_out
 
-    def backward(self, lk: PooledLookup, g: torch.Tensor, async_op: bool) -> None:
-        """Hot lookups' gradients to the cache's; every bag's gradient launched to each owner."""
+    def hot_backward(self, lk: PooledLookup, g: torch.Tensor) -> None:
+        """The hot lookups' gradients to the hot cache's (dense) or to the sparse sync's list."""
         if len(lk.hot_pos):
             hg = g.index_select(0, lk.hot_bag)
             if self.sparse_hot:
@@ -185,6 +185,10 @@ class PooledPack(ShardedPack):
                 self.hot_grad.index_add_(0, lk.hot_slot, hg)
         elif self.sparse_hot:
             self.hot_pending.append((lk.hot_slot, g[:0]))
+
+    def backward(self, lk: PooledLookup, g: torch.Tensor, async_op: bool) -> None:
+        """Hot lookups' gradients to the cache's; every bag's gradient launched to each owner."""
+        self.hot_backward(lk, g)
         dim = self.layout.dim
         to_owner, from_all = self._bag_splits(lk.nbags * dim)
         send = g.contiguous().reshape(-1).repeat(lk.heard)

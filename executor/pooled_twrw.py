@@ -277,14 +277,7 @@ class FusedPooledPack(PooledPack):
         return lk.unique_emb + lk.cold_sum
 
     def backward(self, lk: PooledLookup, g: torch.Tensor, async_op: bool) -> None:
-        if len(lk.hot_pos):
-            hg = g.index_select(0, lk.hot_bag)
-            if self.sparse_hot:
-                self.hot_pending.append((lk.hot_slot, hg))
-            else:
-                self.hot_grad.index_add_(0, lk.hot_slot, hg)
-        elif self.sparse_hot:
-            self.hot_pending.append((lk.hot_slot, g[:0]))
+        self.hot_backward(lk, g)
         h = _Handle(self.fuser.send_grads(self.index, g.float().contiguous(), self.owner, async_op), self.index)
         self.grad_handles.append((h, lk.recv_rows, None, lk.recv_bag))
 
