@@ -175,7 +175,8 @@ def _exchange(name: str, deps: list[str], pv: PackVolumes, intra: Any, inter: An
         return [_collective(name, deps, "all_to_all", intra, **args)]
     steps = args.pop("lat_steps", 0.0)
     a = _collective(name, deps, "all_to_all", intra, group="node", lat_steps=steps, **args)
-    b = _collective(name + "_x", deps, "all_to_all", inter, group="peers", lat_steps=steps, **args)
+    base, mb, k = name.partition("@mb")  # the across-node op: `<op>_x`, then the micro-batch
+    b = _collective(f"{base}_x{mb}{k}", deps, "all_to_all", inter, group="peers", lat_steps=steps, **args)
     if reverse:
         a.deps, b.deps = [b.name], list(deps)
         return [b, a]
