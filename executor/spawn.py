@@ -68,14 +68,15 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
 def _blame(d: Path, out: Any, wait_s: float) -> str:
     """The failing rank's error, as executor.agent.first_error blames: a rank's own error
     first, then a rank that died without one, then a broken collective, then the time-out."""
-    errors = {int(f.stem.removeprefix("rank")): f for f in d.glob("rank*.err")}
-    first = sorted(errors, key=lambda r: errors[r].stat().st_mtime_ns)
-    own = [r for r in first if not BROKEN.search(errors[r].read_text().split("\n", 1)[0])]
+    files = sorted(d.glob("rank*.err"), key=lambda f: f.stat().st_mtime_ns)  # in the order they failed
+    errors = {int(f.stem.removeprefix("rank")): f.read_text() for f in files}
+    own = [r for r, text in errors.items() if not BROKEN.search(text.split("\n", 1)[0])]
     died = sorted(r for r in out.failed if r not in errors)
     if own:
-        return f"rank {own[0]}: {errors[own[0]].read_text()}"
+        return f"rank {own[0]}: {errors[own[0]]}"
     if died:
         return f"rank {died[0]} died (exit code {out.failed[died[0]]})"
-    if first:
-        return f"rank {first[0]}: {errors[first[0]].read_text()}"
+    if errors:
+        r = next(iter(errors))
+        return f"rank {r}: {errors[r]}"
     return f"the ranks did not finish within {wait_s:.0f} s"
