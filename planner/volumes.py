@@ -197,8 +197,10 @@ class PackVolumes:
         return self.cold_unique * micro_batches * (self.grad_row_bytes + ID_BYTES)
 
     def bytes_saved_per_step(self, micro_batches: int) -> float:
-        """All-to-all bytes per rank per iteration the hot set saves (ids, rows, gradients)."""
-        per_row = ID_BYTES + 2 * self.row_bytes
+        """All-to-all bytes per rank per iteration the hot set saves: per cold row no longer
+        exchanged, its ID, its row and its gradient; pooled at the owner, only the ID (one
+        pooled vector per bag and owner travels whether or not some of its rows are hot)."""
+        per_row = ID_BYTES if self.pooled else ID_BYTES + 2 * self.row_bytes
         return (self.cold_unique_nohot - self.cold_unique) * per_row * micro_batches
 
 

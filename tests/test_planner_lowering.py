@@ -173,3 +173,20 @@ def test_tables_that_say_sgd_are_costed_with_the_plans_sparse_optimizer():
     pv = pack_volumes(plan, plan.packs[0], table_access(m), 16.0)
     assert pack_layout(plan, plan.packs[0], 0).optimizer == "rowwise_adagrad"
     assert pv.state_bytes == 4
+
+
+def test_a_pooled_pack_saves_only_the_ids_of_its_hot_rows():
+    # pooled at the owner, a hot row removes its ID from the exchange, but each bag's pooled
+    # vector and its gradient travel anyway: --explain's "saved MB/step" must not count rows
+    m = get_model("dlrm-criteo-kaggle")
+    hot = {"C3": 1000}
+    rows = Plan(model=m, world_size=8, batch_size_per_rank=2048, hot_rows=hot, hot_ids_file="x",
+                packs=[PackPlan("p", m.table_names, "row_wise")])
+    pooled = Plan(model=m, world_size=8, batch_size_per_rank=2048, hot_rows=hot, hot_ids_file="x",
+                  packs=[PackPlan("p", m.table_names, "row_wise", exchange="pooled")])
+    pv_rows, pv_pooled = lower(rows, hw8()).packs[0], lower(pooled, hw8()).packs[0]
+    ids_saved = (pv_pooled.cold_unique_nohot - pv_pooled.cold_unique) * 8
+    assert ids_saved > 0
+    assert pv_pooled.bytes_saved_per_step(2) == pytest.approx(2 * ids_saved)
+    rows_saved = (pv_rows.cold_unique_nohot - pv_rows.cold_unique) * (8 + 2 * 16 * 4)
+    assert pv_rows.bytes_saved_per_step(1) == pytest.approx(rows_saved)
