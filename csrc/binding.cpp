@@ -214,6 +214,35 @@ void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, c
                      rows.data_ptr<int64_t>(), rows.numel(), grads.data_ptr(), opt, lr, eps);
 }
 
+// sparse_update with row i's gradient at grads[grad_index[i]]: CPU tensors only (the Python
+// wrapper expands the gradients for anything else).
+void sparse_update_indexed(at::Tensor& weight, const std::optional<at::Tensor>& state, const at::Tensor& rows_in,
+                           const at::Tensor& grads_in, const at::Tensor& index_in, const std::string& optimizer,
+                           double lr, double eps) {
+  const Optim opt = optim_of(optimizer);
+  TORCH_CHECK_VALUE(!weight.is_cuda(), "picasso native: sparse_update_indexed runs on CPU tensors");
+  TORCH_CHECK_VALUE(weight.dim() == 2 && weight.is_contiguous(),
+                    "picasso native: sparse_update_indexed needs a contiguous 2-D weight");
+  TORCH_CHECK_VALUE(rows_in.dim() == 1 && index_in.dim() == 1 && index_in.numel() == rows_in.numel(),
+                    "picasso native: rows and grad_index must be 1-D of one length");
+  TORCH_CHECK_VALUE(grads_in.dim() == 2 && grads_in.size(1) == weight.size(1),
+                    "picasso native: grads must be [*, ", weight.size(1), "]");
+  TORCH_CHECK_TYPE(grads_in.scalar_type() == weight.scalar_type(), "picasso native: grads dtype must match weight");
+  if (rows_in.numel() == 0) return;
+  if (opt == Optim::RowwiseAdagrad) {
+    TORCH_CHECK_VALUE(state.has_value(), "rowwise_adagrad needs a state tensor");
+    TORCH_CHECK_VALUE(state->is_contiguous() && state->numel() == weight.size(0) &&
+                          state->scalar_type() == weight.scalar_type(),
+                      "picasso native: state must be a contiguous [", weight.size(0), "] tensor of the weight dtype");
+  }
+  const at::Tensor rows = as_long(rows_in), index = as_long(index_in), grads = grads_in.contiguous();
+  void* state_ptr = opt == Optim::RowwiseAdagrad ? state->data_ptr() : nullptr;
+  pybind11::gil_scoped_release nogil;
+  cpu::sparse_update_indexed(dtype_of(weight), weight.data_ptr(), weight.size(0), weight.size(1), state_ptr,
+                             rows.data_ptr<int64_t>(), rows.numel(), grads.data_ptr(), grads.size(0),
+                             index.data_ptr<int64_t>(), opt, lr, eps);
+}
+
 // The f inputs of the dot interaction: CPU, fp32, contiguous, [n, d] each.
 std::vector<const float*> interaction_inputs(const std::vector<at::Tensor>& xs) {
   TORCH_CHECK_VALUE(!xs.empty(), "picasso native: dot interaction needs at least one input");
@@ -271,6 +300,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sparse_update", &picasso::sparse_update, "in-place sparse SGD / row-wise Adagrad", pybind11::arg("weight"),
         pybind11::arg("state"), pybind11::arg("rows"), pybind11::arg("grads"), pybind11::arg("optimizer"),
         pybind11::arg("lr"), pybind11::arg("eps") = 1e-8);
+  m.def("sparse_update_indexed", &picasso::sparse_update_indexed,
+        "sparse_update with shared gradient rows (row i's gradient is grads[grad_index[i]])", pybind11::arg("weight"),
+        pybind11::arg("state"), pybind11::arg("rows"), pybind11::arg("grads"), pybind11::arg("grad_index"),
+        pybind11::arg("optimizer"), pybind11::arg("lr"), pybind11::arg("eps") = 1e-8);
   m.def("dot_interaction_forward", &picasso::dot_interaction_forward, "DLRM dot interaction [first | pairs]",
         pybind11::arg("inputs"));
   m.def("dot_interaction_backward", &picasso::dot_interaction_backward, "gradients of the dot interaction",

@@ -44,6 +44,11 @@ int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_m
 // state (same dtype as weight, one value per row) is only read for RowwiseAdagrad.
 void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,
                    int64_t n, const void* grads, Optim opt, double lr, double eps);
+// The same with row i's gradient at grads[grad_index[i]] (num_grads rows): gradients shared by
+// several rows (a pooled bag's, by each of its lookups) are read in place, never expanded.
+void sparse_update_indexed(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,
+                           int64_t n, const void* grads, int64_t num_grads, const int64_t* grad_index, Optim opt,
+                           double lr, double eps);
 
 // DLRM dot interaction (interaction_cpu.cpp): rows[0..f) are f row-major [n, d] fp32 inputs; out
 // [n, d + f(f-1)/2] gets rows[0] then the dot products of inputs i > j, pair (i, j) at

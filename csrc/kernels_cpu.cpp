@@ -391,10 +391,14 @@ int64_t bag_backward_impl(const T* grad_out, int64_t dim, const int64_t* indices
 // ---- 4b. sparse optimizer step ------------------------------------------------------------
 template <class T>
 void sparse_update_impl(T* weight, int64_t num_rows, int64_t dim, T* state, const int64_t* rows, int64_t n,
-                        const T* grads, Optim opt, double lr, double eps) {
+                        const T* grads, Optim opt, double lr, double eps, const int64_t* grad_index = nullptr,
+                        int64_t num_grads = 0) {
   using A = typename Acc<T>::type;
   for (int64_t i = 0; i < n; ++i)
     if (rows[i] < 0 || rows[i] >= num_rows) throw_index("row", i, rows[i], num_rows);
+  if (grad_index)
+    for (int64_t i = 0; i < n; ++i)
+      if (grad_index[i] < 0 || grad_index[i] >= num_grads) throw_index("gradient row", i, grad_index[i], num_grads);
   Groups grp;
   group_by_key(rows, n, /*need_perm=*/true, nullptr, grp);
   const int64_t num_unique = grp.size();
@@ -409,7 +413,9 @@ void sparse_update_impl(T* weight, int64_t num_rows, int64_t dim, T* state, cons
       const int64_t r = grp.key[u];
       std::fill(acc.begin(), acc.end(), A(0));
       for (int64_t k = grp.start[u]; k < grp.start[u + 1]; ++k) {
-        const T* g = grads + grp.perm[k] * dim;
+        // row i's gradient: its own, or (grad_index) a shared one, e.g. its bag's
+        const int64_t gi = grad_index ? grad_index[grp.perm[k]] : grp.perm[k];
+        const T* g = grads + gi * dim;
 #pragma omp simd
         for (int64_t d = 0; d < dim; ++d) acc[d] += Acc<T>::load(g[d]);
       }
@@ -575,6 +581,16 @@ void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* 
     using T = std::remove_pointer_t<decltype(tag)>;
     sparse_update_impl<T>(static_cast<T*>(weight), num_rows, dim, static_cast<T*>(state), rows, n,
                           static_cast<const T*>(grads), opt, lr, eps);
+  });
+}
+
+void sparse_update_indexed(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,
+                           int64_t n, const void* grads, int64_t num_grads, const int64_t* grad_index, Optim opt,
+                           double lr, double eps) {
+  dispatch(dt, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    sparse_update_impl<T>(static_cast<T*>(weight), num_rows, dim, static_cast<T*>(state), rows, n,
+                          static_cast<const T*>(grads), opt, lr, eps, grad_index, num_grads);
   });
 }
 

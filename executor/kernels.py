@@ -130,6 +130,21 @@ def sparse_update_ref(
         raise ValueError(f"unknown sparse optimizer {optimizer!r}")
 
 
+def sparse_update_indexed_ref(
+    weight: torch.Tensor,
+    state: torch.Tensor | None,
+    rows: torch.Tensor,
+    grads: torch.Tensor,
+    grad_index: torch.Tensor,
+    optimizer: str,
+    lr: float,
+    eps: float = 1e-8,
+) -> None:
+    """`sparse_update` where row i's gradient is grads[grad_index[i]] (a gradient shared by
+    several rows, e.g. a pooled bag's by each of its lookups)."""
+    sparse_update_ref(weight, state, rows, grads.index_select(0, grad_index), optimizer, lr, eps)
+
+
 # ---- native dispatch -----------------------------------------------------------------------
 
 NATIVE_ENV = "PICASSO_NATIVE"
@@ -249,6 +264,32 @@ def sparse_update_native(
         _lib.sparse_update(weight, state, rows, grads, optimizer, float(lr), float(eps))
 
 
+def sparse_update_indexed_native(
+    weight: torch.Tensor,
+    state: torch.Tensor | None,
+    rows: torch.Tensor,
+    grads: torch.Tensor,
+    grad_index: torch.Tensor,
+    optimizer: str,
+    lr: float,
+    eps: float = 1e-8,
+) -> None:
+    """The shared gradients are read in place (CPU); elsewhere they are expanded first."""
+    ok = (
+        weight.device.type == "cpu"
+        and weight.dtype in _FLOAT_DTYPES
+        and weight.is_contiguous()
+        and grads.dtype == weight.dtype
+        and (state is None or (state.is_contiguous() and state.dtype == weight.dtype))
+        and _lib_handles(weight, state, rows, grads, grad_index)
+    )
+    if not ok:
+        return sparse_update_native(weight, state, rows, grads.index_select(0, grad_index), optimizer, lr, eps)
+    assert _lib is not None
+    with torch.no_grad():
+        _lib.sparse_update_indexed(weight, state, rows, grads, grad_index, optimizer, float(lr), float(eps))
+
+
 def dot_interaction_native(xs: list[torch.Tensor]) -> torch.Tensor:
     """DLRM's dot interaction on the native CPU kernel (executor.interaction)."""
     assert _lib is not None
@@ -262,6 +303,7 @@ _REF = {
     "route_ids": route_ids_ref,
     "unique": unique_ref,
     "sparse_update": sparse_update_ref,
+    "sparse_update_indexed": sparse_update_indexed_ref,
 }
 _NATIVE = {
     "dot_interaction": dot_interaction_native,
@@ -270,6 +312,7 @@ _NATIVE = {
     "route_ids": route_ids_native,
     "unique": unique_native,
     "sparse_update": sparse_update_native,
+    "sparse_update_indexed": sparse_update_indexed_native,
 }
 
 
@@ -357,4 +400,5 @@ bag_backward = _lazy("bag_backward")
 route_ids = _lazy("route_ids")
 unique = _lazy("unique")
 sparse_update = _lazy("sparse_update")
+sparse_update_indexed = _lazy("sparse_update_indexed")
 dot_interaction = _lazy("dot_interaction")

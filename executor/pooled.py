@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from executor import syncfree
+from executor import kernels, syncfree
 from executor.embedding import Lookup, ShardedPack
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
@@ -132,18 +132,34 @@ class PooledPack(ShardedPack):
         lk.handle = _Both(h_ids, h_len)
 
     # ---- forward, owner -------------------------------------------------------------------
+    @property
+    def in_place(self) -> bool:
+        """The owner's rows are pooled where they lie and their bags' gradients applied without
+        expanding them to every lookup (the native CPU kernels, fp32 rows in this process's
+        memory): the same sums in the same order as gathering first, without the copies."""
+        return not self.host and not self.low and self.weight.dtype == torch.float32 and syncfree._native(self.weight)
+
     def gather(self, lk: PooledLookup, async_op: bool) -> None:
         lk.handle.wait()
-        self.send_back(lk, self.read_local(lk.recv_rows), async_op)
+        self.send_back(lk, None if self.in_place else self.read_local(lk.recv_rows), async_op)
 
-    def send_back(self, lk: PooledLookup, rows: torch.Tensor, async_op: bool) -> None:
-        """Sum the received rows per (source, bag) in fp32 and return one vector per bag."""
-        dim = self.layout.dim
-        lk.handle.wait()
+    def owner_sums(self, lk: PooledLookup, rows: torch.Tensor | None) -> torch.Tensor:
+        """Owner: the received lookups summed per (source, bag) in fp32, from the gathered
+        `rows`, or (None) read and pooled from this rank's shard in one pass."""
         nb = len(lk.recv_lengths)
         lk.recv_bag = torch.repeat_interleave(torch.arange(nb, device=self.dev), lk.recv_lengths,
                                               output_size=len(lk.recv_rows))
-        pooled = torch.zeros(nb, dim, device=self.dev).index_add_(0, lk.recv_bag, rows.float())
+        if rows is None:
+            offsets = torch.zeros(nb + 1, dtype=torch.int64, device=self.dev)
+            torch.cumsum(lk.recv_lengths, 0, out=offsets[1:])
+            return kernels.bag_forward(self.weight, lk.recv_rows, offsets)
+        return torch.zeros(nb, self.layout.dim, device=self.dev).index_add_(0, lk.recv_bag, rows.float())
+
+    def send_back(self, lk: PooledLookup, rows: torch.Tensor | None, async_op: bool) -> None:
+        """Sum the received rows per (source, bag) in fp32 and return one vector per bag."""
+        dim = self.layout.dim
+        lk.handle.wait()
+        pooled = self.owner_sums(lk, rows)
         to_owner, from_all = self._bag_splits(lk.nbags * dim)
         lk.emb_recv = torch.empty(sum(to_owner), device=self.dev)
         lk.handle = self.comm.a2a(lk.emb_recv, pooled.reshape(-1), to_owner, from_all, async_op)
@@ -200,9 +216,41 @@ class PooledPack(ShardedPack):
         """Owner: each received lookup's gradient is its bag's (applied with the step's others)."""
         for h, rows, g, bag in self.grad_handles:
             h.wait()
-            if len(rows):
-                self.pending.append((rows, g.index_select(0, bag)))
+            self.owe(rows, g, bag)
         self.grad_handles = []
+
+    def owe(self, rows: torch.Tensor, bag_grads: torch.Tensor, bag: torch.Tensor) -> None:
+        """Owner: rows[i] is owed bag_grads[bag[i]], kept unexpanded where `in_place` allows."""
+        if not len(rows):
+            return
+        if self.in_place:
+            self.bag_pending.append((rows, bag_grads, bag))
+        else:
+            self.pending.append((rows, bag_grads.index_select(0, bag)))
+
+    def zero_grad(self) -> None:
+        super().zero_grad()
+        self.bag_pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def apply_cold(self, on_gathered=None) -> None:
+        """The step's owed rows in one update: their bags' gradients read in place (`owe`),
+        summed per row in the order expanding them would give (one update per row)."""
+        if self.bag_pending and not self.pending:
+            rows, grads, index, base = [], [], [], 0
+            for r, g, bag in self.bag_pending:
+                rows.append(r)
+                grads.append(g)
+                index.append(bag + base)
+                base += len(g)
+            self.bag_pending = []
+            L = self.layout
+            syncfree.sparse_update_indexed(self.weight, self.state, torch.cat(rows), torch.cat(grads),
+                                           torch.cat(index), L.optimizer, self.lr, self.eps)
+            return
+        for r, g, bag in self.bag_pending:  # mixed with expanded ones: expand these too
+            self.pending.append((r, g.index_select(0, bag)))
+        self.bag_pending = []
+        super().apply_cold(on_gathered)
 
 
 def make_pack(plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> ShardedPack:

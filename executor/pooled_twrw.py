@@ -257,15 +257,10 @@ class FusedPooledPack(PooledPack):
 
         lk.handle = _Handle(self.fuser.send_ids(self.index, lk, self.owner, async_op), self.index, got)
 
-    def send_back(self, lk: PooledLookup, rows: torch.Tensor, async_op: bool) -> None:
+    def send_back(self, lk: PooledLookup, rows: torch.Tensor | None, async_op: bool) -> None:
         """Owner: sum the received rows per (source, bag), hand them to the group's reduce."""
         lk.handle.wait()
-        pooled = None
-        if self.owner:
-            nb = len(lk.recv_lengths)
-            lk.recv_bag = torch.repeat_interleave(torch.arange(nb, device=self.dev), lk.recv_lengths,
-                                                  output_size=len(lk.recv_rows))
-            pooled = torch.zeros(nb, self.layout.dim, device=self.dev).index_add_(0, lk.recv_bag, rows.float())
+        pooled = self.owner_sums(lk, rows) if self.owner else None
 
         def got(res) -> None:
             lk.cold_sum = res
@@ -284,9 +279,7 @@ class FusedPooledPack(PooledPack):
     def wait_grads(self) -> None:
         for h, rows, _, bag in self.grad_handles:
             h.wait()
-            got = h.batch.results[h.i]
-            if len(rows):
-                self.pending.append((rows, got.index_select(0, bag)))
+            self.owe(rows, h.batch.results[h.i], bag)
         self.grad_handles = []
 
 

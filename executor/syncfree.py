@@ -189,6 +189,16 @@ def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.
     sparse_update_fixed(weight, state, rows, grads, optimizer, lr, eps)
 
 
+def sparse_update_indexed(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
+                          grad_index: torch.Tensor, optimizer: str, lr: float, eps: float) -> None:
+    """`sparse_update` with row i's gradient at grads[grad_index[i]]: on the native CPU path
+    the shared gradients are read in place (a pooled bag's by each of its lookups)."""
+    if _native(weight):
+        kernels.sparse_update_indexed(weight, state, rows, grads, grad_index, optimizer, lr, eps)
+        return
+    sparse_update_fixed(weight, state, rows, grads.index_select(0, grad_index), optimizer, lr, eps)
+
+
 def dense_rows_update(weight: torch.Tensor, state: torch.Tensor | None, grads: torch.Tensor, optimizer: str,
                       lr: float, eps: float) -> None:
     """Update every row of `weight` by its gradient row. A zero row changes neither weight nor

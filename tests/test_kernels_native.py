@@ -305,3 +305,44 @@ def test_unique_every_grouping_path(native, low, high, n):
     want_rows, want_g = K.bag_backward_ref(grad, ids - ids.min(), torch.arange(n + 1), "sum")
     assert torch.equal(rows, want_rows)
     torch.testing.assert_close(g, want_g)
+
+
+@SETTINGS
+@given(
+    st.integers(1, 30),
+    st.sampled_from([1, 4, 16, 17]),
+    st.lists(st.integers(0, 29), max_size=80),
+    st.integers(1, 6),
+    st.sampled_from(["sgd", "rowwise_adagrad"]),
+    st.sampled_from([torch.float32, torch.float64]),
+)
+def test_sparse_update_indexed_equals_the_update_of_expanded_gradients(native, num_rows, dim, rows, n_grads,
+                                                                       optimizer, dtype):
+    # a pooled pack's owner applies each lookup its bag's gradient: read in place, the result
+    # must be bit for bit the update of the expanded gradients (same sums, same order)
+    rows = [r % num_rows for r in rows]
+    gen = torch.Generator().manual_seed(len(rows) * 7 + n_grads)
+    weight = torch.randn(num_rows, dim, generator=gen, dtype=dtype)
+    state = torch.rand(num_rows, generator=gen, dtype=dtype)
+    grads = torch.randn(n_grads, dim, generator=gen, dtype=dtype)
+    index = torch.randint(0, n_grads, (len(rows),), generator=gen)
+    rows_t = torch.tensor(rows, dtype=torch.int64)
+    w_exp, s_exp = weight.clone(), state.clone()
+    native.sparse_update(w_exp, s_exp, rows_t, grads.index_select(0, index), optimizer, 0.1, 1e-8)
+    w_ref, s_ref = weight.clone(), state.clone()
+    K.sparse_update_indexed_ref(w_ref, s_ref, rows_t, grads, index, optimizer, 0.1)
+    native.sparse_update_indexed(weight, state, rows_t, grads, index, optimizer, 0.1, 1e-8)
+    assert torch.equal(weight, w_exp) and torch.equal(state, s_exp)
+    g_abs = torch.zeros(num_rows, dim, dtype=dtype).index_add_(0, rows_t, grads.index_select(0, index).abs())
+    scale = 1.0 if optimizer == "sgd" else 1.0 / (s_ref.sqrt() + 1e-8).unsqueeze(1)
+    assert_close_to(weight, w_ref, w_ref.abs() + 0.1 * g_abs * scale + 1e-7, rel=2e-6)
+
+
+def test_sparse_update_indexed_refuses_a_bad_gradient_index(native):
+    weight = torch.randn(5, 4)
+    with pytest.raises(IndexError, match="gradient row at position 1 is 3"):
+        native.sparse_update_indexed(weight, None, torch.tensor([0, 1]), torch.ones(3, 4), torch.tensor([0, 3]),
+                                     "sgd", 0.1, 1e-8)
+    with pytest.raises(ValueError, match="one length"):
+        native.sparse_update_indexed(weight, None, torch.tensor([0, 1]), torch.ones(3, 4), torch.tensor([0]),
+                                     "sgd", 0.1, 1e-8)
