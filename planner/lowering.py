@@ -36,9 +36,11 @@ Overlap is expressed by dependencies and lanes ("copy", "compute", "comm"):
   the previous one: the serial program of a plain model-parallel script;
 - data interleaving (k > 1 micro-batches): the ops of a micro-batch are chained, different
   micro-batches are not, so one's all-to-all overlaps another's gather;
-- kernel interleaving: the packs of a micro-batch are not chained to each other either,
-  and ops are issued stage by stage over packs, so the shuffle of one pack runs on the
-  comm lane while the gather of the next runs on the compute lane.
+- kernel interleaving, and any k > 1 (the executor then launches every exchange
+  asynchronously and issues stage by stage, `overlapped`): the packs of a micro-batch are
+  not chained to each other either, and ops are issued stage by stage over packs, so the
+  shuffle of one pack runs on the comm lane while the gather of the next runs on the
+  compute lane.
 A rank's graph is built for every rank; with `symmetric` one representative rank carries,
 for each op, the largest demand over ranks (collectives make every rank wait for the
 slowest, so per-op maxima are what an iteration pays).
@@ -360,11 +362,15 @@ def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str
     return ops
 
 
+def overlapped(plan: Plan) -> bool:
+    """Does the executor launch exchanges asynchronously and issue packs stage by stage
+    (executor.trainer: kernel interleaving or micro-batches)? Then packs are not chained."""
+    return plan.kernel_interleaving or plan.micro_batches > 1
+
+
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
-    if plan.kernel_interleaving:
+    if overlapped(plan):
         return (stage, mb, pack)
-    if plan.micro_batches > 1:
-        return (pack, stage, mb)
     return (pack, stage)
 
 
@@ -402,7 +408,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                 stages = _pack_fwd(plan, pv, mb, count_steps if first_exchange else 0.0)
             first = stages[0]
             first.deps.append(h2d)
-            if prev_pool is not None and not plan.kernel_interleaving:
+            if prev_pool is not None and not overlapped(plan):
                 first.deps.append(prev_pool)  # packs run one after another
             prev_pool = stages[-1].name
             for op in stages:
@@ -439,7 +445,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         prev_last: str | None = None
         for pi, pv in enumerate(packs):
             stages = (_tr_pack_bwd if tr else _pack_bwd)(plan, pv, mb, inter_bwd)
-            if prev_last is not None and not plan.kernel_interleaving:
+            if prev_last is not None and not overlapped(plan):
                 stages[0].deps.append(prev_last)
             prev_last = stages[-1].name
             bwd_by_pack[pv.name].append(stages[0].name)

@@ -394,55 +394,102 @@ def _fit_class(rows: np.ndarray, fixed: bool, min_samples: int) -> tuple[float, 
     return f, 0.0, (f * launch - meas) / meas
 
 
-def _fit_wait(rows: np.ndarray, pre: np.ndarray, min_samples: int) -> tuple[float, float, float, np.ndarray] | None:
-    """(f, s, c, relative residuals) of `measured = f * launch + s * flow + c * pre` for the
-    collectives of one world size (rows as _fit_class; pre: compute_before_collectives),
-    or None when the rows cannot tell the three apart (too few, sizes or stretches alike)."""
+def hidden_wait(wait: np.ndarray, queued: np.ndarray | None) -> np.ndarray:
+    """Per row, the mean over its measured events of the part of a release `wait` that the
+    queue did not hide: max(wait - time queued, 0) (the engines start a collective at
+    max(lane free, data ready + wait), simulator.compiled). `queued`: (rows, events), NaN
+    where a row has fewer events (simulator.measured.queue_delays); None: never queued."""
+    if queued is None:
+        return np.maximum(wait, 0.0)
+    return np.nanmean(np.maximum(wait[:, None] - queued, 0.0), axis=1)
+
+
+def _fit_release(lane: np.ndarray, wait: np.ndarray, meas: np.ndarray, queued: np.ndarray | None,
+                 weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Non-negative (b, g, relative residuals) of measured = lane @ b + hidden_wait(wait @ g,
+    queued): a collective's own run on its lane and its release wait, the part of the wait
+    its time queued hid left out. Plain least squares (as _fit_class); the start is the
+    linear fit with nothing hidden."""
+    nl = lane.shape[1]
+    A = np.concatenate([lane, wait], axis=1) / meas[:, None]
+    sw = np.ones(len(meas)) if weights is None else np.sqrt(weights)
+    norm = np.maximum(np.linalg.norm(A, axis=0), 1e-30)
+    start, *_ = np.linalg.lstsq(A / norm * sw[:, None], sw, rcond=None)
+    start = np.maximum(start, 1e-9)
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        q = p / norm
+        return (lane @ q[:nl] + hidden_wait(wait @ q[nl:], queued) - meas) / meas
+
+    sol = least_squares(lambda p: resid(p) * sw, start, bounds=(0.0, np.inf), diff_step=1e-4)
+    q = sol.x / norm
+    return q[:nl], q[nl:], resid(sol.x)
+
+
+def _fit_wait(rows: np.ndarray, pre: np.ndarray, min_samples: int,
+              queued: np.ndarray | None = None) -> tuple[float, float, float, np.ndarray] | None:
+    """(f, s, c, relative residuals) of `measured = f * launch + s * flow + hidden(c * pre)`
+    for the collectives of one world size (rows as _fit_class; pre: compute_before_collectives;
+    hidden: hidden_wait), or None when the rows cannot tell the three apart (too few, sizes
+    or stretches alike)."""
     flow, launch, meas = rows[:, 0], rows[:, 1], rows[:, 2]
     w = rows[:, 3] if rows.shape[1] > 3 else None
     if len(rows) < max(min_samples, 3) or not _spans(rows) or np.ptp(pre) <= 0.05 * max(float(np.max(pre)), 1e-9):
         return None
-    coef, res = fit_linear("collective wait", np.stack([launch, flow, pre], axis=1), meas, w, loss="linear")
-    return float(coef[0]), float(coef[1]), float(coef[2]), res
+    b, g, res = _fit_release(np.stack([launch, flow], axis=1), pre[:, None], meas, queued, w)
+    return float(b[0]), float(b[1]), float(g[0]), res
 
 
-def _fit_form(form: str, rows: np.ndarray, pre: np.ndarray, fixed: bool,
-              min_samples: int) -> tuple[str, tuple[float, float, float]]:
-    """(form used, (f, s, c)) of one model form for one world's samples of a class (rows as
-    _fit_class): "wait": measured = f * launch + s * flow + c * pre (collectives, _fit_wait);
-    "own": a fixed + rate fit (_fit_class); "kappa": the world's own model (one launch and
-    the flow at its microbenchmarked rates, which hold how its ops scale with size) scaled
-    by one factor. A form the rows cannot support falls back to the next simpler one."""
+Coef = tuple[float, float, float, float]  # (f, s, c, a): f * launch + s * flow on the lane, a wait c * pre + a * launch
+
+
+def _fit_form(form: str, rows: np.ndarray, pre: np.ndarray, fixed: bool, min_samples: int,
+              queued: np.ndarray | None = None) -> tuple[str, Coef]:
+    """(form used, (f, s, c, a)) of one model form for one world's samples of a class (rows
+    as _fit_class): "skew" (collectives, _fit_skew); "wait": measured = f * launch + s * flow
+    + the unhidden part of a wait c * pre (collectives, _fit_wait); "own": a fixed + rate
+    fit (_fit_class); "kappa": the world's own model (one launch and the flow at its
+    microbenchmarked rates, which hold how its ops scale with size) scaled by one factor. A
+    form the rows cannot support falls back to the next simpler one."""
     if form == "wait":
-        got = _fit_wait(rows, pre, min_samples)
+        got = _fit_wait(rows, pre, min_samples, queued)
         if got is not None:
-            return "wait", (got[0], got[1], got[2])
-    if form == "skew" and (got := _fit_skew(rows, pre, min_samples)) is not None:
-        return "skew", got
+            return "wait", (got[0], got[1], got[2], 0.0)
+    if form == "skew" and (sk := _fit_skew(rows, pre, min_samples, queued)) is not None:
+        return "skew", sk
     if form in ("wait", "own") and len(rows) >= min_samples and _spans(rows):
         fw, sw, _ = _fit_class(rows, fixed, min_samples)
-        return "own", (fw, sw, 0.0)
+        return "own", (fw, sw, 0.0, 0.0)
     own = rows[:, 1] + rows[:, 0]
     kappa = float(np.median(rows[:, 2] / np.maximum(own, 1e-9)))
-    return "kappa", (kappa, kappa, 0.0)
+    return "kappa", (kappa, kappa, 0.0, 0.0)
 
 
-def _fit_skew(rows: np.ndarray, pre: np.ndarray, min_samples: int) -> tuple[float, float, float] | None:
-    """(k, k, c) of measured = k * (one launch + the modelled collective) + c * pre, by least
-    squares on relative residuals; None when the rows cannot tell the two apart."""
+def _fit_skew(rows: np.ndarray, pre: np.ndarray, min_samples: int,
+              queued: np.ndarray | None = None) -> Coef | None:
+    """(k, k, c, a) of measured = k * (one launch + the modelled collective) + the part of a
+    release wait c * pre + a * launch that its time queued (`queued`, see hidden_wait) did
+    not hide, by least squares on relative residuals. The wait's fixed part `a` is fitted
+    where the sizes span (`_spans`: else it and k are one coefficient), else 0. None when
+    the rows cannot tell the parts apart, or show no wait."""
     if len(rows) < min_samples or np.count_nonzero(pre) < 2:
         return None
-    own, m = rows[:, 1] + rows[:, 0], rows[:, 2]
-    (k, c), *_ = np.linalg.lstsq(np.stack([own / m, pre / m], axis=1), np.ones(len(m)), rcond=None)
-    return (float(k), float(k), float(c)) if k > 0 and c >= 0 else None
+    launch, own, m = rows[:, 1], rows[:, 1] + rows[:, 0], rows[:, 2]
+    wait = np.stack([pre, launch], axis=1) if _spans(rows) else pre[:, None]
+    b, g, _ = _fit_release(own[:, None], wait, m, queued)
+    k, c, a = float(b[0]), float(g[0]), float(g[1]) if len(g) > 1 else 0.0
+    if k <= 0 or np.max(c * pre + a * launch) <= 1e-3 * float(np.min(m)):
+        return None
+    return k, k, c, a
 
 
-def _predict_form(coef: tuple[float, float, float], rows: np.ndarray, pre: np.ndarray) -> np.ndarray:
-    return coef[0] * rows[:, 1] + coef[1] * rows[:, 0] + coef[2] * pre
+def _predict_form(coef: Coef, rows: np.ndarray, pre: np.ndarray, queued: np.ndarray | None = None) -> np.ndarray:
+    f, s, c, a = coef
+    return f * rows[:, 1] + s * rows[:, 0] + hidden_wait(c * pre + a * rows[:, 1], queued)
 
 
 def _choose_form(rows: np.ndarray, pre: np.ndarray, plans: np.ndarray, wait_ok: bool, fixed: bool,
-                 min_samples: int) -> str:
+                 min_samples: int, queued: np.ndarray | None = None) -> str:
     """The model form for one world's samples of a class, chosen by leave-one-plan-out
     error: each form is fitted without one executed plan and scored on that plan's ops,
     in turn. A form with more coefficients must predict plans it has not seen better, not
@@ -465,7 +512,7 @@ def _choose_form(rows: np.ndarray, pre: np.ndarray, plans: np.ndarray, wait_ok: 
       batch 512-1024 by 16-25% when fitted on micro-batches of 128-512.
     Replayed on two quiet sweeps (`picasso validate --replay`) the priors took the MAPE
     of the held-out plans from 12.4% to 11.1% and from 13.6% to 9.8%."""
-    if wait_ok and _fit_skew(rows, pre, min_samples) is not None:
+    if wait_ok and _fit_skew(rows, pre, min_samples, queued) is not None:
         return "skew"
     forms = (["wait"] if wait_ok else []) + (["own"] if fixed else []) + ["kappa"]
     ids = sorted(set(plans.tolist()))
@@ -476,14 +523,26 @@ def _choose_form(rows: np.ndarray, pre: np.ndarray, plans: np.ndarray, wait_ok: 
         errs = []
         for pid in ids:
             out = plans == pid
-            _, coef = _fit_form(form, rows[~out], pre[~out], fixed, min_samples)
-            pred = _predict_form(coef, rows[out], pre[out])
+            _, coef = _fit_form(form, rows[~out], pre[~out], fixed, min_samples, _rows_of(queued, ~out))
+            pred = _predict_form(coef, rows[out], pre[out], _rows_of(queued, out))
             errs.append(float(np.mean(np.abs(pred - rows[out, 2]) / rows[out, 2])))
         scores[form] = float(np.mean(errs))
     best = min(forms, key=lambda k: (scores[k], forms.index(k)))
     if "own" in scores and _spans(rows) and scores["own"] <= OWN_MARGIN * scores[best]:
         return "own"
     return best
+
+
+def _rows_of(queued: np.ndarray | None, sel: np.ndarray) -> np.ndarray | None:
+    return None if queued is None else queued[sel]
+
+
+def _padded(rows: list[np.ndarray]) -> np.ndarray:
+    """Per-row sequences of different lengths as one (rows, longest) array, NaN-padded."""
+    out = np.full((len(rows), max((len(r) for r in rows), default=1)), np.nan)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
 
 
 OWN_MARGIN = 1.3  # _choose_form keeps the fixed + rate form unless another one is better by this factor
@@ -499,7 +558,7 @@ def _spans(rows: np.ndarray) -> bool:
 
 def fit_op_classes(
     hw: Any,
-    runs: Sequence[tuple[Any, int, dict[str, float]]],
+    runs: Sequence[tuple[Any, ...]],
     classify: Callable[[str], str],
     min_samples: int = 3,
     fixed: bool = True,
@@ -508,7 +567,9 @@ def fit_op_classes(
 ) -> tuple[Any, dict[str, Any]]:
     """Fit each compute op class's fixed cost and rate factor to executed plans.
 
-    `runs` = (OpGraph as lowered, world size, measured per-op us by op name). For every op
+    `runs` = (OpGraph as lowered, world size, measured per-op us by op name[, per collective
+    name the time each of its measured events sat queued, simulator.measured.queue_delays;
+    none: never queued]). For every op
     of a class, the model's flow time under `hw` (simulator.cost, the spec of its world
     size) and that world's launch_us are held against the measured duration:
     measured = f * launch_us + s * flow (f, s >= 0, relative residuals). The class then
@@ -532,14 +593,20 @@ def fit_op_classes(
     the whole modelled collective (its own fixed part, latency and bandwidth terms), so
     `s` scales all of it ("lat:op:<class>" the latency terms, "op:<class>" the bandwidth)
     and `f` adds launches: on a CPU "cluster" a collective competes with the ranks' compute
-    for the cores, which the idle-machine microbenchmarks do not see. Returns (spec, report).
+    for the cores, which the idle-machine microbenchmarks do not see. A collective's wait
+    for slower ranks (the "skew" and "wait" forms, `_choose_form`) is a release delay: an
+    event that sat queued longer than the wait shows none of it (hidden_wait), so the fit
+    reads it off the events that were not queued. Returns (spec, report).
     """
     from simulator.cost import op_busy
 
-    samples: dict[str, list[tuple[float, ...]]] = {}  # class -> (flow, launch, measured, weight, world, pre)
+    samples: dict[str, list[tuple[float, ...]]] = {}  # class -> (flow, launch, measured, weight, world, pre, plan)
+    queued_of: dict[str, list[np.ndarray]] = {}  # class -> per sample its events' times queued
     old_k: dict[tuple[str, int], float] = {}
     colls: set[str] = set()
-    for run_i, (graph, world, meas) in enumerate(runs):
+    for run_i, run in enumerate(runs):
+        graph, world, meas = run[:3]
+        queue = run[3] if len(run) > 3 else {}
         spec = spec_for_world(hw, int(world))
         before = compute_before_collectives(graph, spec) if collectives else {}
         per_name: dict[tuple[str, str], list[float]] = {}
@@ -564,6 +631,7 @@ def fit_op_classes(
             samples.setdefault(cls, []).append(
                 (float(np.mean(flows)), spec.gpu.launch_us, float(meas[name]), 1.0 / count[cls], int(world),
                  float(np.mean(pre_name.get(name, [0.0]))), run_i))
+            queued_of.setdefault(cls, []).append(np.asarray(queue.get(name) or [0.0], float))
     if not samples:
         raise CalibrationError("fit_op_classes: no measured op matched a lowered op by name")
     cal = _calibration_of(hw)
@@ -573,6 +641,7 @@ def fit_op_classes(
         worlds = np.array([r[4] for r in rows])
         pres = np.array([r[5] for r in rows])
         plans = np.array([r[6] for r in rows])
+        queued = _padded(queued_of[cls])
         f, s, res = _fit_class(arr, fixed, min_samples)
         k0 = float(np.median([old_k[(cls, int(w))] for w in set(worlds.tolist())]))
         pooled = cal.classes.setdefault(cls, ClassFit())
@@ -588,14 +657,15 @@ def fit_op_classes(
             by_world: dict[str, Any] = {}
             for w in sorted(set(worlds.tolist())):
                 sel = worlds == w
-                sub, sub_pre, sub_plans = arr[sel], pres[sel], plans[sel]
+                sub, sub_pre, sub_plans, sub_q = arr[sel], pres[sel], plans[sel], queued[sel]
                 form, coef = _fit_form(_choose_form(sub, sub_pre, sub_plans, cls in colls and w > 1 and fixed,
-                                                    fixed, min_samples), sub, sub_pre, fixed, min_samples)
+                                                    fixed, min_samples, sub_q), sub, sub_pre, fixed, min_samples, sub_q)
                 fw, sw = coef[0], coef[1]
-                rw = (_predict_form(coef, sub, sub_pre) - sub[:, 2]) / sub[:, 2]
+                rw = (_predict_form(coef, sub, sub_pre, sub_q) - sub[:, 2]) / sub[:, 2]
                 wait = coef if form in ("wait", "skew") else None
                 if wait is not None:
                     cal.world(w).coll_wait = max(wait[2], 1e-6)  # the spec wants it positive
+                    cal.world(w).coll_wait_launches = wait[3] if wait[3] > 1e-6 else None
                 one = cal.world(w).classes.setdefault(cls, ClassFit())
                 one.fixed_launches = max(fw, 1e-3)
                 if sw > 0:
@@ -609,6 +679,7 @@ def fit_op_classes(
                                     "flow_scale": round(sw, 4), "rel_rms": round(float(np.sqrt(np.mean(rw**2))), 4)}
                 if wait is not None:
                     by_world[str(w)]["wait_per_compute_us"] = round(wait[2], 4)
+                    by_world[str(w)]["wait_launches"] = round(wait[3], 3)
             entry["worlds"] = by_world
         report[cls] = entry
     return _with(hw, calibration=cal), report

@@ -12,6 +12,11 @@ graph: a graph simulated under another spec gets that spec's figures.
 | `classes[c]`, `worlds[n].classes[c]` | an op class's fixed cost (in launches), rate factor, and for collectives the factor of their latency terms; pooled over worlds, and per world | executed plans' op timings |
 | `worlds[n].op_gap`, `step_gap` | untimed host time per op and per step, in launches | executed plans' timelines |
 | `worlds[n].coll_wait` | a collective's wait for slower ranks, per us of compute its rank ran since its previous collective | executed plans' op timings |
+| `worlds[n].coll_wait_launches` | the part of that wait that does not grow with the compute (the ranks sharing cores drift apart by a scheduler slice or so), in launches | executed plans' op timings |
+
+Both waits delay a collective's release from when its data is ready; they do not occupy its
+lane: a collective queued behind a busy lane pays them only where they outlast the queue
+(simulator.compiled).
 
 A spec for n ranks (`simulator.calibration.spec_for_world`) takes the launch, latency and rate
 factors of the nearest calibrated world size; the per-class fits of that world override the
@@ -64,10 +69,12 @@ class WorldFit:
     op_gap: float | None = None  # launches
     step_gap: float | None = None  # launches
     coll_wait: float | None = None  # us of wait per us of compute before the collective
+    coll_wait_launches: float | None = None  # the collective's wait that does not grow with that compute
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {k: getattr(self, k) for k in ("launch_us", "intra_latency_us", "op_gap", "step_gap",
-                                                          "coll_wait") if getattr(self, k) is not None}
+                                                          "coll_wait", "coll_wait_launches")
+                             if getattr(self, k) is not None}
         if self.efficiency:
             d["efficiency"] = dict(self.efficiency)
         if self.classes:
@@ -83,10 +90,12 @@ class Resolved:
     op_gap: float = 0.0
     step_gap: float = 0.0
     coll_wait: float = 0.0
+    coll_wait_launches: float = 0.0
 
     @property
     def empty(self) -> bool:
-        return not self.classes and not self.op_gap and not self.step_gap and not self.coll_wait
+        return (not self.classes and not self.op_gap and not self.step_gap and not self.coll_wait
+                and not self.coll_wait_launches)
 
 
 @dataclass
@@ -117,7 +126,8 @@ class Calibration:
                 classes[c] = classes[c].merged(f) if c in classes else f
         op_gap = wf.op_gap if wf is not None and wf.op_gap is not None else self.op_gap
         return Resolved(classes, float(op_gap or 0.0), float((wf.step_gap if wf else None) or 0.0),
-                        float((wf.coll_wait if wf else None) or 0.0))
+                        float((wf.coll_wait if wf else None) or 0.0),
+                        float((wf.coll_wait_launches if wf else None) or 0.0))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"worlds": {str(n): w.to_dict() for n, w in sorted(self.worlds.items())}}
@@ -143,7 +153,8 @@ class Calibration:
                 raise CalibrationSpecError(f"{wh}: expected a positive world size as key")
             if not isinstance(w, Mapping):
                 raise CalibrationSpecError(f"{wh}: expected a mapping")
-            _keys(w, ("launch_us", "intra_latency_us", "efficiency", "classes", "op_gap", "step_gap", "coll_wait"), wh)
+            _keys(w, ("launch_us", "intra_latency_us", "efficiency", "classes", "op_gap", "step_gap", "coll_wait",
+                      "coll_wait_launches"), wh)
             eff = w.get("efficiency") or {}
             if not isinstance(eff, Mapping):
                 raise CalibrationSpecError(f"{wh}.efficiency: expected a mapping key -> factor")
@@ -153,7 +164,8 @@ class Calibration:
                 efficiency={str(e): _pos(v, f"{wh}.efficiency.{e}") for e, v in eff.items()},
                 classes=_classes(w.get("classes") or {}, f"{wh}.classes"),
                 op_gap=_opt(w.get("op_gap"), f"{wh}.op_gap"), step_gap=_opt(w.get("step_gap"), f"{wh}.step_gap"),
-                coll_wait=_opt(w.get("coll_wait"), f"{wh}.coll_wait"))
+                coll_wait=_opt(w.get("coll_wait"), f"{wh}.coll_wait"),
+                coll_wait_launches=_opt(w.get("coll_wait_launches"), f"{wh}.coll_wait_launches"))
         return out
 
 

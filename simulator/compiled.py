@@ -4,7 +4,12 @@ Structure (independent of the hardware, cached on the graph until it changes; bu
 from the columns OpGraph keeps, without walking networkx): op order, ranks, lanes,
 the previous op on each lane, explicit dependencies, and "units": a unit is one ordinary op,
 or all held ops of one collective (they start and end together). Costs (per hardware):
-fixed and flow time per unit and the resource busy times of each unit.
+fixed and flow time per unit, the resource busy times of each unit, and a collective's
+release wait (`uwait`: how long after its data is ready the slowest rank of its group
+arrives; simulator.calibration_spec). Both engines start a unit at
+max(lane free and data ready, data ready + uwait): the wait is counted from the unit's
+data dependencies (`udep`), not from its lane predecessor, so a collective queued behind
+a busy lane does not pay it again.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ class Structure:
     usucc_ptr: np.ndarray  # CSR unit -> successor units (deps and lane order)
     usucc: np.ndarray
     uindeg: np.ndarray
+    udep_ptr: np.ndarray  # CSR unit -> units its explicit dependencies end in (collective units only)
+    udep: np.ndarray
     mem: np.ndarray  # (n, 2): alloc, free
     dtypes: list[str]  # dtype code -> name
     eff_keys: list[Any]  # eff_key code -> key
@@ -149,7 +156,13 @@ def _build_structure(graph: OpGraph) -> Structure:
     has_prev = np.flatnonzero(lane_prev >= 0)
     nu = max(n_units, 1)
     key = np.concatenate([unit[src] * nu + unit[dst], unit[lane_prev[has_prev]] * nu + unit[has_prev]])
-    del src, dst  # release the views: the graph may grow again
+    # a collective's data predecessors (deps only, not the lane): its release wait counts from them
+    into_coll = unit[dst] < C
+    dkey = np.unique(unit[dst[into_coll]] * nu + unit[src[into_coll]])
+    del src, dst, into_coll  # release the views: the graph may grow again
+    d_dst, udep = np.divmod(dkey, nu)
+    udep_ptr = np.zeros(n_units + 1, np.int64)
+    np.cumsum(np.bincount(d_dst, minlength=n_units), out=udep_ptr[1:])
     key.sort()
     if key.size:  # drop duplicates (a dependency that is also the lane order)
         keep = np.empty(key.size, bool)
@@ -177,7 +190,7 @@ def _build_structure(graph: OpGraph) -> Structure:
         lane_keys=lane_keys, lane_prev=lane_prev, unit=unit, n_units=n_units,
         unit_coll=unit_coll, coll_units=np.arange(C, dtype=np.int64),
         members_ptr=members_ptr, members=members, dep_ptr=dep_ptr, dep_src=dep_src,
-        usucc_ptr=usucc_ptr, usucc=e_dst, uindeg=uindeg, mem=mem, dtypes=list(codes["dtype"]),
+        usucc_ptr=usucc_ptr, usucc=e_dst, uindeg=uindeg, udep_ptr=udep_ptr, udep=udep, mem=mem, dtypes=list(codes["dtype"]),
         eff_keys=list(codes["eff_key"]), classes=list(codes["cls"]), version=graph._version,
     )
 
@@ -193,6 +206,7 @@ class Costs:
     uop: np.ndarray  # per entry: the op it comes from
     fixed: np.ndarray | None = None  # per op: its fixed time, us (calibration applied)
     flow: np.ndarray | None = None  # per op: its flow time alone, us
+    uwait: np.ndarray | None = None  # per unit: release wait after its data is ready, us (collectives; else 0)
 
 
 def _collective_kinds(st: Structure) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
@@ -217,8 +231,8 @@ def _collective_kinds(st: Structure) -> tuple[np.ndarray, list[tuple[Any, Any]]]
 
 def costs(st: Structure, hw: HardwareSpec) -> Costs:
     """Fixed and flow time and resource use of every unit under `hw`: the base model, with the
-    op-class fits, host gaps and collective waits of the spec's calibration (for its world
-    size, simulator.calibration_spec) applied on top."""
+    op-class fits and host gaps of the spec's calibration (for its world size,
+    simulator.calibration_spec) applied on top, and the collectives' release waits."""
     cal = hw.calibration.resolve(hw.world_size) if hw.calibration is not None else None
     if cal is not None and cal.empty:
         cal = None
@@ -227,6 +241,7 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
     C = len(st.coll_units)
     ms = st.members[:st.members_ptr[C]] if C else np.zeros(0, np.int64)  # collectives' ops lead st.members
     comm = ClassFit()
+    wait = np.zeros(len(st.ids))
     if cal is not None:
         is_coll = st.column("coll") >= 0
         pre = pre_collective_compute(st, fixed + flow, is_coll) if cal.coll_wait else None
@@ -235,8 +250,8 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
         comm = cal.classes.get(class_key(None, True)) or comm
         if comm.fixed_launches is not None:
             fixed[ms] = comm.fixed_launches * launch_us + own[ms] * (comm.latency_scale or 1.0)
-        if pre is not None:
-            fixed[ms] += cal.coll_wait * pre[ms]
+        # waits for slower ranks delay the collective's release, they do not occupy its lane
+        wait[ms] = cal.coll_wait_launches * launch_us + (cal.coll_wait * pre[ms] if pre is not None else 0.0)
         if cal.step_gap:  # a rank's first op pays the step's untimed host work
             fixed[np.diff(st.dep_ptr) == 0] += cal.step_gap * launch_us
     if C:
@@ -266,7 +281,7 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
     ures_ptr = np.zeros(st.n_units + 1, np.int64)
     np.cumsum(np.bincount(u_of, minlength=st.n_units), out=ures_ptr[1:])
     return Costs(busy=busy, ufixed=ufixed, uflow=uflow, ures_ptr=ures_ptr, ures=st.slot[op_i] * N_RES + res_k,
-                 ubusy=busy[op_i, res_k], uop=op_i, fixed=fixed, flow=flow)
+                 ubusy=busy[op_i, res_k], uop=op_i, fixed=fixed, flow=flow, uwait=wait[first])
 
 
 def _base_ops(st: Structure, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,8 +1,10 @@
 """Discrete-event engine (simpy) with flow-level fair sharing.
 
 One simpy process per lane runs its ops in order: wait for the op's dependencies, for a
-collective wait until every held rank of the group has arrived, then spend the fixed part
-(launch, latency) and run the flow part. Running flows share every resource they use: rates
+collective wait until every held rank of the group has arrived and its release wait
+(Costs.uwait, counted from when the last member's dependencies ended, not from when its
+lanes came free) has passed, then spend the fixed part (launch, latency) and run the flow
+part. Running flows share every resource they use: rates
 are max-min fair in progress (all flows crossing a saturated resource slow down by the same
 factor; none runs faster than alone) and are recomputed whenever a flow starts or ends, over
 the flows connected to it through shared resources.
@@ -157,6 +159,8 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
     arrived = [0] * U
     size = np.diff(st.members_ptr).tolist()
     ufixed, uflow = c.ufixed.tolist(), c.uflow.tolist()
+    uwait = c.uwait.tolist() if c.uwait is not None else [0.0] * U
+    data_ready = [0.0] * U  # per unit: when its members' dependencies had all ended
     rp = c.ures_ptr.tolist()
     rres, rbusy = c.ures.tolist(), c.ubusy.tolist()
     unit = st.unit.tolist()
@@ -167,17 +171,22 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
 
     def run_lane(ops: list[int]):
         for i in ops:
+            u = unit[i]
             for j in range(dp[i], dp[i + 1]):
                 p = unit[dsrc[j]]
                 if uend[p] < 0:
                     yield wait_for(p)
-            u = unit[i]
+                if uend[p] > data_ready[u]:
+                    data_ready[u] = uend[p]
             if size[u] > 1:
                 arrived[u] += 1
                 if arrived[u] < size[u]:
                     yield wait_for(u)
                     continue
             ustart[u] = env.now
+            release = data_ready[u] + uwait[u]
+            if uwait[u] > 0 and release > env.now:
+                yield env.timeout(release - env.now)
             if ufixed[u] > 0:
                 yield env.timeout(ufixed[u])
             w = uflow[u]

@@ -10,6 +10,12 @@ ends at start + b + min(b, W) and the old one is pushed back by min(b, W). Pushi
 flow back is safe in time order: its successors have not started yet, and a successor popped
 with a stale ready time is put back with the new one. Exact for one or two flows on a link;
 an approximation with more (the discrete-event engine is the reference).
+
+A collective with a release wait (Costs.uwait: the slowest rank of its group arrives that
+long after its data is ready) starts at max(ready, data ready + wait), data ready being the
+end of its dependencies alone (Structure.udep), not of its lane predecessor: queued behind a
+busy lane, it has waited meanwhile. Its event starts at `ready` (what the lane shows: the
+part of the wait the queue did not hide, then the collective).
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
     ur, ub, ur2, ub2, multi = _unit_resources(st, c)
     ufixed = c.ufixed.tolist()
     uflow = c.uflow.tolist()
+    uwait = c.uwait.tolist() if c.uwait is not None and c.uwait.any() else None
+    udp, udep = st.udep_ptr.tolist(), st.udep.tolist()
     ready = [0.0] * U
     ustart = [0.0] * U
     uend = [-1.0] * U
@@ -109,8 +117,17 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
     # resources) are inlined: this loop is the evaluator's cost.
     while heap:
         s, u = heap[0]
-        if ready[u] > s:  # a predecessor was slowed down after u became ready
-            replace(heap, (ready[u], u))
+        t = ready[u]
+        if uwait is not None and uwait[u] > 0:  # released `wait` after its data deps end
+            d = 0.0
+            for p in udep[udp[u]:udp[u + 1]]:
+                if uend[p] > d:
+                    d = uend[p]
+            d += uwait[u]
+            if d > t:
+                t = d
+        if t > s:  # a predecessor was slowed down after u became ready, or u waits for slower ranks
+            replace(heap, (t, u))
             continue
         fs = s + ufixed[u]
         fin = fs + uflow[u]
@@ -141,7 +158,7 @@ def schedule(st: Structure, c: Costs) -> tuple[np.ndarray, np.ndarray]:
                     res_last[r] = u
                 if e > fin:
                     fin = e
-        ustart[u] = s
+        ustart[u] = ready[u]
         uend[u] = fin
         at_top = True
         for v in succ_flat[sp[u]:sp[u + 1]]:

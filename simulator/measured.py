@@ -2,10 +2,10 @@
 
 A measured timeline comes from the executor (`Timeline` JSON, or a Chrome trace read back
 with `load_timeline`); its events carry `step`. Here: dropping the warm-up steps,
-collectives counted from when their lane is free (`service_durations`), mean op
-durations, the untimed host time between ops (`host_gap`, which
-`simulator.calibration.fit_host_gaps` models), step spans, the median step, and merging
-runs of one plan measured at different moments.
+collectives counted from when their lane is free (`service_durations`) and how long
+they sat queued (`queue_delays`), mean op durations, the untimed host time between ops
+(`host_gap`, which `simulator.calibration.fit_host_gaps` models), step spans, the median
+step, and merging runs of one plan measured at different moments.
 """
 
 from __future__ import annotations
@@ -58,17 +58,34 @@ def service_durations(tl: Timeline) -> list[tuple[Event, float]]:
     runs. Its span from launch to completion holds that wait; the simulator runs the comm
     lane in order too and starts an op when the previous one ends. On lane "comm" each
     event counts from max(its start, the end of the rank's previous comm event)."""
-    out: list[tuple[Event, float]] = []
+    return [(e, dur) for e, dur, _ in _lane_service(tl)]
+
+
+def queue_delays(tl: Timeline) -> dict[str, list[float]]:
+    """Per collective name (lane "comm"): per event, how long it sat in its rank's queue
+    (from its launch to when the rank's previous comm event ended; 0 when the lane was
+    free). A wait for slower ranks passes meanwhile: simulator.calibration fits it from
+    the events that were not queued (or not for long)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for e, _, queued in _lane_service(tl):
+        if e.lane == COMM_LANE:
+            out[e.name].append(queued)
+    return dict(out)
+
+
+def _lane_service(tl: Timeline) -> list[tuple[Event, float, float]]:
+    """(event, service duration, time queued): see service_durations."""
+    out: list[tuple[Event, float, float]] = []
     comm: dict[int, list[Event]] = defaultdict(list)
     for e in tl.events:
         if e.lane == COMM_LANE:
             comm[e.rank].append(e)
         else:
-            out.append((e, e.dur_us))
+            out.append((e, e.dur_us, 0.0))
     for evs in comm.values():
         busy = float("-inf")
         for e in sorted(evs, key=lambda e: (e.start_us, e.end_us)):
-            out.append((e, max(e.end_us - max(e.start_us, busy), 0.0)))
+            out.append((e, max(e.end_us - max(e.start_us, busy), 0.0), max(busy - e.start_us, 0.0)))
             busy = max(busy, e.end_us)
     return out
 

@@ -23,8 +23,8 @@ def test_a_collective_is_its_microbenchmark_scaled_plus_a_wait_for_slower_ranks(
     plans = np.array([0, 0, 1, 1, 2, 2])
     form = _choose_form(rows, pre, plans, True, True, 3)
     assert form == "skew"
-    used, (k, _, c) = _fit_form(form, rows, pre, True, 3)
-    assert used == "skew" and abs(k - 1.4) < 1e-6 and abs(c - 0.15) < 1e-6
+    used, (k, _, c, a) = _fit_form(form, rows, pre, True, 3)
+    assert used == "skew" and abs(k - 1.4) < 1e-6 and abs(c - 0.15) < 1e-6 and a == 0.0
 
 
 def test_a_compute_class_whose_sizes_span_keeps_a_fixed_cost_and_a_rate():
