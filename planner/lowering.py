@@ -8,9 +8,12 @@ step's input, as the executor copies it), then per micro-batch:
   (a pack with exchange "pooled": bags, route, hot_gather, a2a_ids, cold_pool, a2a_pooled, pool;
   planner.exchange);
   fwd/dense: bottom_mlp, interaction, top_mlp, loss;
-  bwd/dense: top_mlp, interaction; per pack: bwd pool, a2a_grad; bwd/dense/bottom_mlp;
-then once per iteration: bwd/dense/allreduce (the dense gradients and every pack's hot-row
-gradients in one buffer), opt updates.
+  bwd/dense: top_mlp, interaction, bottom_mlp; per pack: bwd pool, a2a_grad;
+in the last micro-batch the dense gradients' buckets (bwd/dense/allreduce_top_mlp after the top
+MLP's backward, bwd/dense/allreduce_interaction after the dense backward: op_names.GRAD_BUCKETS)
+run beside the rest of the backward, as the executor and DDP overlap them;
+then once per iteration: bwd/dense/allreduce (every pack's hot-row gradients in one buffer,
+absent without them), opt updates (the dense one after every bucket).
 The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
@@ -360,6 +363,19 @@ def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str
     return ops
 
 
+def _grad_bucket(dense: DenseCost, stage: str, after: str, ops: list[Op]) -> list[str]:
+    """Append the dense gradients' bucket launched after `after` (planner.op_names.GRAD_BUCKETS:
+    the one whose first stage is `stage`), when its stages have parameters; its name, in a list.
+    Asynchronous in every plan, as the executor (and DDP) runs it: off a serial plan's chain."""
+    name, stages = next((b, s) for b, s in on.GRAD_BUCKETS if s[0] == stage)
+    params = sum(dense.ops[s].params for s in stages)
+    if not params:
+        return []
+    ops.append(_collective(on.op_name("bwd", "dense", name), [after], "all_reduce", float(params * 4),
+                           pipelined=True))
+    return [ops[-1].name]
+
+
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
     if plan.kernel_interleaving:
         return (stage, mb, pack)
@@ -418,23 +434,27 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
 
     bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
-    dense_grads: list[str] = []
+    buckets: list[str] = []
     for mi, mb in enumerate(mbs):
         ops.extend(pools[mb])
         head = dense_ops[mb]
         ops.extend(head)
         bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name, ddt)
-        ops.extend(bwd_head)
-        inter_bwd = bwd_head[-1].name
-        dense_grads.append(bwd_head[0].name)
+        last = mi == len(mbs) - 1  # the dense gradients become final in this backward
+        ops.append(bwd_head[0])
+        if last:
+            buckets += _grad_bucket(dense, "top_mlp", bwd_head[0].name, ops)
+        ops.append(bwd_head[1])
+        inter_bwd = dense_end = bwd_head[-1].name
         bottom = dense.ops["bottom_mlp"]
         if bottom.flops:
-            name = on.op_name("bwd", "dense", "bottom_mlp", mb)
-            ops.append(_compute(name, [inter_bwd], flops=2 * samples * bottom.flops,
+            dense_end = on.op_name("bwd", "dense", "bottom_mlp", mb)
+            ops.append(_compute(dense_end, [inter_bwd], flops=2 * samples * bottom.flops,
                                 hbm=2 * bottom.params * 4 + samples * bottom.act_bytes * ACT_BYTES_SCALE[ddt],
                                 eff_key="gemm"))
             ops[-1].dtype = ddt
-            dense_grads.append(name)
+        if last:
+            buckets += _grad_bucket(dense, "interaction", dense_end, ops)
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
         for pi, pv in enumerate(packs):
@@ -449,18 +469,22 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         pack_bwd.sort(key=lambda x: x[0])
         ops.extend(op for _, op in pack_bwd)
 
-    # once per iteration: gradient all-reduce and optimizer updates. As in P2RES, replicated
-    # hot rows are data-parallel parameters: their gradients travel in the dense gradients'
-    # all-reduce (one fused buffer, one collective latency instead of one per pack)
+    # once per iteration: the last gradient all-reduce and optimizer updates. As in P2RES,
+    # replicated hot rows are data-parallel parameters: their gradients travel in one
+    # all-reduce after the packs' backward (one fused buffer, one collective latency, not one
+    # per pack); without such rows there is none
     sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
-    # TorchRec: a data-parallel table's whole gradient joins the dense all-reduce (DDP)
+    # TorchRec: a data-parallel table's whole gradient joins DDP's all-reduce, once its
+    # backward is done
     dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == Sharding.REPLICATED)
     if dp_bytes:
         hot_deps += [d for pv in packs if pv.sharding == Sharding.REPLICATED for d in bwd_by_pack[pv.name]]
-    ops.append(_collective(grad_sync, dense_grads + hot_deps, "all_reduce",
-                           float(dense.params * 4) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes))
+    hot_bytes = sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
+    if hot_bytes:
+        ops.append(_collective(grad_sync, buckets + hot_deps, "all_reduce", hot_bytes))
+        buckets.append(grad_sync)
     for pv in packs:
         passes = sparse_state.get(table_optimizer(plan, plan.model.table(pv.tables[0])), 3)
         if tr:
@@ -512,7 +536,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                 hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
     n_params = dense.params
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
-    ops.append(_compute(on.op_name("opt", "dense", "update"), [on.op_name("bwd", "dense", "allreduce")],
+    ops.append(_compute(on.op_name("opt", "dense", "update"), buckets,
                         hbm=n_params * 4 * states, flops=n_params * 4))
     if serial:
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain

@@ -5,10 +5,13 @@ several micro-batches the micro-batch index is appended as `@mb1`. A predicted o
 its measured twin share the name, which is how validation pairs them.
 
 Conventions (lowering and executor): the `@mbK` suffix appears only when a plan has more
-than one micro-batch, and never on the once-per-iteration ops (`bwd/dense/allreduce`,
-every `opt/...` op). The gradients of replicated hot rows are data-parallel parameters:
-they travel in the dense gradients' all-reduce, `bwd/dense/allreduce` (one fused buffer,
-as P2RES synchronises them), so there is no per-pack all-reduce op. Ops a pack does not
+than one micro-batch, and never on the once-per-iteration ops (`bwd/dense/allreduce` and its
+buckets `bwd/dense/allreduce_<stage>`, every `opt/...` op). The dense gradients are all-reduced
+in buckets launched as their gradients become final (GRAD_BUCKETS), as DDP overlaps them with
+the rest of the backward. The gradients of replicated hot rows are data-parallel parameters,
+final only after the packs' backward: they travel in the last all-reduce, `bwd/dense/allreduce`
+(one fused buffer, as P2RES synchronises them; absent when no pack has such rows), so there is
+no per-pack all-reduce op. Ops a pack does not
 need are absent: no `hot_gather`/`hot_update` without hot rows, no `a2a_*` for replicated
 packs, whose sparse-gradient all-gather is part of `opt/<pack>/cold_update`.
 """
@@ -42,7 +45,12 @@ PACK_OPT = ("cold_update", "hot_sync", "hot_update")
 # Ops of the dense part and the input.
 INPUT_FWD = ("h2d",)
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
-DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", "allreduce")
+# The dense gradients' buckets in launch order: a bucket holds the parameters of its stages and
+# is launched when the last micro-batch's backward of those stages is done (the bottom MLP's
+# few parameters ride with the interaction's, launched when the dense backward ends). A bucket
+# without parameters is absent.
+GRAD_BUCKETS = (("allreduce_top_mlp", ("top_mlp",)), ("allreduce_interaction", ("interaction", "bottom_mlp")))
+DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", *(b for b, _ in GRAD_BUCKETS), "allreduce")
 DENSE_OPT = ("update",)
 
 
