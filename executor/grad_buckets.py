@@ -7,6 +7,10 @@ counts the gradients accumulated in the last micro-batch; when a bucket's count 
 bucket is launched, asynchronously, while the backward of the stages below it and of the
 packs goes on. Buckets are launched in their fixed order on every rank (gloo matches
 collectives by launch order): a bucket ready before its predecessor waits for it.
+
+They share the default process group with the packs' exchanges (as DDP does by default): a
+group of their own, so that a pack's gradient exchange need not queue behind a bucket,
+measured no different on this 2-core machine (bench/results/grad_overlap.json).
 """
 
 from __future__ import annotations
