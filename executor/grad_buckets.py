@@ -1,16 +1,16 @@
 """The dense gradients' all-reduce in buckets, each launched as soon as its gradients are final.
 
-As DDP does: each bucket (planner.op_names.GRAD_BUCKETS: the top MLP's parameters, then the
-interaction's and bottom MLP's) owns one flat buffer and its parameters' `.grad` are views of
+As DDP does: each bucket (planner.op_names.GRAD_BUCKETS) owns one flat buffer and its parameters' `.grad` are views of
 it, so the all-reduce needs no copy in or out. A post-accumulate-grad hook on every parameter
 counts the gradients accumulated in the last micro-batch; when a bucket's count is full the
 bucket is launched, asynchronously, while the backward of the stages below it and of the
 packs goes on. Buckets are launched in their fixed order on every rank (gloo matches
 collectives by launch order): a bucket ready before its predecessor waits for it.
 
-They share the default process group with the packs' exchanges (as DDP does by default): a
-group of their own, so that a pack's gradient exchange need not queue behind a bucket,
-measured no different on this 2-core machine (bench/results/grad_overlap.json).
+They run in a process group of their own (lane GRAD_LANE in lowering), so the last micro-batch's
+gradient exchange, launched after them, does not queue behind them in the default group (gloo,
+like one NCCL communicator, runs one group's collectives in order) and the embedding updates
+are not delayed (bench/results/grad_overlap.json).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from executor.comm import Comm
 from executor.dense import DenseArch
 from executor.timing import OpTimer
 from planner.op_names import GRAD_BUCKETS
+from planner.program_ops import GRAD_LANE
 
 
 @dataclass
@@ -55,6 +56,7 @@ class GradBuckets:
             self.buckets.append(b)
         self.armed = False
         self.launched = 0
+        self.group = comm.new_group() if self.buckets and comm.active else None
 
     def begin_step(self) -> None:
         """Point every parameter's gradient at its bucket (anything that replaced a `.grad`
@@ -90,8 +92,8 @@ class GradBuckets:
         self.armed = False
 
     def _launch(self, b: Bucket) -> None:
-        tok = self.timer.start("bwd", "dense", b.name, lane="comm")
-        b.work = self.comm.all_reduce(b.flat, async_op=True)
+        tok = self.timer.start("bwd", "dense", b.name, lane=GRAD_LANE)
+        b.work = self.comm.all_reduce(b.flat, async_op=True, group=self.group)
         self.timer.end_when_done(tok, b.work)
         self.launched += 1
 

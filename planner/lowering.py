@@ -9,9 +9,10 @@ step's input, as the executor copies it), then per micro-batch:
   planner.exchange);
   fwd/dense: bottom_mlp, interaction, top_mlp, loss;
   bwd/dense: top_mlp, interaction, bottom_mlp; per pack: bwd pool, a2a_grad;
-in the last micro-batch the dense gradients' buckets (bwd/dense/allreduce_top_mlp after the top
-MLP's backward, bwd/dense/allreduce_interaction after the dense backward: op_names.GRAD_BUCKETS)
-run beside the rest of the backward, as the executor and DDP overlap them;
+in the last micro-batch the dense gradients' buckets (op_names.GRAD_BUCKETS: one,
+bwd/dense/allreduce_dense, after the dense backward) run beside the rest of the backward, as
+the executor and DDP overlap them (on a lane of their own: the executor's own process group;
+TorchRec's on the comm lane, as DDP shares the default group);
 then once per iteration: bwd/dense/allreduce (every pack's hot-row gradients in one buffer,
 absent without them), opt updates (the dense one after every bucket).
 The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
@@ -64,7 +65,7 @@ from planner.pooled_twrw import bwd as group_bwd
 from planner.pooled_twrw import fuse as fuse_pooled
 from planner.pooled_twrw import fwd as group_fwd
 from planner.pooled_twrw import is_group
-from planner.program_ops import POOL_STAGE, Op
+from planner.program_ops import GRAD_LANE, POOL_STAGE, Op
 from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
@@ -363,17 +364,26 @@ def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str
     return ops
 
 
-def _grad_bucket(dense: DenseCost, stage: str, after: str, ops: list[Op]) -> list[str]:
-    """Append the dense gradients' bucket launched after `after` (planner.op_names.GRAD_BUCKETS:
-    the one whose first stage is `stage`), when its stages have parameters; its name, in a list.
-    Asynchronous in every plan, as the executor (and DDP) runs it: off a serial plan's chain."""
-    name, stages = next((b, s) for b, s in on.GRAD_BUCKETS if s[0] == stage)
-    params = sum(dense.ops[s].params for s in stages)
-    if not params:
-        return []
-    ops.append(_collective(on.op_name("bwd", "dense", name), [after], "all_reduce", float(params * 4),
-                           pipelined=True))
-    return [ops[-1].name]
+def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, ops: list[Op],
+                  lane: str | None) -> list[str]:
+    """Append the dense gradients' buckets (planner.op_names.GRAD_BUCKETS) complete once `stage`'s
+    backward (op `after`) is done: those whose last stage among `present` (the stages with a
+    backward op, in backward order) is `stage` and that have parameters; their names.
+    Asynchronous in every plan, as the executor (and DDP) runs them: off a serial plan's chain.
+    `lane`: their own (the executor's process group of its own), or None: the comm lane (TorchRec's
+    DDP shares the default group with the embeddings' exchanges, so they queue behind each other)."""
+    names = []
+    for name, stages in on.GRAD_BUCKETS:
+        mine = [s for s in present if s in stages]
+        params = sum(dense.ops[s].params for s in stages)
+        if not mine or mine[-1] != stage or not params:
+            continue
+        ops.append(_collective(on.op_name("bwd", "dense", name), [after], "all_reduce", float(params * 4),
+                               pipelined=True))
+        if lane:
+            ops[-1].lane = lane
+        names.append(ops[-1].name)
+    return names
 
 
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
@@ -440,21 +450,19 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         head = dense_ops[mb]
         ops.extend(head)
         bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name, ddt)
-        last = mi == len(mbs) - 1  # the dense gradients become final in this backward
-        ops.append(bwd_head[0])
-        if last:
-            buckets += _grad_bucket(dense, "top_mlp", bwd_head[0].name, ops)
-        ops.append(bwd_head[1])
-        inter_bwd = dense_end = bwd_head[-1].name
+        inter_bwd = bwd_head[-1].name
+        stage_ops = dict(zip(("top_mlp", "interaction"), bwd_head))
         bottom = dense.ops["bottom_mlp"]
         if bottom.flops:
-            dense_end = on.op_name("bwd", "dense", "bottom_mlp", mb)
-            ops.append(_compute(dense_end, [inter_bwd], flops=2 * samples * bottom.flops,
-                                hbm=2 * bottom.params * 4 + samples * bottom.act_bytes * ACT_BYTES_SCALE[ddt],
-                                eff_key="gemm"))
-            ops[-1].dtype = ddt
-        if last:
-            buckets += _grad_bucket(dense, "interaction", dense_end, ops)
+            stage_ops["bottom_mlp"] = _compute(on.op_name("bwd", "dense", "bottom_mlp", mb), [inter_bwd],
+                                               flops=2 * samples * bottom.flops, eff_key="gemm",
+                                               hbm=2 * bottom.params * 4 + samples * bottom.act_bytes
+                                               * ACT_BYTES_SCALE[ddt])
+            stage_ops["bottom_mlp"].dtype = ddt
+        for stage, op in stage_ops.items():
+            ops.append(op)
+            if mi == len(mbs) - 1:  # the dense gradients become final in this backward
+                buckets += _grad_buckets(dense, stage, list(stage_ops), op.name, ops, None if tr else GRAD_LANE)
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
         for pi, pv in enumerate(packs):
@@ -483,7 +491,9 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         hot_deps += [d for pv in packs if pv.sharding == Sharding.REPLICATED for d in bwd_by_pack[pv.name]]
     hot_bytes = sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
     if hot_bytes:
-        ops.append(_collective(grad_sync, buckets + hot_deps, "all_reduce", hot_bytes))
+        # after the packs' backward; beside the dense buckets (their own group), except in
+        # TorchRec's program, where one lane keeps DDP's order
+        ops.append(_collective(grad_sync, (buckets if tr else []) + hot_deps, "all_reduce", hot_bytes))
         buckets.append(grad_sync)
     for pv in packs:
         passes = sparse_state.get(table_optimizer(plan, plan.model.table(pv.tables[0])), 3)

@@ -6,7 +6,7 @@ its measured twin share the name, which is how validation pairs them.
 
 Conventions (lowering and executor): the `@mbK` suffix appears only when a plan has more
 than one micro-batch, and never on the once-per-iteration ops (`bwd/dense/allreduce` and its
-buckets `bwd/dense/allreduce_<stage>`, every `opt/...` op). The dense gradients are all-reduced
+buckets `bwd/dense/allreduce_<name>`, every `opt/...` op). The dense gradients are all-reduced
 in buckets launched as their gradients become final (GRAD_BUCKETS), as DDP overlaps them with
 the rest of the backward. The gradients of replicated hot rows are data-parallel parameters,
 final only after the packs' backward: they travel in the last all-reduce, `bwd/dense/allreduce`
@@ -46,10 +46,12 @@ PACK_OPT = ("cold_update", "hot_sync", "hot_update")
 INPUT_FWD = ("h2d",)
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
 # The dense gradients' buckets in launch order: a bucket holds the parameters of its stages and
-# is launched when the last micro-batch's backward of those stages is done (the bottom MLP's
-# few parameters ride with the interaction's, launched when the dense backward ends). A bucket
-# without parameters is absent.
-GRAD_BUCKETS = (("allreduce_top_mlp", ("top_mlp",)), ("allreduce_interaction", ("interaction", "bottom_mlp")))
+# is launched when the last micro-batch's backward of those stages is done; a bucket without
+# parameters is absent. One bucket, launched when the dense backward ends: a bucket per stage
+# (the top MLP's launched after its backward) pays one more collective latency, which the
+# simulator predicts costs more than the extra overlap gains at 32-128 GPUs for DLRM Kaggle
+# (bench/results/grad_overlap.json); the executor and lowering take any layout written here.
+GRAD_BUCKETS = (("allreduce_dense", ("top_mlp", "interaction", "bottom_mlp")),)
 DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", *(b for b, _ in GRAD_BUCKETS), "allreduce")
 DENSE_OPT = ("update",)
 

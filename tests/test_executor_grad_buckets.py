@@ -32,43 +32,65 @@ def test_a_stage_map_that_misses_a_parameter_is_refused():
 
 class RecordingComm(Comm):
     """One process; every all-reduce launch is logged (with how big it is) next to the backward's
-    gradient accumulations, so the order of the two can be checked."""
+    gradient accumulations and the packs' backward, so their order can be checked."""
 
     def __init__(self, log: list) -> None:
         super().__init__()
         self.log = log
 
-    def all_reduce(self, t: torch.Tensor, async_op: bool = False):
+    def all_reduce(self, t: torch.Tensor, async_op: bool = False, group=None):
         self.log.append(("all_reduce", t.numel()))
         return Done()
 
 
 @pytest.mark.parametrize("timed", [False, True], ids=["untimed", "op-timing"])
 @pytest.mark.parametrize("k", [1, 2])
-def test_top_mlp_bucket_is_launched_before_the_bottom_mlp_backward(timed, k):
+def test_dense_bucket_is_launched_before_the_packs_backward(timed, k):
     model = dlrm_model()
     plan = Plan(model=model, world_size=1, batch_size_per_rank=16, micro_batches=k,
                 packs=[PackPlan("pack0", model.table_names)])
     log: list = []
     trainer = Trainer(plan, {}, RecordingComm(log), OpTimer(0, torch.device("cpu"), enabled=timed, micro_batches=k))
-    d = trainer.dense  # DLRM: its top MLP and bottom MLP, named directly (no bucket code involved)
-    stages = {"top_mlp": list(d.topm.parameters()), "bottom_mlp": list(d.bot.parameters()), "interaction": []}
-    for stage in ("top_mlp", "bottom_mlp"):
-        for p in stages[stage]:
-            p.register_post_accumulate_grad_hook(lambda _p, s=stage: log.append(("grad", s)))
+    d = trainer.dense  # DLRM: its bottom MLP, named directly (no bucket code involved)
+    bottom = list(d.bot.parameters())
+    for p in bottom:
+        p.register_post_accumulate_grad_hook(lambda _p: log.append(("grad", "bottom_mlp")))
+    pack = trainer.packs[0]
+    pack_backward = pack.backward
+
+    def logged_backward(*a, **kw):
+        log.append(("pack_backward",))
+        return pack_backward(*a, **kw)
+
+    pack.backward = logged_backward
     trainer.step(synthetic_global_batches(plan, 1, seed=3)[0])
-    n = {s: sum(p.numel() for p in ps) for s, ps in stages.items()}
     launches = [i for i, e in enumerate(log) if e[0] == "all_reduce"]
-    # two buckets: the top MLP's, then the rest of the dense model's (no hot rows: no third)
-    assert [log[i][1] for i in launches] == [n["top_mlp"], n["interaction"] + n["bottom_mlp"]]
-    last_bottom = [i for i, e in enumerate(log) if e == ("grad", "bottom_mlp")][-len(stages["bottom_mlp"]):]
-    last_top = [i for i, e in enumerate(log) if e == ("grad", "top_mlp")][-len(stages["top_mlp"]):]
-    # the top bucket goes once its last gradient is in (this test's hook on that parameter runs
-    # after the trainer's, hence the +1), before the bottom MLP's backward starts
-    assert max(last_top) <= launches[0] + 1 and launches[0] < min(last_bottom)
-    assert max(last_bottom) <= launches[1] + 1 and launches[1] > min(last_bottom)
-    # only the last micro-batch launches: earlier ones' gradients are not final
-    assert all(e != ("all_reduce", n["top_mlp"]) for e in log[: min(last_top)])
+    n_dense = sum(p.numel() for p in d.parameters())
+    assert [log[i][1] for i in launches] == [n_dense]  # one bucket, every dense gradient (no hot rows)
+    last_bottom = [i for i, e in enumerate(log) if e == ("grad", "bottom_mlp")][-len(bottom):]
+    last_pack = [i for i, e in enumerate(log) if e == ("pack_backward",)][-1]
+    # launched once the last micro-batch's dense gradients are in (this test's hook on the last
+    # parameter runs after the trainer's, hence the +1), before that micro-batch's pack backward
+    assert max(last_bottom) <= launches[0] + 1 and launches[0] < last_pack
+    assert len([e for e in log if e == ("pack_backward",)]) == k
+
+
+def test_each_layout_of_buckets_launches_in_order_as_its_stages_finish(monkeypatch):
+    monkeypatch.setattr("executor.grad_buckets.GRAD_BUCKETS",
+                        (("allreduce_top_mlp", ("top_mlp",)), ("allreduce_interaction", ("interaction", "bottom_mlp"))))
+    model = dlrm_model()
+    plan = Plan(model=model, world_size=1, batch_size_per_rank=16, packs=[PackPlan("pack0", model.table_names)])
+    log: list = []
+    trainer = Trainer(plan, {}, RecordingComm(log))
+    d = trainer.dense
+    for p in d.bot.parameters():
+        p.register_post_accumulate_grad_hook(lambda _p: log.append(("grad", "bottom_mlp")))
+    trainer.step(synthetic_global_batches(plan, 1, seed=3)[0])
+    launches = [i for i, e in enumerate(log) if e[0] == "all_reduce"]
+    top = sum(p.numel() for p in d.topm.parameters())
+    assert [log[i][1] for i in launches] == [top, sum(p.numel() for p in d.parameters()) - top]
+    first_bottom = min(i for i, e in enumerate(log) if e == ("grad", "bottom_mlp"))
+    assert launches[0] < first_bottom < launches[1]  # the top MLP's bucket flies during the bottom's backward
 
 
 def test_reduced_gradients_are_the_ones_the_update_reads():
