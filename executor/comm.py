@@ -50,10 +50,10 @@ class Comm:
         dist.all_to_all_single(out, send_counts.contiguous())
         return out
 
-    def all_reduce(self, t: torch.Tensor, async_op: bool = False, group=None):
+    def all_reduce(self, t: torch.Tensor, async_op: bool = False):
         if self.world == 1:
             return Done()
-        work = dist.all_reduce(t, async_op=async_op, group=group)
+        work = dist.all_reduce(t, async_op=async_op)
         return work if async_op else Done()
 
     def all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,11 +95,6 @@ class Comm:
             )
 
         return finish
-
-    def new_group(self):
-        """A process group of every rank beside the default one (collective: every rank calls it
-        at the same point), so its collectives need not queue behind the default group's."""
-        return dist.new_group(list(range(self.world))) if self.world > 1 else None
 
     def barrier(self) -> None:
         if self.world > 1:

@@ -26,10 +26,6 @@ def mlp(sizes: list[int], last_act: bool) -> nn.Sequential:
 
 
 class DenseArch(nn.Module):
-    # the submodules whose parameters each stage uses (stage -> attribute names; None allowed):
-    # the gradient buckets (executor.grad_buckets) are cut along these stages
-    STAGES: dict[str, tuple[str, ...]] = {}
-
     def __init__(self, model: ModelSpec) -> None:
         super().__init__()
         self.spec = model
@@ -48,20 +44,6 @@ class DenseArch(nn.Module):
     def forward(self, dense: torch.Tensor, embs: dict, seqs: dict) -> torch.Tensor:
         return self.top(self.interaction(self.bottom(dense), embs, seqs))
 
-    def stage_params(self) -> dict[str, list[nn.Parameter]]:
-        """Each stage's parameters (bottom_mlp, interaction, top_mlp), every parameter in exactly
-        one: a parameter left out would never be all-reduced, so that is an error."""
-        out: dict[str, list[nn.Parameter]] = {s: [] for s in ("bottom_mlp", "interaction", "top_mlp")}
-        for stage, attrs in self.STAGES.items():
-            for a in attrs:
-                m = getattr(self, a)
-                if m is not None:
-                    out[stage].extend(m.parameters())
-        seen = [id(p) for ps in out.values() for p in ps]
-        if sorted(seen) != sorted(id(p) for p in self.parameters()) or len(set(seen)) != len(seen):
-            raise RuntimeError(f"{type(self).__name__}.STAGES does not cover each parameter exactly once")
-        return out
-
     def flat_embs(self, embs: dict, seqs: dict) -> torch.Tensor:
         """Pooled tables in model order, sequences mean-pooled over their valid items."""
         parts = [embs[t] for t in self.pooled]
@@ -73,8 +55,6 @@ class DenseArch(nn.Module):
 
 class DLRM(DenseArch):
     """Bottom MLP, pairwise dot products of [bottom, embeddings...], top MLP (Naumov et al.)."""
-
-    STAGES = {"bottom_mlp": ("bot", "proj"), "top_mlp": ("topm",)}
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__(model)
@@ -101,8 +81,6 @@ class DLRM(DenseArch):
 
 class DeepFM(DenseArch):
     """FM second-order term over the field embeddings + linear dense term + deep MLP."""
-
-    STAGES = {"interaction": ("linear",), "top_mlp": ("deep",)}
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__(model)
@@ -135,8 +113,6 @@ class DCN(DenseArch):
     MLPerf's DLRM-DCNv2; with a bottom MLP, x0 starts with its output instead of the raw
     dense features."""
 
-    STAGES = {"bottom_mlp": ("bot",), "interaction": ("cross",), "top_mlp": ("deep",)}
-
     def __init__(self, model: ModelSpec) -> None:
         super().__init__(model)
         self.bot = mlp([model.num_dense, *model.bottom_mlp], last_act=True) if model.bottom_mlp else None
@@ -166,8 +142,6 @@ class DCN(DenseArch):
 class WideDeep(DenseArch):
     """Wide part: sum of the 1-wide tables + a linear term on dense; deep part: MLP."""
 
-    STAGES = {"interaction": ("linear",), "top_mlp": ("deep",)}
-
     def __init__(self, model: ModelSpec) -> None:
         super().__init__(model)
         self.wide_tables = list(model.extra.get("wide_tables", [t.name for t in model.tables if t.dim == 1]))
@@ -191,8 +165,6 @@ class WideDeep(DenseArch):
 
 class DIN(DenseArch):
     """Attention of each behaviour sequence against its query item (Zhou et al., 2018)."""
-
-    STAGES = {"interaction": ("att",), "top_mlp": ("deep",)}
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__(model)

@@ -7,9 +7,7 @@ follows the last micro-batch, so any plan computes the same step as the referenc
 Overlap (on when the plan asks for kernel interleaving or micro_batches > 1): all ID
 exchanges are launched before any is waited on, the owners' gathers and row returns
 follow, and each micro-batch's gradient exchange is in flight while the next one
-computes; the all-reduce of the hot-row gradients overlaps the cold updates.
-The dense gradients are all-reduced in buckets launched during the last micro-batch's backward
-as each becomes final (executor.grad_buckets), in every plan, as DDP does.
+computes; the one all-reduce of the dense and hot-row gradients overlaps the cold updates.
 The dense forward runs at the model's dense_dtype where the device has it (executor.precision).
 """
 
@@ -20,10 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from executor.batches import Batch
-from executor.comm import Comm, Done
+from executor.comm import Comm
 from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
-from executor.grad_buckets import GradBuckets
 from executor.optim import DenseOptimizer
 from executor.pooled_twrw import make_packs
 from executor.precision import apply_global, dense_precision
@@ -119,7 +116,6 @@ class Trainer:
         apply_global(self.precision)
         self.overlap = plan.kernel_interleaving or plan.micro_batches > 1
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
-        self.grads = GradBuckets(self.dense, comm, self.timer)
         self.steps_done = 0
 
     # ---- one step -------------------------------------------------------------------
@@ -139,7 +135,7 @@ class Trainer:
             local = local.to(self.dev)
             m = len(local) // k
             mbs = [local.slice(i * m, (i + 1) * m) for i in range(k)]
-            self.grads.begin_step()  # zeroes the dense gradients (views of the buckets)
+            self.opt.zero_grad(set_to_none=False)
             for p in self.packs:
                 p.zero_grad()
                 p.step_index = self.steps_done
@@ -200,11 +196,7 @@ class Trainer:
                         u = p.assemble(lk)
                     out = p.pool(lk, u)
                 leaves.append(dense_step_inputs(plan.model, p.layout.tables, out, mb, embs, seqs))
-            if i == k - 1:  # the dense gradients become final in this backward
-                self.grads.arm()
             loss_sum = loss_sum + self._dense(mb, embs, seqs, i)
-            if i == k - 1:
-                self.grads.flush()
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
                 with T.op("bwd", p.name, "pool", i):
@@ -222,8 +214,8 @@ class Trainer:
             if p.replicated:  # lowering: one all_gather + apply, named opt/<pack>/cold_update
                 rep_toks[p.name] = T.start("opt", p.name, "cold_update", lane="comm")
                 p.start_replicated_sync(async_op=ov)
-        # one all-reduce for every pack's hot-row gradients (hot rows are data-parallel
-        # parameters, as in P2RES): one collective latency per step
+        # one all-reduce for the dense gradients and every pack's hot-row gradients (hot rows
+        # are data-parallel parameters, as in P2RES): one collective latency per step
         # sparse hot sync: each such pack's touched hot rows, all-gathered (launched before the
         # all-reduce: gloo runs collectives in launch order, and the hot updates wait for them)
         hot_toks = {}
@@ -231,7 +223,9 @@ class Trainer:
             if p.sparse_hot:
                 hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
                 p.start_hot_sync(async_op=ov)
-        flat, dwork = self._start_hot_allreduce(ov)
+        dtok = T.start("bwd", "dense", "allreduce", lane="comm")
+        flat, dwork = self._start_grad_allreduce(ov)
+        T.end_when_done(dtok, dwork)
         # replicated packs first: their all-gather was launched last, so waiting for it waits
         # for nothing else, and its span (launch to the gathered rows) holds no other pack's
         # update; the apply that follows is host work of the same op
@@ -244,7 +238,7 @@ class Trainer:
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
         dwork.wait()
-        off = 0
+        off = sum(q.numel() for q in self.dense.parameters())  # the hot gradients follow the dense ones
         for p in self.packs:
             if p.sparse_hot:
                 synced = p.finish_hot_sync()
@@ -257,8 +251,8 @@ class Trainer:
                     p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
                     off += n
                     p.apply_hot()
-        self.grads.wait()
-        with T.op("opt", "dense", "update"):
+        with T.op("opt", "dense", "update"):  # the copy back of the reduced gradients is the update's
+            self._finish_dense_allreduce(flat)
             self.opt.step()
         self.steps_done += 1
         return loss_sum
@@ -345,17 +339,24 @@ class Trainer:
                 backward_with(b, bd.grad)
         return loss.detach()
 
-    def _start_hot_allreduce(self, async_op: bool):
-        """All-reduce every pack's hot-row gradients (not sparsely synchronised), flat, as
-        `bwd/dense/allreduce`; (None, done) when no pack has such rows."""
-        parts = [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot and not p.sparse_hot]
-        if not parts:
-            return None, Done()
-        tok = self.timer.start("bwd", "dense", "allreduce", lane="comm")
+    def _start_grad_allreduce(self, async_op: bool):
+        """All-reduce the dense gradients followed by each pack's hot-row gradients, flat."""
+        params = list(self.dense.parameters())
+        for q in params:
+            if q.grad is None:
+                q.grad = torch.zeros_like(q)
+        parts = [q.grad.reshape(-1) for q in params] + [p.hot_grad.reshape(-1) for p in self.packs
+                                                         if p.num_hot and not p.sparse_hot]
         flat = torch.cat(parts)
-        work = self.comm.all_reduce(flat, async_op)
-        self.timer.end_when_done(tok, work)
-        return flat, work
+        return flat, self.comm.all_reduce(flat, async_op)
+
+    def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
+        """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow)."""
+        off = 0
+        for q in self.dense.parameters():
+            n = q.numel()
+            q.grad.copy_(flat[off : off + n].view_as(q))
+            off += n
 
     # ---- whole-model views --------------------------------------------------------------
     def full_tables(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

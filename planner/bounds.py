@@ -22,17 +22,18 @@ DENSE_SCOPES = ("dense", "input")
 
 def dense_only_ops(lowered: Lowered) -> list[Op]:
     """The ops of `lowered` outside every pack, with dependencies passed through the removed
-    ones: the dense gradients' buckets stay, the all-reduce of the hot rows' gradients
-    (`bwd/dense/allreduce`, an embedding cost) goes."""
+    ones, and the gradient all-reduce carrying the dense gradients alone."""
     kept: list[Op] = []
     through: dict[str, list[str]] = {}  # removed op -> the kept ops it waited for
-    hot_sync = on.op_name("bwd", "dense", "allreduce")
     for op in lowered.ops:
         deps = list(dict.fromkeys(d for name in op.deps for d in through.get(name, [name])))
-        if on.split_name(op.name)[1] not in DENSE_SCOPES or op.name == hot_sync:
+        if on.split_name(op.name)[1] not in DENSE_SCOPES:
             through[op.name] = deps
             continue
-        kept.append(replace(op, deps=deps))
+        new = replace(op, deps=deps)
+        if op.collective is not None and op.name == on.op_name("bwd", "dense", "allreduce"):
+            new = replace(new, collective=(op.collective[0], float(lowered.dense.params * 4)))
+        kept.append(new)
     return kept
 
 

@@ -9,12 +9,11 @@ step's input, as the executor copies it), then per micro-batch:
   planner.exchange);
   fwd/dense: bottom_mlp, interaction, top_mlp, loss;
   bwd/dense: top_mlp, interaction, bottom_mlp; per pack: bwd pool, a2a_grad;
-in the last micro-batch the dense gradients' buckets (op_names.GRAD_BUCKETS: one,
-bwd/dense/allreduce_dense, after the dense backward) run beside the rest of the backward, as
-the executor and DDP overlap them (on a lane of their own: the executor's own process group;
-TorchRec's on the comm lane, as DDP shares the default group);
-then once per iteration: bwd/dense/allreduce (every pack's hot-row gradients in one buffer,
-absent without them), opt updates (the dense one after every bucket).
+then once per iteration: bwd/dense/allreduce (the dense gradients and every pack's hot-row
+gradients in one buffer), opt updates. A plan scored as TorchRec runs it (exchange
+"torchrec") all-reduces its dense gradients as DDP does, in buckets launched during the last
+micro-batch's backward (op_names.GRAD_BUCKETS: one, bwd/dense/allreduce_dense, after the dense
+backward), beside the packs' backward; its bwd/dense/allreduce carries data-parallel tables only.
 The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
@@ -65,7 +64,7 @@ from planner.pooled_twrw import bwd as group_bwd
 from planner.pooled_twrw import fuse as fuse_pooled
 from planner.pooled_twrw import fwd as group_fwd
 from planner.pooled_twrw import is_group
-from planner.program_ops import GRAD_LANE, POOL_STAGE, Op
+from planner.program_ops import POOL_STAGE, Op
 from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
@@ -364,14 +363,12 @@ def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str
     return ops
 
 
-def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, ops: list[Op],
-                  lane: str | None) -> list[str]:
+def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, ops: list[Op]) -> list[str]:
     """Append the dense gradients' buckets (planner.op_names.GRAD_BUCKETS) complete once `stage`'s
     backward (op `after`) is done: those whose last stage among `present` (the stages with a
     backward op, in backward order) is `stage` and that have parameters; their names.
-    Asynchronous in every plan, as the executor (and DDP) runs them: off a serial plan's chain.
-    `lane`: their own (the executor's process group of its own), or None: the comm lane (TorchRec's
-    DDP shares the default group with the embeddings' exchanges, so they queue behind each other)."""
+    Asynchronous, as DDP runs them (off a serial chain), on the comm lane: DDP shares the default
+    process group with TorchRec's exchanges, so they queue behind each other."""
     names = []
     for name, stages in on.GRAD_BUCKETS:
         mine = [s for s in present if s in stages]
@@ -380,8 +377,6 @@ def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, 
             continue
         ops.append(_collective(on.op_name("bwd", "dense", name), [after], "all_reduce", float(params * 4),
                                pipelined=True))
-        if lane:
-            ops[-1].lane = lane
         names.append(ops[-1].name)
     return names
 
@@ -444,7 +439,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
 
     bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
-    buckets: list[str] = []
+    buckets: list[str] = []  # TorchRec: DDP's buckets of the dense gradients
+    dense_grads: list[str] = []  # picasso: the dense backward ops its one all-reduce waits for
     for mi, mb in enumerate(mbs):
         ops.extend(pools[mb])
         head = dense_ops[mb]
@@ -461,8 +457,9 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             stage_ops["bottom_mlp"].dtype = ddt
         for stage, op in stage_ops.items():
             ops.append(op)
-            if mi == len(mbs) - 1:  # the dense gradients become final in this backward
-                buckets += _grad_buckets(dense, stage, list(stage_ops), op.name, ops, None if tr else GRAD_LANE)
+            if tr and mi == len(mbs) - 1:  # the dense gradients become final in this backward
+                buckets += _grad_buckets(dense, stage, list(stage_ops), op.name, ops)
+        dense_grads += [stage_ops[s].name for s in ("top_mlp", "bottom_mlp") if s in stage_ops]
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
         for pi, pv in enumerate(packs):
@@ -477,23 +474,20 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         pack_bwd.sort(key=lambda x: x[0])
         ops.extend(op for _, op in pack_bwd)
 
-    # once per iteration: the last gradient all-reduce and optimizer updates. As in P2RES,
-    # replicated hot rows are data-parallel parameters: their gradients travel in one
-    # all-reduce after the packs' backward (one fused buffer, one collective latency, not one
-    # per pack); without such rows there is none
+    # once per iteration: gradient all-reduce and optimizer updates. As in P2RES, replicated
+    # hot rows are data-parallel parameters: their gradients travel in the dense gradients'
+    # all-reduce (one fused buffer, one collective latency instead of one per pack), after the
+    # packs' backward. TorchRec's DDP all-reduced the dense gradients already (buckets above);
+    # a data-parallel table's whole gradient follows once its backward is done
     sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
-    # TorchRec: a data-parallel table's whole gradient joins DDP's all-reduce, once its
-    # backward is done
     dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == Sharding.REPLICATED)
     if dp_bytes:
         hot_deps += [d for pv in packs if pv.sharding == Sharding.REPLICATED for d in bwd_by_pack[pv.name]]
-    hot_bytes = sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
-    if hot_bytes:
-        # after the packs' backward; beside the dense buckets (their own group), except in
-        # TorchRec's program, where one lane keeps DDP's order
-        ops.append(_collective(grad_sync, (buckets if tr else []) + hot_deps, "all_reduce", hot_bytes))
+    sync_bytes = (0.0 if tr else float(dense.params * 4)) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
+    if sync_bytes:
+        ops.append(_collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes))
         buckets.append(grad_sync)
     for pv in packs:
         passes = sparse_state.get(table_optimizer(plan, plan.model.table(pv.tables[0])), 3)

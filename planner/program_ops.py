@@ -10,8 +10,6 @@ import numpy as np
 
 POOL_STAGE = 6
 LANES = ("copy", "compute", "comm")
-# the dense gradients' buckets: the executor runs them in a process group of their own, beside "comm"
-GRAD_LANE = "grad_sync"
 
 
 @dataclass

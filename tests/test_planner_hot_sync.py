@@ -38,8 +38,8 @@ def test_costs_favour_sparse_for_large_hot_sets_and_small_batches():
 
 def test_sparse_hot_sync_is_lowered_as_an_all_gather_outside_the_dense_all_reduce():
     dense, sparse = lower(plan(512, 5000), hw()), lower(plan(512, 5000, "sparse"), hw())
-    assert dense.op("bwd/dense/allreduce").collective[1] == pytest.approx(5000 * 16 * 4)
-    assert "bwd/dense/allreduce" not in [o.name for o in sparse.ops]  # nothing left for it to carry
+    d_ar, s_ar = dense.op("bwd/dense/allreduce"), sparse.op("bwd/dense/allreduce")
+    assert d_ar.collective[1] - s_ar.collective[1] == pytest.approx(5000 * 16 * 4)
     sync = sparse.op("opt/pack0/hot_sync")
     assert sync.collective[0] == "all_gather" and sparse.op("opt/pack0/hot_update").deps == ["opt/pack0/hot_sync"]
     assert "opt/pack0/hot_sync" not in [o.name for o in dense.ops]
