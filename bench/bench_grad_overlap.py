@@ -1,5 +1,6 @@
-"""This checkout's executor vs another checkout's (before the dense gradients' bucketed, overlapped
-all-reduce), on the same plans and data, in one command.
+"""This checkout's executor vs another checkout's on the same plans and data, in one command
+(written to measure an executor that overlapped the dense all-reduce with the backward against
+main's: bench/results/grad_overlap.json).
 
 The model and data are bench_vs_torchrec's (DLRM, Criteo-like synthetic rows, 2 gloo ranks);
 the plan is this checkout's planner's for each (dim, batch), saved once and run by both
