@@ -8,9 +8,12 @@ step's input, as the executor copies it), then per micro-batch:
   (a pack with exchange "pooled": bags, route, hot_gather, a2a_ids, cold_pool, a2a_pooled, pool;
   planner.exchange);
   fwd/dense: bottom_mlp, interaction, top_mlp, loss;
-  bwd/dense: top_mlp, interaction; per pack: bwd pool, a2a_grad; bwd/dense/bottom_mlp;
+  bwd/dense: top_mlp, interaction, bottom_mlp; per pack: bwd pool, a2a_grad;
 then once per iteration: bwd/dense/allreduce (the dense gradients and every pack's hot-row
-gradients in one buffer), opt updates.
+gradients in one buffer), opt updates. A plan scored as TorchRec runs it (exchange
+"torchrec") all-reduces its dense gradients as DDP does, in buckets launched during the last
+micro-batch's backward (op_names.GRAD_BUCKETS: one, bwd/dense/allreduce_dense, after the dense
+backward), beside the packs' backward; its bwd/dense/allreduce carries data-parallel tables only.
 The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
@@ -368,6 +371,24 @@ def overlapped(plan: Plan) -> bool:
     return plan.kernel_interleaving or plan.micro_batches > 1
 
 
+def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, ops: list[Op]) -> list[str]:
+    """Append the dense gradients' buckets (planner.op_names.GRAD_BUCKETS) complete once `stage`'s
+    backward (op `after`) is done: those whose last stage among `present` (the stages with a
+    backward op, in backward order) is `stage` and that have parameters; their names.
+    Asynchronous, as DDP runs them (off a serial chain), on the comm lane: DDP shares the default
+    process group with TorchRec's exchanges, so they queue behind each other."""
+    names = []
+    for name, stages in on.GRAD_BUCKETS:
+        mine = [s for s in present if s in stages]
+        params = sum(dense.ops[s].params for s in stages)
+        if not mine or mine[-1] != stage or not params:
+            continue
+        ops.append(_collective(on.op_name("bwd", "dense", name), [after], "all_reduce", float(params * 4),
+                               pipelined=True))
+        names.append(ops[-1].name)
+    return names
+
+
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
     if overlapped(plan):
         return (stage, mb, pack)
@@ -424,23 +445,27 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
 
     bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
-    dense_grads: list[str] = []
+    buckets: list[str] = []  # TorchRec: DDP's buckets of the dense gradients
+    dense_grads: list[str] = []  # picasso: the dense backward ops its one all-reduce waits for
     for mi, mb in enumerate(mbs):
         ops.extend(pools[mb])
         head = dense_ops[mb]
         ops.extend(head)
         bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name, ddt)
-        ops.extend(bwd_head)
         inter_bwd = bwd_head[-1].name
-        dense_grads.append(bwd_head[0].name)
+        stage_ops = dict(zip(("top_mlp", "interaction"), bwd_head))
         bottom = dense.ops["bottom_mlp"]
         if bottom.flops:
-            name = on.op_name("bwd", "dense", "bottom_mlp", mb)
-            ops.append(_compute(name, [inter_bwd], flops=2 * samples * bottom.flops,
-                                hbm=2 * bottom.params * 4 + samples * bottom.act_bytes * ACT_BYTES_SCALE[ddt],
-                                eff_key="gemm"))
-            ops[-1].dtype = ddt
-            dense_grads.append(name)
+            stage_ops["bottom_mlp"] = _compute(on.op_name("bwd", "dense", "bottom_mlp", mb), [inter_bwd],
+                                               flops=2 * samples * bottom.flops, eff_key="gemm",
+                                               hbm=2 * bottom.params * 4 + samples * bottom.act_bytes
+                                               * ACT_BYTES_SCALE[ddt])
+            stage_ops["bottom_mlp"].dtype = ddt
+        for stage, op in stage_ops.items():
+            ops.append(op)
+            if tr and mi == len(mbs) - 1:  # the dense gradients become final in this backward
+                buckets += _grad_buckets(dense, stage, list(stage_ops), op.name, ops)
+        dense_grads += [stage_ops[s].name for s in ("top_mlp", "bottom_mlp") if s in stage_ops]
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
         for pi, pv in enumerate(packs):
@@ -457,16 +482,19 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
 
     # once per iteration: gradient all-reduce and optimizer updates. As in P2RES, replicated
     # hot rows are data-parallel parameters: their gradients travel in the dense gradients'
-    # all-reduce (one fused buffer, one collective latency instead of one per pack)
+    # all-reduce (one fused buffer, one collective latency instead of one per pack), after the
+    # packs' backward. TorchRec's DDP all-reduced the dense gradients already (buckets above);
+    # a data-parallel table's whole gradient follows once its backward is done
     sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
-    # TorchRec: a data-parallel table's whole gradient joins the dense all-reduce (DDP)
     dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == Sharding.REPLICATED)
     if dp_bytes:
         hot_deps += [d for pv in packs if pv.sharding == Sharding.REPLICATED for d in bwd_by_pack[pv.name]]
-    ops.append(_collective(grad_sync, dense_grads + hot_deps, "all_reduce",
-                           float(dense.params * 4) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes))
+    sync_bytes = (0.0 if tr else float(dense.params * 4)) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
+    if sync_bytes:
+        ops.append(_collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes))
+        buckets.append(grad_sync)
     for pv in packs:
         passes = sparse_state.get(table_optimizer(plan, plan.model.table(pv.tables[0])), 3)
         if tr:
@@ -518,7 +546,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                 hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
     n_params = dense.params
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
-    ops.append(_compute(on.op_name("opt", "dense", "update"), [on.op_name("bwd", "dense", "allreduce")],
+    ops.append(_compute(on.op_name("opt", "dense", "update"), buckets,
                         hbm=n_params * 4 * states, flops=n_params * 4))
     if serial:
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain

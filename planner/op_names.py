@@ -5,10 +5,13 @@ several micro-batches the micro-batch index is appended as `@mb1`. A predicted o
 its measured twin share the name, which is how validation pairs them.
 
 Conventions (lowering and executor): the `@mbK` suffix appears only when a plan has more
-than one micro-batch, and never on the once-per-iteration ops (`bwd/dense/allreduce`,
-every `opt/...` op). The gradients of replicated hot rows are data-parallel parameters:
-they travel in the dense gradients' all-reduce, `bwd/dense/allreduce` (one fused buffer,
-as P2RES synchronises them), so there is no per-pack all-reduce op. Ops a pack does not
+than one micro-batch, and never on the once-per-iteration ops (`bwd/dense/allreduce`, the
+buckets `bwd/dense/allreduce_<name>` of a plan scored as TorchRec runs it, every `opt/...` op).
+The gradients of replicated hot rows are data-parallel parameters: they travel in the dense
+gradients' all-reduce, `bwd/dense/allreduce` (one fused buffer, as P2RES synchronises them),
+so there is no per-pack all-reduce op. TorchRec's DDP all-reduces the dense gradients in
+buckets launched during the backward (GRAD_BUCKETS); its `bwd/dense/allreduce` carries the
+data-parallel tables' gradients only (absent without them). Ops a pack does not
 need are absent: no `hot_gather`/`hot_update` without hot rows, no `a2a_*` for replicated
 packs, whose sparse-gradient all-gather is part of `opt/<pack>/cold_update`.
 """
@@ -42,7 +45,13 @@ PACK_OPT = ("cold_update", "hot_sync", "hot_update")
 # Ops of the dense part and the input.
 INPUT_FWD = ("h2d",)
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
-DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", "allreduce")
+# DDP's buckets of the dense gradients (TorchRec's plans) in launch order: a bucket holds the
+# parameters of its stages and is launched when the last micro-batch's backward of those stages
+# is done; a bucket without parameters is absent. One bucket, launched when the dense backward
+# ends (DDP's 25 MB buckets hold these dense models whole, but for its 1 MB first one); lowering
+# takes any layout written here.
+GRAD_BUCKETS = (("allreduce_dense", ("top_mlp", "interaction", "bottom_mlp")),)
+DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", *(b for b, _ in GRAD_BUCKETS), "allreduce")
 DENSE_OPT = ("update",)
 
 

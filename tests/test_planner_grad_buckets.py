@@ -1,0 +1,79 @@
+"""Lowering: TorchRec's plans all-reduce the dense gradients as DDP does, in buckets during the backward."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner import op_names as on
+from planner.lowering import lower
+from planner.plan import PackPlan, Plan
+from planner.presets import get_model
+from simulator.engine import simulate
+from simulator.hardware import load_hardware
+
+DENSE = "bwd/dense/allreduce_dense"
+
+
+def _plan(model: str = "dlrm-criteo-kaggle", exchange: str = "torchrec", **kw) -> Plan:
+    m = get_model(model)
+    kw.setdefault("packs", [PackPlan("pack0", m.table_names)])
+    plan = Plan(model=m, world_size=8, batch_size_per_rank=2048, **kw)
+    plan.exchange = exchange  # scored as TorchRec runs it: its DDP overlaps the dense all-reduce
+    return plan
+
+
+def test_torchrec_ddp_bucket_waits_for_the_last_dense_backward_and_the_update_for_it():
+    lo = lower(_plan(micro_batches=2, kernel_interleaving=True), load_hardware("dgx-h100"))
+    names = [o.name for o in lo.ops]
+    bucket = lo.op(DENSE)
+    assert bucket.deps == ["bwd/dense/bottom_mlp@mb1"] and bucket.lane == "comm"
+    assert bucket.collective == ("all_reduce", pytest.approx(lo.dense.params * 4))
+    assert "bwd/dense/allreduce" not in names  # no data-parallel table: nothing left for it
+    assert lo.op("opt/dense/update").deps == [DENSE]
+    # issued where DDP launches it, before the last micro-batch's gradient exchange, which
+    # queues behind it on the one process group (the comm lane)
+    assert names.index(DENSE) < names.index("bwd/pack0/a2a_grad@mb1")
+    # picasso's own plans keep one all-reduce, of the dense and hot gradients, after the packs'
+    # backward (bench/results/grad_overlap.json: why)
+    lo = lower(_plan(exchange="per_pack", micro_batches=2, hot_rows={"C3": 100}, hot_ids_file="x"),
+               load_hardware("dgx-h100"))
+    assert DENSE not in [o.name for o in lo.ops]
+    ar = lo.op("bwd/dense/allreduce")
+    assert ar.collective[1] == pytest.approx(lo.dense.params * 4 + 100 * 16 * 4)
+    assert "bwd/pack0/pool@mb1" in ar.deps and lo.op("opt/dense/update").deps == ["bwd/dense/allreduce"]
+
+
+def test_torchrec_data_parallel_tables_follow_in_the_last_all_reduce():
+    m = get_model("dlrm-criteo-kaggle")
+    plan = _plan(packs=[PackPlan("tw", m.table_names[:13], "table_wise", [0]),
+                        PackPlan("dp", m.table_names[13:], "replicated")])
+    lo = lower(plan, load_hardware("dgx-h100"))
+    ar = lo.op("bwd/dense/allreduce")
+    assert DENSE in ar.deps and "bwd/dp/pool" in ar.deps  # after DDP's dense bucket, on the same lane
+    assert ar.collective[1] == pytest.approx(sum(float(pv.rows * pv.row_bytes) for pv in lo.packs if pv.name == "dp"))
+    assert {DENSE, "bwd/dense/allreduce"} <= set(lo.op("opt/dense/update").deps)
+
+
+def test_a_serial_torchrec_plan_runs_its_bucket_beside_the_packs_backward():
+    hw = load_hardware("dgx-h100")
+    lo = lower(_plan(), hw, symmetric=True)
+    waited = {d for o in lo.ops for d in o.deps if o.name != "opt/dense/update"}
+    assert DENSE not in waited  # off the serial chain: only the update waits
+    res = simulate(lo.graph, hw, engine="simpy")
+    ev = {e["name"]: e for e in res.timeline.to_dict()["events"] if e["rank"] == 0}
+    # the dense gradients are on the wire while the pack's backward and update compute
+    assert ev[DENSE]["start_us"] < ev["opt/pack0/cold_update"]["start_us"]
+
+
+def test_each_layout_of_buckets_is_lowered_after_its_last_stage(monkeypatch):
+    monkeypatch.setattr(on, "GRAD_BUCKETS", (("allreduce_top_mlp", ("top_mlp",)),
+                                             ("allreduce_interaction", ("interaction", "bottom_mlp"))))
+    lo = lower(_plan("dlrm-dcnv2", micro_batches=2), load_hardware("dgx-h100"))
+    d = lo.dense.ops
+    top, inter = lo.op("bwd/dense/allreduce_top_mlp"), lo.op("bwd/dense/allreduce_interaction")
+    assert top.deps == ["bwd/dense/top_mlp@mb1"] and inter.deps == ["bwd/dense/bottom_mlp@mb1"]
+    assert inter.collective[1] == pytest.approx((d["interaction"].params + d["bottom_mlp"].params) * 4)
+    assert {top.name, inter.name} <= set(lo.op("opt/dense/update").deps)
+    names = [o.name for o in lo.ops]
+    assert names.index(top.name) < names.index("bwd/dense/interaction@mb1") < names.index(inter.name)
+    assert all(not n.startswith("bwd/dense/allreduce") or on.split_name(n)[3] is None for n in names)
