@@ -117,7 +117,7 @@ class DCN(DenseArch):
         super().__init__(model)
         self.bot = mlp([model.num_dense, *model.bottom_mlp], last_act=True) if model.bottom_mlp else None
         width = (model.bottom_mlp[-1] if model.bottom_mlp else model.num_dense) + sum(t.dim for t in model.tables)
-        layers, rank = int(model.extra.get("cross_layers", 2)), int(model.extra.get("cross_rank", 0))
+        layers, rank = model.cross_layers, model.cross_rank
         if rank:
             self.cross = nn.ModuleList(nn.Sequential(nn.Linear(width, rank, bias=False), nn.Linear(rank, width))
                                        for _ in range(layers))
@@ -144,7 +144,7 @@ class WideDeep(DenseArch):
 
     def __init__(self, model: ModelSpec) -> None:
         super().__init__(model)
-        self.wide_tables = list(model.extra.get("wide_tables", [t.name for t in model.tables if t.dim == 1]))
+        self.wide_tables = model.wide_tables
         self.deep_tables = [t for t in self.pooled if t not in self.wide_tables]
         width = model.num_dense + sum(model.table(t).dim for t in self.deep_tables)
         self.linear = nn.Linear(model.num_dense, 1) if model.num_dense else None
@@ -176,7 +176,7 @@ class DIN(DenseArch):
                     raise PlanError(f"model {model.name}: sequence table {s} has no query table of its dim")
                 query[s] = same[0]
         self.query = query
-        hidden = list(model.extra.get("attention_mlp", [36]))
+        hidden = model.attention_mlp
         self.att = nn.ModuleDict({
             s: mlp([4 * model.table(s).dim, *hidden, 1], last_act=False) for s in self.seq
         })

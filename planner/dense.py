@@ -61,9 +61,11 @@ def dense_cost(model: ModelSpec) -> DenseCost:
     arch = model.arch
     if arch == "dlrm":
         d = model.tables[0].dim
-        f = len(model.tables) + (1 if model.bottom_mlp else 0)
+        if not model.bottom_mlp:  # as the executor builds it: the dense features projected to dim d
+            bottom = mlp(model.num_dense, [d])
+        f = len(model.tables) + 1
         if model.interaction == "dot":
-            top_in = f * (f - 1) // 2 + (model.bottom_mlp[-1] if model.bottom_mlp else 0)
+            top_in = f * (f - 1) // 2 + d
             # as the executor runs it: stack the F x D features (read + write), bmm (read
             # F x D, write F x F), gather the lower triangle (read F x F, write F(F-1)/2),
             # concatenate with the bottom output (read + write the top input); a small bmm
@@ -76,12 +78,14 @@ def dense_cost(model: ModelSpec) -> DenseCost:
     elif arch == "deepfm":
         f = len(model.tables)
         d = model.tables[0].dim
-        inter = DenseOp(4.0 * f * d, 0, 4.0 * d)  # FM: (sum v)^2 - sum v^2
+        # FM: (sum v)^2 - sum v^2, plus the linear term on the dense features
+        lin = model.num_dense + 1 if model.num_dense else 0
+        inter = DenseOp(4.0 * f * d + 2.0 * model.num_dense, lin, 4.0 * d)
         top_in = emb_width + model.num_dense
     elif arch == "dcn":
         width = emb_width + (model.bottom_mlp[-1] if model.bottom_mlp else model.num_dense)
-        layers = int(model.extra.get("cross_layers", 3))
-        rank = int(model.extra.get("cross_rank", 0))
+        layers = model.cross_layers
+        rank = model.cross_rank
         if rank:  # low-rank DCNv2: W = U V, width -> rank -> width per layer
             inter = DenseOp(layers * (4.0 * width * rank + 3.0 * width), layers * (2 * width * rank + width),
                             layers * 4.0 * (width * 2 + rank))
@@ -90,12 +94,13 @@ def dense_cost(model: ModelSpec) -> DenseCost:
                             layers * 4.0 * width)
         top_in = width
     elif arch == "wide_deep":
-        wide = set(model.extra.get("wide_tables", []))
+        wide = set(model.wide_tables)
         deep_width = sum(t.dim for t in model.tables if t.name not in wide)
-        inter = DenseOp(float(sum(t.dim for t in model.tables if t.name in wide)), 0, 4.0)
+        lin = model.num_dense + 1 if model.num_dense else 0  # the wide part's linear term on the dense features
+        inter = DenseOp(float(sum(t.dim for t in model.tables if t.name in wide)) + 2.0 * model.num_dense, lin, 4.0)
         top_in = deep_width + model.num_dense
     elif arch == "din":
-        att = list(model.extra.get("attention_mlp", [80, 40])) + [1]
+        att = model.attention_mlp + [1]
         flops, params, acts = 0.0, 0, 0.0
         for t in seq:
             unit = mlp(4 * t.dim, att)  # [query, item, query-item, query*item] per item

@@ -93,6 +93,28 @@ class ModelSpec:
         tables = tuple(replace(t, num_rows=min(t.num_rows, cap)) for t in self.tables)
         return replace(self, name=f"{self.name}@cap{cap}", tables=tables)
 
+    # The dense architecture's settings in `extra`, with their defaults in one place: the
+    # planner costs (planner.dense) the layers the executor builds (executor.dense).
+    @property
+    def cross_layers(self) -> int:
+        """DCN: cross layers (3, as DCN-v2 and MLPerf's DLRM-DCNv2)."""
+        return int(self.extra.get("cross_layers", 3))
+
+    @property
+    def cross_rank(self) -> int:
+        """DCN: rank of each cross layer's W = U V (0: full rank)."""
+        return int(self.extra.get("cross_rank", 0))
+
+    @property
+    def attention_mlp(self) -> list[int]:
+        """DIN: hidden sizes of the attention unit's MLP ([80, 40], as the DIN paper)."""
+        return [int(x) for x in self.extra.get("attention_mlp", [80, 40])]
+
+    @property
+    def wide_tables(self) -> list[str]:
+        """Wide&Deep: the tables of the wide part (default: the tables of dim 1)."""
+        return list(self.extra.get("wide_tables", [t.name for t in self.tables if t.dim == 1]))
+
     def validate(self) -> None:
         if self.arch not in ARCHS:
             raise PlanError(f"model {self.name}: arch {self.arch!r} is not one of {list(ARCHS)}")
