@@ -461,10 +461,13 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                                hbm=2 * bottom.params * 4 + samples * bottom.act_bytes
                                                * ACT_BYTES_SCALE[ddt])
             stage_ops["bottom_mlp"].dtype = ddt
+        bucket_ops: list[Op] = []
         for stage, op in stage_ops.items():
             ops.append(op)
             if tr and mi == len(mbs) - 1:  # the dense gradients become final in this backward
-                buckets += _grad_buckets(dense, stage, list(stage_ops), op.name, ops)
+                # a bucket the bottom MLP completes is issued after the packs' backward (below)
+                buckets += _grad_buckets(dense, stage, list(stage_ops), op.name,
+                                         bucket_ops if stage == "bottom_mlp" else ops)
         dense_grads += [stage_ops[s].name for s in ("top_mlp", "bottom_mlp") if s in stage_ops]
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
@@ -479,6 +482,10 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                 pack_bwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
         pack_bwd.sort(key=lambda x: x[0])
         ops.extend(op for _, op in pack_bwd)
+        # issued after the embeddings' gradient exchange: autograd runs the sparse arch's
+        # backward (made after the dense arch in the forward) before the bottom MLP's, whose
+        # gradients complete the bucket (DDP's 1 MiB first bucket, launched earlier, is left out)
+        ops.extend(bucket_ops)
 
     # once per iteration: gradient all-reduce and optimizer updates. As in P2RES, replicated
     # hot rows are data-parallel parameters: their gradients travel in the dense gradients'
@@ -491,6 +498,13 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == Sharding.REPLICATED)
     if dp_bytes:
         hot_deps += [d for pv in packs if pv.sharding == Sharding.REPLICATED for d in bwd_by_pack[pv.name]]
+    if dp_bytes and bucket_ops:
+        # DDP holds the data-parallel tables' weights with the dense ones: their gradients, done
+        # in the sparse arch's backward, travel in the bucket the bottom MLP completes
+        last = bucket_ops[-1]
+        last.collective = (last.collective[0], last.collective[1] + dp_bytes)
+        last.deps += hot_deps
+        grad_sync, hot_deps, dp_bytes = last.name, [], 0.0
     sync_bytes = (0.0 if tr else float(dense.params * 4)) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
     if sync_bytes:
         ops.append(_collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes))
