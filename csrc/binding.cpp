@@ -187,6 +187,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids
           cold_local.narrow(0, 0, cold).to(ids_in.scalar_type()), counts};
 }
 
+// Row-wise Adagrad's state: one value per weight row, contiguous, of the weight's dtype.
+void check_state(const std::optional<at::Tensor>& state, const at::Tensor& weight, Optim opt) {
+  if (opt != Optim::RowwiseAdagrad) return;
+  TORCH_CHECK_VALUE(state.has_value(), "rowwise_adagrad needs a state tensor");
+  TORCH_CHECK_VALUE(state->is_contiguous() && state->numel() == weight.size(0) &&
+                        state->scalar_type() == weight.scalar_type(),
+                    "picasso native: state must be a contiguous [", weight.size(0), "] tensor of the weight dtype");
+}
+
 void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, const at::Tensor& rows_in,
                    const at::Tensor& grads_in, const std::string& optimizer, double lr, double eps) {
   const Optim opt = optim_of(optimizer);
@@ -197,12 +206,7 @@ void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, c
                     "picasso native: grads must be [", rows_in.numel(), ", ", weight.size(1), "]");
   TORCH_CHECK_TYPE(grads_in.scalar_type() == weight.scalar_type(), "picasso native: grads dtype must match weight");
   if (rows_in.numel() == 0) return;
-  if (opt == Optim::RowwiseAdagrad) {
-    TORCH_CHECK_VALUE(state.has_value(), "rowwise_adagrad needs a state tensor");
-    TORCH_CHECK_VALUE(state->is_contiguous() && state->numel() == weight.size(0) &&
-                          state->scalar_type() == weight.scalar_type(),
-                      "picasso native: state must be a contiguous [", weight.size(0), "] tensor of the weight dtype");
-  }
+  check_state(state, weight, opt);
   if (weight.is_cuda()) {
     require_cuda_build(weight);
     return cuda_ops::sparse_update(weight, state, rows_in, grads_in, opt, lr, eps);
@@ -229,12 +233,7 @@ void sparse_update_indexed(at::Tensor& weight, const std::optional<at::Tensor>& 
                     "picasso native: grads must be [*, ", weight.size(1), "]");
   TORCH_CHECK_TYPE(grads_in.scalar_type() == weight.scalar_type(), "picasso native: grads dtype must match weight");
   if (rows_in.numel() == 0) return;
-  if (opt == Optim::RowwiseAdagrad) {
-    TORCH_CHECK_VALUE(state.has_value(), "rowwise_adagrad needs a state tensor");
-    TORCH_CHECK_VALUE(state->is_contiguous() && state->numel() == weight.size(0) &&
-                          state->scalar_type() == weight.scalar_type(),
-                      "picasso native: state must be a contiguous [", weight.size(0), "] tensor of the weight dtype");
-  }
+  check_state(state, weight, opt);
   const at::Tensor rows = as_long(rows_in), index = as_long(index_in), grads = grads_in.contiguous();
   void* state_ptr = opt == Optim::RowwiseAdagrad ? state->data_ptr() : nullptr;
   pybind11::gil_scoped_release nogil;

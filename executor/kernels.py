@@ -241,6 +241,18 @@ def unique_native(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
     return _lib.unique(ids)
 
 
+def _update_native_ok(weight: torch.Tensor, state: torch.Tensor | None, grads: torch.Tensor,
+                      *others: torch.Tensor) -> bool:
+    """The native update takes these tensors: float, contiguous, one dtype, where the library runs."""
+    return (
+        weight.dtype in _FLOAT_DTYPES
+        and weight.is_contiguous()
+        and grads.dtype == weight.dtype
+        and (state is None or (state.is_contiguous() and state.dtype == weight.dtype))
+        and _lib_handles(weight, state, grads, *others)
+    )
+
+
 def sparse_update_native(
     weight: torch.Tensor,
     state: torch.Tensor | None,
@@ -250,14 +262,7 @@ def sparse_update_native(
     lr: float,
     eps: float = 1e-8,
 ) -> None:
-    ok = (
-        weight.dtype in _FLOAT_DTYPES
-        and weight.is_contiguous()
-        and grads.dtype == weight.dtype
-        and (state is None or (state.is_contiguous() and state.dtype == weight.dtype))
-        and _lib_handles(weight, state, rows, grads)
-    )
-    if not ok:
+    if not _update_native_ok(weight, state, grads, rows):
         return sparse_update_ref(weight, state, rows, grads, optimizer, lr, eps)
     assert _lib is not None
     with torch.no_grad():
@@ -275,15 +280,7 @@ def sparse_update_indexed_native(
     eps: float = 1e-8,
 ) -> None:
     """The shared gradients are read in place (CPU); elsewhere they are expanded first."""
-    ok = (
-        weight.device.type == "cpu"
-        and weight.dtype in _FLOAT_DTYPES
-        and weight.is_contiguous()
-        and grads.dtype == weight.dtype
-        and (state is None or (state.is_contiguous() and state.dtype == weight.dtype))
-        and _lib_handles(weight, state, rows, grads, grad_index)
-    )
-    if not ok:
+    if weight.device.type != "cpu" or not _update_native_ok(weight, state, grads, rows, grad_index):
         return sparse_update_native(weight, state, rows, grads.index_select(0, grad_index), optimizer, lr, eps)
     assert _lib is not None
     with torch.no_grad():
