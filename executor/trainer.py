@@ -114,7 +114,7 @@ class Trainer:
         # the dense layers' precision as the planner costed it, where this device has it
         self.precision = dense_precision(plan.model.extra, self.dev)
         apply_global(self.precision)
-        self.overlap = plan.kernel_interleaving or plan.micro_batches > 1
+        self.overlap = plan.overlapped
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
         self.steps_done = 0
 

@@ -12,8 +12,9 @@ step's input, as the executor copies it), then per micro-batch:
 then once per iteration: bwd/dense/allreduce (the dense gradients and every pack's hot-row
 gradients in one buffer), opt updates. A plan scored as TorchRec runs it (exchange
 "torchrec") all-reduces its dense gradients as DDP does, in buckets launched during the last
-micro-batch's backward (op_names.GRAD_BUCKETS: one, bwd/dense/allreduce_dense, after the dense
-backward), beside the packs' backward; its bwd/dense/allreduce carries data-parallel tables only.
+micro-batch's backward (op_names.GRAD_BUCKETS: one, bwd/dense/allreduce_dense, completed by the
+bottom MLP and issued after the packs' gradient exchange), beside the packs' backward; the
+data-parallel tables' gradients travel in that bucket.
 The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
@@ -40,7 +41,7 @@ Overlap is expressed by dependencies and lanes ("copy", "compute", "comm"):
 - data interleaving (k > 1 micro-batches): the ops of a micro-batch are chained, different
   micro-batches are not, so one's all-to-all overlaps another's gather;
 - kernel interleaving, and any k > 1 (the executor then launches every exchange
-  asynchronously and issues stage by stage, `overlapped`): the packs of a micro-batch are
+  asynchronously and issues stage by stage, `Plan.overlapped`): the packs of a micro-batch are
   not chained to each other either, and ops are issued stage by stage over packs, so the
   shuffle of one pack runs on the comm lane while the gather of the next runs on the
   compute lane.
@@ -365,12 +366,6 @@ def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str
     return ops
 
 
-def overlapped(plan: Plan) -> bool:
-    """Does the executor launch exchanges asynchronously and issue packs stage by stage
-    (executor.trainer: kernel interleaving or micro-batches)? Then packs are not chained."""
-    return plan.kernel_interleaving or plan.micro_batches > 1
-
-
 def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, ops: list[Op]) -> list[str]:
     """Append the dense gradients' buckets (planner.op_names.GRAD_BUCKETS) complete once `stage`'s
     backward (op `after`) is done: those whose last stage among `present` (the stages with a
@@ -390,7 +385,7 @@ def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, 
 
 
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
-    if overlapped(plan):
+    if plan.overlapped:
         return (stage, mb, pack)
     return (pack, stage)
 
@@ -429,7 +424,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                 stages = _pack_fwd(plan, pv, mb, count_steps if first_exchange else 0.0)
             first = stages[0]
             first.deps.append(h2d)
-            if prev_pool is not None and not overlapped(plan):
+            if prev_pool is not None and not plan.overlapped:
                 first.deps.append(prev_pool)  # packs run one after another
             prev_pool = stages[-1].name
             for op in stages:
@@ -473,7 +468,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         prev_last: str | None = None
         for pi, pv in enumerate(packs):
             stages = (_tr_pack_bwd if tr else _pack_bwd)(plan, pv, mb, inter_bwd)
-            if prev_last is not None and not overlapped(plan):
+            if prev_last is not None and not plan.overlapped:
                 stages[0].deps.append(prev_last)
             prev_last = stages[-1].name
             bwd_by_pack[pv.name].append(stages[0].name)

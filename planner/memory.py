@@ -137,7 +137,7 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
                     + pv.recv_ids * (ID_BYTES + 2 * pv.slice_bytes))
         if pv.pooled:  # partial sums in and out, pooled gradients, the owner's per-ID gradients
             buffers += pv.pooled_out_bytes * 2 + pv.recv_ids * pv.grad_row_bytes
-    if plan.kernel_interleaving or k > 1:
+    if plan.overlapped:
         buffers *= 2  # two micro-batches / packs in flight
     samples = plan.batch_size_per_rank
     width = sum(pv.pooled_width for pv in packs)

@@ -10,8 +10,9 @@ buckets `bwd/dense/allreduce_<name>` of a plan scored as TorchRec runs it, every
 The gradients of replicated hot rows are data-parallel parameters: they travel in the dense
 gradients' all-reduce, `bwd/dense/allreduce` (one fused buffer, as P2RES synchronises them),
 so there is no per-pack all-reduce op. TorchRec's DDP all-reduces the dense gradients in
-buckets launched during the backward (GRAD_BUCKETS); its `bwd/dense/allreduce` carries the
-data-parallel tables' gradients only (absent without them). Ops a pack does not
+buckets launched during the backward (GRAD_BUCKETS); the data-parallel tables' gradients
+travel in the last bucket, so its `bwd/dense/allreduce` is absent (but for a model without a
+bottom MLP, where it carries those tables' gradients alone). Ops a pack does not
 need are absent: no `hot_gather`/`hot_update` without hot rows, no `a2a_*` for replicated
 packs, whose sparse-gradient all-gather is part of `opt/<pack>/cold_update`.
 """

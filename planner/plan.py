@@ -169,6 +169,13 @@ class Plan:
     def global_batch(self) -> int:
         return self.batch_size_per_rank * self.world_size
 
+    @property
+    def overlapped(self) -> bool:
+        """The executor launches every exchange asynchronously and issues the packs stage by
+        stage (kernel interleaving, or several micro-batches); otherwise it runs them one
+        after another. Lowering, memory and the trainer all follow this one rule."""
+        return self.kernel_interleaving or self.micro_batches > 1
+
     # ---- validation --------------------------------------------------------------
     def validate(self) -> None:
         self.model.validate()
@@ -245,7 +252,7 @@ class Plan:
         """The fused pooled groups (planner.pooled_twrw) as the executor runs them: with overlap
         (every member hands in its part before any is waited for), each member row-wise over
         one whole node of g ranks, nodes of one size that divides the world."""
-        if self.micro_batches == 1 and not self.kernel_interleaving:
+        if not self.overlapped:
             raise PlanError("exchange fused_pooled needs micro_batches > 1 or kernel_interleaving: the executor "
                             "launches a group's one collective once every member has sent its part")
         sizes = set()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from executor.spawn import run_ranks
-from executor.verify import equivalence_worker
 from planner.errors import PlanError
 from planner.plan import PackPlan, Plan
+from tests.equivalence_cases import assert_cases_match
 from tests.test_executor_pooled import ADAGRAD, HOT, SGD, TOL, model
 
 
@@ -44,13 +44,7 @@ def cases(world: int) -> list:
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
 def test_fused_pooled_plans_match_reference(world):
-    cs = cases(world)
-    results = run_ranks(equivalence_worker, world, cs)[0]
-    assert len(results) == len(cs)
-    for (plan_d, _, _, _), res in zip(cs, results):
-        assert res is not None
-        assert res["max_rel_diff"] < TOL, ([(p["name"], p["ranks"]) for p in plan_d["packs"]], res)
-        assert res["reference_moved"] > 1e-3, res
+    assert_cases_match(world, cases(world), TOL, lambda d: [(p["name"], p["ranks"]) for p in d["packs"]])
 
 
 def test_fused_pooled_refused_where_it_cannot_run():

@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor.spawn import run_ranks
-from executor.verify import equivalence_worker
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
+from tests.equivalence_cases import assert_cases_match
 
 TOL = 1e-5
 SGD = OptimizerPlan("sgd", 0.5, "sgd", 0.1)
@@ -57,13 +56,8 @@ def cases(world: int) -> list:
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
 def test_pooled_plans_match_reference(world):
-    cs = cases(world)
-    results = run_ranks(equivalence_worker, world, cs)[0]
-    assert len(results) == len(cs)
-    for (plan_d, _, _, _), res in zip(cs, results):
-        assert res is not None
-        assert res["max_rel_diff"] < TOL, ([(p["name"], p["sharding"], p["exchange"]) for p in plan_d["packs"]], res)
-        assert res["reference_moved"] > 1e-3, res
+    assert_cases_match(world, cases(world), TOL,
+                       lambda d: [(p["name"], p["sharding"], p["exchange"]) for p in d["packs"]])
 
 
 def test_pooled_refused_where_it_cannot_run():
