@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -93,8 +92,9 @@ def main() -> int:
     t_old, t_new = timed(gathered, c, args.repeats), timed(in_place, c, args.repeats)
     print(f"owner step, {len(c['ids']):,} lookups: gathered {t_old:.2f} ms, in place {t_new:.2f} ms "
           f"-> {t_old / t_new:.2f}x (bit-identical: {same})")
-    result = {"bench": "pooled_owner", "machine": {"processor": platform.processor(), "cpus": os.cpu_count(),
-                                                   "torch": torch.__version__, "threads": 1},
+    from validation.validate import machine
+
+    result = {"bench": "pooled_owner", "machine": {**machine(), "threads": 1},
               "lock": os.environ.get("PICASSO_BENCH_LOCK_HELD") and "alone on the machine (/work/bin/quiet-run)",
               "case": {"rows": 100_000, "dim": 32, "lookups": len(c["ids"]), "pooling": 100, "zipf": 1.05},
               "ms": {"gathered": t_old, "in_place": t_new}, "speedup": t_old / t_new, "bit_identical": same}
