@@ -85,6 +85,29 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, seen: dict[int, 
             proc.wait(timeout=grace_s)
 
 
+def _stop_new_sessions(grace_s: float) -> None:
+    """Stop the children of this process that lead sessions of their own (what run_tree's
+    Popen makes), with their groups: a stop signal that lands while Popen is still starting
+    one leaves it without a handle to stop it by."""
+    me = os.getpid()
+    kids = {pid: start for pid, start in descendants(me).items()
+            if (st := _stat(pid)) is not None and len(st) > 3 and st[1] == str(me) and st[3] == str(pid)}
+    with _signals_deferred():
+        for pid in kids:
+            _signal_all([pid], pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while running(kids) and time.monotonic() < deadline:
+            for pid in kids:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.05)
+        for pid in running(kids):
+            _signal_all([pid], pid, signal.SIGKILL)
+        for pid in kids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
 @contextlib.contextmanager
 def _signals_deferred():
     """Hold SIGINT/SIGTERM/SIGHUP while the tree is being stopped (a second Ctrl-C must not cut it short)."""
@@ -115,11 +138,12 @@ def run_tree(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float
         else:
             out = stack.enter_context(tempfile.TemporaryFile())
             err = stack.enter_context(tempfile.TemporaryFile())
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True)
         seen: dict[int, str] = {}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        proc = None
         try:
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
             while proc.poll() is None:
                 seen.update(descendants(proc.pid))  # orphans are re-parented away: remember them now
                 if deadline is not None and time.monotonic() > deadline:
@@ -127,7 +151,10 @@ def run_tree(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=0.25)
         except BaseException:
-            stop_tree(proc, grace_s, seen)
+            if proc is not None:
+                stop_tree(proc, grace_s, seen)
+            else:  # interrupted inside Popen, after the child was made: it has no handle yet
+                _stop_new_sessions(grace_s)
             raise
         # the child is gone; whatever it left running (in any group) goes too
         _signal_all(running(seen), None, signal.SIGKILL)

@@ -123,3 +123,35 @@ def test_a_signal_stops_calibrate_and_validate_children(tmp_path, command, marke
     time.sleep(0.2)
     assert running(tree) == {}, [_cmdline(p) for p in running(tree)]
     assert not [p.name for p in tmp.iterdir() if p.name.startswith(("picasso-", "tmp"))]  # temp folders removed
+
+
+def test_a_stop_signal_while_the_child_starts_still_stops_it(monkeypatch):
+    """SIGTERM that lands while subprocess.Popen is starting the child (the child exists, Popen
+    has not returned): the child is stopped, not left running (seen once in CI: an agent
+    outlived `picasso run` stopped during its rendezvous)."""
+    import subprocess as sp
+
+    from executor import process_tree
+    from picasso.cli import Interrupted, _stop_signals_raise
+
+    started: list[int] = []
+    real_popen = sp.Popen
+
+    def popen_then_signal(*args, **kwargs):
+        p = real_popen(*args, **kwargs)
+        started.append(p.pid)
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives before Popen returns
+        for _ in range(100):  # give the handler every chance to run in here
+            time.sleep(0.001)
+        return p
+
+    monkeypatch.setattr(process_tree.subprocess, "Popen", popen_then_signal)
+    with pytest.raises(Interrupted), _stop_signals_raise():
+        process_tree.run_tree([sys.executable, "-c", "import time; time.sleep(60)"], grace_s=2.0)
+    assert started
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and process_tree._stat(started[0]) not in (None,) \
+            and process_tree._stat(started[0])[0] not in ("Z", "X"):
+        time.sleep(0.05)
+    st = process_tree._stat(started[0])
+    assert st is None or st[0] in ("Z", "X"), "the child outlived the interrupted launch"
