@@ -22,6 +22,10 @@ How the two sides are matched:
 - threads: OMP_NUM_THREADS = cores / ranks for both, passive OpenMP waits;
 - timing: samples/s over the timed steps after --warmup steps, from the slowest rank.
 
+Each setting also reports the dense ceiling (bench/dense_floor.py): the samples/s of 2 ranks
+that ran nothing but the bottom and top MLPs' fp32 forward and backward, timed on one core in
+the same command. No fp32 executor, TorchRec's or picasso's, can pass it here.
+
 With --bf16, a third side runs the same picasso plan with dense_dtype bf16 (mixed precision:
 bf16 autocast for the dense layers on a CPU with bf16 instructions, fp32 master weights,
 gradients, optimizer state and tables; executor.precision). It is reported on its own line
@@ -49,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from dense_floor import dense_floor  # noqa: E402
 from torchrec_side import default_venv, ensure_venv, run_dmp, run_env, torchrec_rows  # noqa: E402
 
 ROW_CAP = 200_000
@@ -150,7 +155,8 @@ def main() -> int:
             plan = work / f"plan-d{dim}-b{b}.json"
             label = picasso_plan(model, b, args.hardware, plan)
             settings.append({"dim": dim, "batch_per_rank": b, "model": model, "npz": npz, "plan": plan,
-                             "picasso_plan": label, "picasso": [], "torchrec": [], "picasso_bf16": []})
+                             "picasso_plan": label, "picasso": [], "torchrec": [], "picasso_bf16": [],
+                             "floor": dense_floor(dim, b, reps=3 if args.quick else 10)})
     for r in range(args.repeats):
         for s in settings:  # alternate the sides, and which goes first
             sides = ("picasso", "torchrec") if r % 2 == 0 else ("torchrec", "picasso")
@@ -174,7 +180,12 @@ def main() -> int:
                      "picasso_samples_per_s": pc, "picasso_over_torchrec": pc / tr, "torchrec_runs": s["torchrec"],
                      "picasso_runs": s["picasso"], "picasso_plan": s["picasso_plan"],
                      "torchrec_sharding": s.get("torchrec_sharding")})
-        print(f"{s['dim']:>4} {s['batch_per_rank']:>10} {tr:>12,.0f} {pc:>12,.0f} {pc / tr:>6.2f}")
+        # the samples/s no fp32 executor can pass here: 2 ranks running only their MLPs' GEMMs
+        ceiling = 2 * s["batch_per_rank"] / s["floor"]["floor_s"]
+        rows[-1].update({"dense_floor": s["floor"], "dense_ceiling_samples_per_s": ceiling,
+                         "dense_ceiling_over_torchrec": ceiling / tr, "goal_1_5x_below_ceiling": 1.5 * tr <= ceiling})
+        print(f"{s['dim']:>4} {s['batch_per_rank']:>10} {tr:>12,.0f} {pc:>12,.0f} {pc / tr:>6.2f}"
+              f"   MLPs alone {ceiling:,.0f} ({ceiling / tr:.2f}x TorchRec)")
         if args.bf16:  # its own line: picasso with bf16 dense layers against fp32 TorchRec
             bf = statistics.median(s["picasso_bf16"])
             rows[-1].update({"picasso_bf16_dense_samples_per_s": bf, "picasso_bf16_dense_over_torchrec_fp32": bf / tr,
