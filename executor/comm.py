@@ -6,6 +6,9 @@ split sizes (gloo does not support the list form with unequal sizes).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.distributed as dist
 
@@ -26,6 +29,26 @@ class Comm:
         self.rank = dist.get_rank() if self.active else 0
         self.world = dist.get_world_size() if self.active else 1
         self.device = device or torch.device("cpu")
+        self.group = None  # the process group a2a and exchange_counts use (None: the default one)
+        self._input_group = None
+
+    def open_input_group(self) -> None:
+        """Create the input pipeline's own process group (every rank calls it, in the same
+        place): the next batch's ID exchange then runs beside this step's collectives instead
+        of queueing behind them, as TorchRec's input distribution does on its own stream."""
+        if self.world > 1 and self._input_group is None:
+            self._input_group = dist.new_group(list(range(self.world)))
+
+    @contextmanager
+    def inputs(self) -> Iterator[None]:
+        """a2a and exchange_counts inside go over the input group (open_input_group)."""
+        if self.world > 1 and self._input_group is None:
+            raise RuntimeError("the input pipeline's process group was not opened")
+        saved, self.group = self.group, self._input_group
+        try:
+            yield
+        finally:
+            self.group = saved
 
     def a2a(
         self,
@@ -39,7 +62,7 @@ class Comm:
         if self.world == 1:
             out.copy_(inp)
             return Done()
-        work = dist.all_to_all_single(out, inp, out_splits, in_splits, async_op=async_op)
+        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group, async_op=async_op)
         return work if async_op else Done()
 
     def exchange_counts(self, send_counts: torch.Tensor) -> torch.Tensor:
@@ -47,7 +70,7 @@ class Comm:
         if self.world == 1:
             return send_counts.clone()
         out = torch.empty_like(send_counts)
-        dist.all_to_all_single(out, send_counts.contiguous())
+        dist.all_to_all_single(out, send_counts.contiguous(), group=self.group)
         return out
 
     def all_reduce(self, t: torch.Tensor, async_op: bool = False):

@@ -260,9 +260,8 @@ class ShardedPack:
             for dest in self.dest_order:
                 splits[dest] = n_cold
             send_rows = cold_local.repeat(len(self.dest_order))
-        else:  # replicated: every rank's cold rows size the gradient all-gather
-            for r, n in enumerate(recv):
-                self.replica_sizes[r] += n
+        # replicated: every rank's cold rows (recv_splits) size the gradient all-gather, summed
+        # over the step's micro-batches by the trainer (the lookups may be placed a step early)
         lk.cold_pos, lk.cold_local, lk.send_rows, lk.send_splits = cold_pos, cold_local, send_rows, splits
         lk.recv_splits = list(recv)
 

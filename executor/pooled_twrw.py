@@ -121,10 +121,12 @@ class Fuser:
         return b
 
     # ---- IDs and lengths --------------------------------------------------------------------
-    def send_ids(self, i: int, lk: PooledLookup, owner: bool, async_op: bool) -> _Batch:
-        return self._part("ids", i, (lk, owner), lambda parts: self._launch_ids(parts, async_op))
+    def send_ids(self, i: int, lk: PooledLookup, owner: bool, async_op: bool, group=None) -> _Batch:
+        """`group`: the process group of the exchange (None: the default one; the input
+        pipeline's when the next batch's IDs go ahead of their step)."""
+        return self._part("ids", i, (lk, owner), lambda parts: self._launch_ids(parts, async_op, group))
 
-    def _launch_ids(self, parts: list, async_op: bool):
+    def _launch_ids(self, parts: list, async_op: bool, group=None):
         W = self.world
         send, send_splits, recv_splits = [], [0] * W, [0] * W
         per_dest = []
@@ -148,7 +150,7 @@ class Fuser:
             recv_splits[s] = sum(a + b for a, b in row)
         out = torch.empty(sum(recv_splits), dtype=torch.int64, device=self.dev)
         inp = torch.cat(send) if send else torch.zeros(0, dtype=torch.int64, device=self.dev)
-        work = dist.all_to_all_single(out, inp, recv_splits, send_splits, async_op=async_op)
+        work = dist.all_to_all_single(out, inp, recv_splits, send_splits, group=group, async_op=async_op)
 
         def finish() -> list:
             if work is not None:
@@ -255,7 +257,7 @@ class FusedPooledPack(PooledPack):
         def got(res) -> None:
             lk.recv_rows, lk.recv_lengths = res
 
-        lk.handle = _Handle(self.fuser.send_ids(self.index, lk, self.owner, async_op), self.index, got)
+        lk.handle = _Handle(self.fuser.send_ids(self.index, lk, self.owner, async_op, self.comm.group), self.index, got)
 
     def send_back(self, lk: PooledLookup, rows: torch.Tensor | None, async_op: bool) -> None:
         """Owner: sum the received rows per (source, bag), hand them to the group's reduce."""

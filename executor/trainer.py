@@ -13,6 +13,8 @@ The dense forward runs at the model's dense_dtype where the device has it (execu
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -100,6 +102,20 @@ def adjacent_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
     return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
 
 
+@dataclass
+class _Inputs:
+    """A step's lookups once routed and sized: `source`, the rows they came from (the batch
+    object the step is given), its micro-batches, each micro-batch's lookups per pack."""
+
+    source: Batch
+    mbs: list[Batch]
+    lks: list[list[Lookup]]
+    first: tuple[int, int] | None  # the first exchanging lookup, whose span holds the sizes exchange
+    first_tok: object = None
+    hot_sizes: dict[int, list[int]] = field(default_factory=dict)  # sparse hot packs' all-gather sizes
+    sent: bool = False  # the IDs went ahead (input pipeline)
+
+
 class Trainer:
     def __init__(self, plan: Plan, hot_ids: dict[str, np.ndarray], comm: Comm, timer: OpTimer | None = None) -> None:
         plan.validate()
@@ -117,47 +133,48 @@ class Trainer:
         self.overlap = plan.overlapped
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
         self.steps_done = 0
+        self._ahead: _Inputs | None = None  # the next step's lookups, gone ahead (input pipeline)
+        if plan.input_pipeline:
+            comm.open_input_group()
 
     # ---- one step -------------------------------------------------------------------
-    def step(self, local: Batch) -> torch.Tensor:
+    def step(self, local: Batch, upcoming: Batch | None = None) -> torch.Tensor:
         """Train on this rank's rows of one global batch; returns its share of the mean loss
         (a 0-dim tensor on the device: reading it would make the host wait for the step).
 
         On several ranks the step reads the device once: the rows every lookup sends to each
-        rank (`_exchange_sizes`). Nothing else waits for the device."""
+        rank (`_exchange_sizes`). Nothing else waits for the device.
+
+        With the plan's input_pipeline, `upcoming` (the next step's rows, when there is one)
+        is deduplicated, routed and its IDs sent to their owners during this step, on the input
+        process group; the next step then starts from those lookups (TorchRec's
+        TrainPipelineSparseDist). The IDs are data, not parameters: the step computes the same."""
         plan, T, ov = self.plan, self.timer, self.overlap
         k = plan.micro_batches
         if len(local) != plan.batch_size_per_rank:
             raise ValueError(f"expected {plan.batch_size_per_rank} rows per rank, got {len(local)}")
-        # the step's input and buffers: copy the rows (a no-op when the loader already did), split
-        # them into micro-batches, zero the gradient buffers; lowering's fwd/input/h2d carries it
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.source is not local:
+            raise RuntimeError("input pipeline: the step's rows are not the ones whose IDs went ahead")
+        # the step's input and buffers: copy the rows (a no-op when the loader already did, or
+        # when they went ahead), split them into micro-batches, zero the gradient buffers;
+        # lowering's fwd/input/h2d carries it
         with T.op("fwd", "input", "h2d"):
-            local = local.to(self.dev)
-            m = len(local) // k
-            mbs = [local.slice(i * m, (i + 1) * m) for i in range(k)]
+            mbs = ahead.mbs if ahead is not None else self._split(local)
             self.opt.zero_grad(set_to_none=False)
             for p in self.packs:
                 p.zero_grad()
                 p.step_index = self.steps_done
-        lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in range(k)]
-        # 1. dedup + route every lookup of the step
-        for i, mb in enumerate(mbs):
-            for j, p in enumerate(self.packs):
-                with T.op("fwd", p.name, p.op("dedup"), i):
-                    idx, offs = p.pack_inputs(mb.sparse)
-                    lk = p.dedup(idx, offs)
-                with T.op("fwd", p.name, "route", i):
-                    p.prepare(lk)
-                lks[i][j] = lk
-        # 2. the sizes of every exchange, in one collective and one read; lowering counts it
-        # in the first ID exchange's span
-        first = next(((i, j) for i in range(k) for j, p in enumerate(self.packs) if not p.local_only), None)
-        first_tok = None
-        if self.comm.world > 1:
-            if first is not None:
-                first_tok = T.start("fwd", self.packs[first[1]].name, "a2a_ids", first[0], lane="comm")
-            self._exchange_sizes(lks)
-        # 3. hot reads; launch every ID exchange
+        if ahead is None:
+            # 1-2. dedup + route every lookup of the step, the sizes of every exchange
+            ahead = self._route(local, mbs, lane="comm")
+        lks = ahead.lks
+        for j, sizes in ahead.hot_sizes.items():
+            self.packs[j].hot_sizes = sizes
+        for j, p in enumerate(self.packs):
+            if p.replicated and self.comm.world > 1:  # every rank's cold rows size the gradient all-gather
+                p.replica_sizes = [sum(row[j].recv_splits[r] for row in lks) for r in range(self.comm.world)]
+        # 3. hot reads; launch every ID exchange (gone ahead already with the input pipeline)
         for i in range(k):
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
@@ -168,9 +185,10 @@ class Trainer:
                     p.hot_gather(lk)
                 if p.local_only:
                     continue
-                tok = first_tok if (i, j) == first else T.start("fwd", p.name, "a2a_ids", i, lane="comm")
-                p.send_ids(lk, async_op=ov)
-                T.end_when_done(tok, lk.handle)  # the exchange's own span, not the wait for it
+                if not ahead.sent:
+                    tok = ahead.first_tok if (i, j) == ahead.first else T.start("fwd", p.name, "a2a_ids", i, lane="comm")
+                    p.send_ids(lk, async_op=ov)
+                    T.end_when_done(tok, lk.handle)  # the exchange's own span, not the wait for it
                 if not ov:
                     self._gather(p, lk, i)
         # 4. owners gather and return rows (in overlap mode, while other exchanges fly)
@@ -179,6 +197,9 @@ class Trainer:
                 for j, p in enumerate(self.packs):
                     if not p.local_only:
                         self._gather(p, lks[i][j], i)
+        # the next step's IDs go ahead now, beside this step's dense work and exchanges
+        if plan.input_pipeline and upcoming is not None and self.comm.world > 1:
+            self._ahead = self._send_ahead(upcoming)
         # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange
         loss_sum = torch.zeros((), device=self.dev)
         for i, mb in enumerate(mbs):
@@ -257,7 +278,51 @@ class Trainer:
         self.steps_done += 1
         return loss_sum
 
-    def _exchange_sizes(self, lks: list[list[Lookup]]) -> None:
+    def _split(self, local: Batch) -> list[Batch]:
+        local = local.to(self.dev)
+        m = len(local) // self.plan.micro_batches
+        return [local.slice(i * m, (i + 1) * m) for i in range(self.plan.micro_batches)]
+
+    def _route(self, source: Batch, mbs: list[Batch], lane: str) -> _Inputs:
+        """Dedup and route every lookup of a step's micro-batches, then exchange the sizes of
+        every exchange (timed in the first ID exchange's span, on `lane`)."""
+        T = self.timer
+        lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in mbs]
+        for i, mb in enumerate(mbs):
+            for j, p in enumerate(self.packs):
+                with T.op("fwd", p.name, p.op("dedup"), i):
+                    idx, offs = p.pack_inputs(mb.sparse)
+                    lk = p.dedup(idx, offs)
+                with T.op("fwd", p.name, "route", i):
+                    p.prepare(lk)
+                lks[i][j] = lk
+        # lowering counts the sizes exchange in the first ID exchange's span
+        first = next(((i, j) for i in range(len(mbs)) for j, p in enumerate(self.packs) if not p.local_only), None)
+        inputs = _Inputs(source, mbs, lks, first)
+        if self.comm.world > 1:
+            if first is not None:
+                inputs.first_tok = T.start("fwd", self.packs[first[1]].name, "a2a_ids", first[0], lane=lane)
+            inputs.hot_sizes = self._exchange_sizes(lks)
+        return inputs
+
+    def _send_ahead(self, upcoming: Batch) -> _Inputs:
+        """The input pipeline: the next step's lookups routed and their IDs launched on the
+        input process group (lane "input_dist", as lowering has it)."""
+        T = self.timer
+        with self.comm.inputs():
+            ahead = self._route(upcoming, self._split(upcoming), lane="input_dist")
+            for i, row in enumerate(ahead.lks):
+                for j, (p, lk) in enumerate(zip(self.packs, row)):
+                    if p.local_only:
+                        continue
+                    tok = ahead.first_tok if (i, j) == ahead.first else T.start("fwd", p.name, "a2a_ids", i,
+                                                                                 lane="input_dist")
+                    p.send_ids(lk, async_op=True)
+                    T.end_when_done(tok, lk.handle)
+        ahead.sent = True
+        return ahead
+
+    def _exchange_sizes(self, lks: list[list[Lookup]]) -> dict[int, list[int]]:
         """Every lookup's rows per destination go to the destinations in one all-to-all, and the
         counts plus what each rank will send here come back to the host in one read."""
         entries = [(p, lk) for row in lks for p, lk in zip(self.packs, row)]
@@ -276,8 +341,8 @@ class Trainer:
             n = p.num_owners + 1
             p.place(lk, host[off : off + n], [recv_h[src * n_cols + e] for src in range(world)])
             off += n
-        for x, (_, p) in enumerate(sparse):
-            p.hot_sizes = [recv_h[src * n_cols + e_n + x] for src in range(world)]
+        # per sparse hot pack: each rank's touched hot rows (set on the pack by the step they are for)
+        return {j: [recv_h[src * n_cols + e_n + x] for src in range(world)] for x, (j, _) in enumerate(sparse)}
 
     def _read_local(self, p: ShardedPack, lk: Lookup, i: int) -> torch.Tensor:
         """A lookup without exchange reads its cold rows: cold_gather; from host memory, the

@@ -93,8 +93,9 @@ def train_and_compare(plan: Plan, hot_ids: dict[str, np.ndarray], batches: list[
     comm = comm or Comm()
     torch.manual_seed(0)
     trainer = Trainer(plan, hot_ids, comm)
-    for b in batches:
-        trainer.step(local_rows(b, plan, comm.rank))
+    local = [local_rows(b, plan, comm.rank) for b in batches]
+    for s, rows in enumerate(local):  # the next rows too: the input pipeline sends their IDs ahead
+        trainer.step(rows, local[s + 1] if s + 1 < len(local) else None)
     return compare(trainer, batches)
 
 

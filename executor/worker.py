@@ -277,16 +277,22 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     comm.barrier()
     timer.reset_origin()
     try:
+        # the input pipeline sends the next step's IDs during this one: it needs the next rows
+        pipeline = plan.input_pipeline and world > 1
+        nxt = next(feeder) if pipeline and args.steps else None
         for s in range(args.steps):
             _fault_hook(rank, s)
             t_in = time.perf_counter()
-            local, keep = next(feeder)  # the time the step waits for its input (the loader is behind)
-            if s >= warmup:
+            if pipeline:
+                (local, keep), nxt = nxt, (next(feeder) if s + 1 < args.steps else None)
+            else:
+                local, keep = next(feeder)
+            if s >= warmup:  # the time the step waits for its input (the loader is behind)
                 waits.append(time.perf_counter() - t_in)
             if keep is not None:
                 kept.append(keep)
             clock.start()
-            losses.add(trainer.step(local))
+            losses.add(trainer.step(local, nxt[0] if nxt is not None else None))
             trim_heap(s)  # freed buffers back to the system: peak RSS does not grow with the run's length
             clock.stop(timed=s >= warmup)
             if s >= warmup:

@@ -91,6 +91,7 @@ def torchrec_like_plan(
     # TorchRec runs all table-wise tables of a group in one all-to-all; explain() scores it
     # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
     plan.exchange = "fused"
+    plan.input_pipeline = world > 1  # TorchRec trains with TrainPipelineSparseDist: IDs a batch ahead
     return plan
 
 

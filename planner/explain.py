@@ -218,7 +218,7 @@ class Explanation:
         return {
             "model": self.plan.model.name, "hardware": self.plan.hardware, "world_size": self.plan.world_size,
             "batch_size_per_rank": self.plan.batch_size_per_rank, "micro_batches": self.plan.micro_batches,
-            "kernel_interleaving": self.plan.kernel_interleaving,
+            "kernel_interleaving": self.plan.kernel_interleaving, "input_pipeline": self.plan.input_pipeline,
             "dense_dtype": ev.lowered.dense_dtype, "lowering_notes": list(ev.lowered.notes),
             "predicted_iteration_us": ev.iteration_us, "engine": ev.engine,
             "samples_per_s": (self.plan.global_batch / ev.iteration_us * 1e6) if ev.iteration_us else None,
@@ -247,7 +247,8 @@ class Explanation:
         lines = [
             f"plan for {d['model']} on {d['hardware']} ({d['world_size']} ranks, batch {d['batch_size_per_rank']}"
             f"/rank, {d['micro_batches']} micro-batch(es), kernel interleaving "
-            f"{'on' if d['kernel_interleaving'] else 'off'}, dense layers in {d['dense_dtype']})",
+            f"{'on' if d['kernel_interleaving'] else 'off'}, input pipeline {'on' if d['input_pipeline'] else 'off'}, "
+            f"dense layers in {d['dense_dtype']})",
             *(f"note: {n}" for n in d["lowering_notes"]),
             f"predicted iteration: {d['predicted_iteration_us']:.1f} us ({d['engine']}), "
             f"{d['samples_per_s']:.0f} samples/s",

@@ -557,12 +557,37 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
     ops.append(_compute(on.op_name("opt", "dense", "update"), buckets,
                         hbm=n_params * 4 * states, flops=n_params * 4))
+    if plan.input_pipeline and not tr:  # TorchRec's exchanges pipeline their input by construction
+        pipeline_input_dist(ops)
     if serial:
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain
         for a, b in zip(chain, chain[1:]):
             if a.name not in b.deps:
                 b.deps.append(a.name)
     return ops
+
+
+def pipeline_input_dist(ops: list[Op]) -> None:
+    """Move every ID exchange (a2a_ids, and a table-row-wise pack's a2a_ids_x) off the step, as
+    the executor runs a plan with input_pipeline: the next batch's IDs travel while this batch
+    trains (TorchRec's TrainPipelineSparseDist), on a lane of their own, and what read them
+    waits for what the exchange waited for instead. The IDs' dedup and routing stay in the
+    step: the executor computes them for the next batch during this one."""
+    piped = {op.name: op for op in ops
+             if op.kind == "collective" and on.split_name(on.base_name(op.name))[2] in ("a2a_ids", "a2a_ids_x")}
+    before = {name: list(op.deps) for name, op in piped.items()}
+
+    def through(name: str) -> list[str]:  # a pipelined op's ancestors outside the pipeline
+        return [d for dep in before[name] for d in (through(dep) if dep in piped else [dep])]
+
+    for op in ops:
+        if op.name in piped:
+            op.deps = [d for d in before[op.name] if d in piped]
+            op.lane = "input_dist"
+            op.args["pipelined"] = True
+        elif any(d in piped for d in op.deps):
+            deps = [x for d in op.deps for x in (through(d) if d in piped else [d])]
+            op.deps = list(dict.fromkeys(deps))
 
 
 # ---- OpGraph emission ----------------------------------------------------------------------

@@ -132,6 +132,9 @@ class Plan:
     hot_ids_file: str | None = None  # npz relative to the plan file
     micro_batches: int = 1
     kernel_interleaving: bool = False
+    # the next batch's ID exchange runs during this step (TorchRec's TrainPipelineSparseDist):
+    # the executor prefetches it on a process group of its own, lowering moves it off the step
+    input_pipeline: bool = False
     optimizer: OptimizerPlan = field(default_factory=OptimizerPlan)
     hardware: str | None = None  # name of the hardware spec it was planned for
     seed: int = 0
@@ -379,7 +382,7 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
 MAX_WORLD = fields.MAX_RANKS
 MAX_BATCH = 1 << 26
 KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
-                "micro_batches", "kernel_interleaving", "optimizer", "hardware", "seed", "exchange", "provenance",
+                "micro_batches", "kernel_interleaving", "input_pipeline", "optimizer", "hardware", "seed", "exchange", "provenance",
                 "prediction", "notes")
 # plan files written before Provenance and Prediction kept both in a free-form "notes" object:
 # its keys, read into the typed fields (others, such as "_path", never described the plan)
@@ -425,6 +428,7 @@ def _plan_from_dict(d: object) -> Plan:
         hot_ids_file=None if hot_file is None else fields.text(hot_file, "hot_ids_file"),
         micro_batches=fields.integer(d.get("micro_batches", 1), "micro_batches", 1, MAX_BATCH),
         kernel_interleaving=fields.boolean(d.get("kernel_interleaving", False), "kernel_interleaving"),
+        input_pipeline=fields.boolean(d.get("input_pipeline", False), "input_pipeline"),
         optimizer=OptimizerPlan(
             sparse=fields.text(opt.get("sparse", dflt.sparse), "optimizer.sparse", SPARSE_OPTIMIZERS),
             sparse_lr=fields.real(opt.get("sparse_lr", dflt.sparse_lr), "optimizer.sparse_lr", 0.0, 1e6, lo_open=True),

@@ -365,7 +365,8 @@ class Candidates:
     def make(self, packs: list[PackPlan], k: int, ki: bool, scale: float) -> Plan:
         model, hw, access, batch = self.model, self.hw, self.access, self.batch
         plan = Plan(model=model, world_size=self.world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
-                    micro_batches=k, kernel_interleaving=ki, hardware=hw.name, optimizer=model_optimizer(model))
+                    micro_batches=k, kernel_interleaving=ki, hardware=hw.name, optimizer=model_optimizer(model),
+                    input_pipeline=self.world > 1)  # the next batch's IDs travel during this step
         # memory left for hot caches once everything else is placed; cold rows that do not
         # fit in device memory go to host memory (reached over PCIe), largest packs first
         free = _free_hbm(plan, hw, access)

@@ -205,7 +205,7 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
             pack.exchange = "pooled"
         packs.append(pack)
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
-                optimizer=model_optimizer(model),
+                optimizer=model_optimizer(model), input_pipeline=world > 1,  # TrainPipelineSparseDist, run so too
                 exchange="torchrec", provenance=Provenance(
                     baseline="torchrec", torchrec={"sharding_types": dict(kinds), "approximations": approx}))
     plan.validate()

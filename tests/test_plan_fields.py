@@ -90,6 +90,7 @@ CHANGES = {
     "Plan.hot_ids_file": (B, changed(B, "hot_ids_file", "other.npz")),
     "Plan.micro_batches": (B, changed(B, "micro_batches", 2)),
     "Plan.kernel_interleaving": (B, changed(B, "kernel_interleaving", True)),
+    "Plan.input_pipeline": (B, changed(B, "input_pipeline", True)),
     "Plan.optimizer": (B, changed(B, "optimizer.dense", "sgd")),
     "Plan.seed": (B, changed(B, "seed", 3)),
     "Plan.version": (B, changed(B, "version", 99)),  # refused
@@ -151,8 +152,9 @@ def observe(rank: int, world: int, plans: list[dict]) -> list[dict]:
                 continue
         torch.manual_seed(0)
         ops = []
-        for b in synthetic_global_batches(plan, 2, seed=1):
-            tr.step(local_rows(b, plan, rank))
+        rows = [local_rows(b, plan, rank) for b in synthetic_global_batches(plan, 2, seed=1)]
+        for s, r in enumerate(rows):  # the next rows too, as the worker gives them (input pipeline)
+            tr.step(r, rows[s + 1] if s + 1 < len(rows) else None)
             ops.append([(e[0], e[1]) for e in sorted(timer._open, key=lambda e: e[2])])
             timer.discard()
         weights, _ = tr.full_tables()
