@@ -124,6 +124,29 @@ int64_t padded(int64_t f) { return (f + kTile - 1) / kTile * kTile; }
 // tile reads at the same k do not all fall in one L1 set (at d 64 they would sit 4 KB apart).
 int64_t row_stride(int64_t d) { return d + 1; }
 
+// The register tile both directions share: acc[r][c] = sum over q < n, in order, of
+// x[r][q * sx] * y[c][q * sy] (forward: rows of two input blocks over the dims; backward: the
+// pair-gradient rows against the inputs' columns over the inputs). The 16 sums stay in
+// registers once inlined and unrolled.
+inline __attribute__((always_inline)) void tile_sums(const vec* const* x, int64_t sx, const vec* const* y, int64_t sy,
+                                                     int64_t n, vec (&acc)[kTile][kTile]) {
+#pragma GCC unroll 4
+  for (int64_t r = 0; r < kTile; ++r)
+#pragma GCC unroll 4
+    for (int64_t c = 0; c < kTile; ++c) acc[r][c] = vec{};
+  for (int64_t q = 0; q < n; ++q) {
+    vec xs[kTile];
+#pragma GCC unroll 4
+    for (int64_t r = 0; r < kTile; ++r) xs[r] = x[r][q * sx];
+#pragma GCC unroll 4
+    for (int64_t c = 0; c < kTile; ++c) {
+      const vec yc = y[c][q * sy];
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < kTile; ++r) acc[r][c] += xs[r] * yc;
+    }
+  }
+}
+
 // One range of sample blocks of the forward. Cloned per instruction set (AVX-512, AVX2, generic),
 // chosen when the library loads; no lambdas or OpenMP inside, which would not inherit the clone's target.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void dot_forward_blocks(
@@ -142,21 +165,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot_forward_bl
       const vec *a0 = t + i0 * ld, *a1 = a0 + ld, *a2 = a1 + ld, *a3 = a2 + ld;
       for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
         const vec *c0 = t + j0 * ld, *c1 = c0 + ld, *c2 = c1 + ld, *c3 = c2 + ld;
-        vec s00{}, s01{}, s02{}, s03{}, s10{}, s11{}, s12{}, s13{};
-        vec s20{}, s21{}, s22{}, s23{}, s30{}, s31{}, s32{}, s33{};
-        for (int64_t k = 0; k < d; ++k) {
-          const vec x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-          vec y = c0[k];
-          s00 += x0 * y; s10 += x1 * y; s20 += x2 * y; s30 += x3 * y;
-          y = c1[k];
-          s01 += x0 * y; s11 += x1 * y; s21 += x2 * y; s31 += x3 * y;
-          y = c2[k];
-          s02 += x0 * y; s12 += x1 * y; s22 += x2 * y; s32 += x3 * y;
-          y = c3[k];
-          s03 += x0 * y; s13 += x1 * y; s23 += x2 * y; s33 += x3 * y;
-        }
-        const vec acc[kTile][kTile] = {{s00, s01, s02, s03}, {s10, s11, s12, s13},
-                                       {s20, s21, s22, s23}, {s30, s31, s32, s33}};
+        const vec* const rows_i[kTile] = {a0, a1, a2, a3};
+        const vec* const rows_j[kTile] = {c0, c1, c2, c3};
+        vec acc[kTile][kTile];
+        tile_sums(rows_i, 1, rows_j, 1, d, acc);
         for (int64_t r = 0; r < kTile; ++r) {
           const int64_t i = i0 + r;
           if (i >= f) break;
@@ -193,23 +205,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void dot_backward_b
         const int64_t kn = std::min<int64_t>(kTile, d - k0);
         vec acc[kTile][kTile];
         if (kn == kTile) {
-          vec s00{}, s01{}, s02{}, s03{}, s10{}, s11{}, s12{}, s13{};
-          vec s20{}, s21{}, s22{}, s23{}, s30{}, s31{}, s32{}, s33{};
-          for (int64_t j = 0; j < f; ++j) {
-            const vec* tj = t + j * ld + k0;
-            const vec y0 = tj[0], y1 = tj[1], y2 = tj[2], y3 = tj[3];
-            vec w = w0[j];
-            s00 += w * y0; s01 += w * y1; s02 += w * y2; s03 += w * y3;
-            w = w1[j];
-            s10 += w * y0; s11 += w * y1; s12 += w * y2; s13 += w * y3;
-            w = w2[j];
-            s20 += w * y0; s21 += w * y1; s22 += w * y2; s23 += w * y3;
-            w = w3[j];
-            s30 += w * y0; s31 += w * y1; s32 += w * y2; s33 += w * y3;
-          }
-          const vec s[kTile][kTile] = {{s00, s01, s02, s03}, {s10, s11, s12, s13},
-                                       {s20, s21, s22, s23}, {s30, s31, s32, s33}};
-          std::memcpy(static_cast<void*>(acc), s, sizeof(acc));
+          const vec* const grads_i[kTile] = {w0, w1, w2, w3};
+          const vec* const cols[kTile] = {t + k0, t + k0 + 1, t + k0 + 2, t + k0 + 3};
+          tile_sums(grads_i, 1, cols, ld, f, acc);
         } else {  // the last dims when d is not a multiple of the tile
           for (int64_t r = 0; r < kTile; ++r)
             for (int64_t c = 0; c < kn; ++c) {
