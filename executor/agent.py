@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from executor.process_tree import die_with_parent
 from executor.rendezvous import HOSTED, free_port, host_store, socket_env
 
 GRACE_S = 5.0
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     world = args.nproc * args.nnodes
     procs: dict[int, subprocess.Popen] = {}
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    die_with_parent()  # `picasso run` killed outright: stop the ranks all the same
     try:
         store = None  # kept referenced: the store serves until the agent ends
         if args.node_rank == 0:

@@ -14,11 +14,32 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 GRACE_S = 5.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Have the kernel send `sig` to this process when its parent ends (Linux prctl
+    PR_SET_PDEATHSIG; a no-op elsewhere). The tree's stop runs in the parent: a parent killed
+    outright (SIGKILL, the OOM killer) cannot run it, and its agent and ranks would train on
+    with nobody to stop them. The agent calls it once its own stop handler is in place, the
+    ranks at start."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os.kill(os.getpid(), sig)
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -37,6 +37,7 @@ from executor.batches import (
 )
 from executor.comm import Comm
 from executor.memory import peak_bytes
+from executor.process_tree import die_with_parent
 from executor.rendezvous import join_store
 from executor.result import RunResult
 from executor.run_args import add_training_args
@@ -415,6 +416,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rank = os.environ.get("RANK", "0")
+    die_with_parent()  # a rank never outlives its agent
     try:
         result = run_worker(args)
         if result is not None and not args.result:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from executor.process_tree import descendants, running
+from executor.process_tree import descendants, running, stop_tree
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
 
@@ -36,12 +36,19 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _default_sigint() -> None:
+    # a test run started in the background by a shell inherits SIGINT ignored, and Python then
+    # keeps ignoring it: `picasso run` must start as a terminal would start it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(plan_path: Path, tmp: Path) -> subprocess.Popen:
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "picasso", "run", str(plan_path), "--data", "synthetic", "--steps", "1000000",
            "--timeout", "60"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
 
 
 def _wait_for(proc: subprocess.Popen, workers: int, limit_s: float = 90.0) -> dict[int, str]:
@@ -73,7 +80,7 @@ def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, wo
     try:
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        stop_tree(proc, seen={**tree, **descendants(proc.pid)})  # a failing test leaves nothing training
         raise
     tree.update(descendants(proc.pid))
     assert proc.returncode == code, err
@@ -82,6 +89,26 @@ def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, wo
     time.sleep(0.2)
     assert running(tree) == {}, [_cmdline(p) for p in running(tree)]
     assert not list((tmp_path / "tmp").glob("picasso-run-*"))  # temp folders removed
+
+
+@pytest.mark.dist
+def test_a_killed_run_takes_its_agent_and_ranks_with_it(plan_path, tmp_path):
+    """SIGKILL (or the OOM killer) gives `picasso run` no chance to stop its tree: the agent and
+    the ranks stop themselves when their parent ends (executor.process_tree.die_with_parent)."""
+    proc = _start(plan_path, tmp_path / "tmp")
+    tree = _wait_for(proc, 2)
+    time.sleep(1.0)
+    tree.update(descendants(proc.pid))
+    proc.kill()
+    proc.communicate()
+    deadline = time.monotonic() + 30.0
+    while running(tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = running(tree)
+    if left:  # clean up before failing
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert left == {}, [_cmdline(p) for p in left]
 
 
 def _children_running(proc: subprocess.Popen, marker: str, count: int, limit_s: float = 120.0) -> dict[int, str]:
