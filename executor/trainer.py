@@ -28,6 +28,7 @@ from executor.pooled_twrw import make_packs
 from executor.precision import apply_global, dense_precision
 from executor.timing import OpTimer
 from planner.plan import Plan
+from simulator.measured import INPUT_LANE
 
 
 def make_dense_optimizer(plan: Plan, params) -> DenseOptimizer:
@@ -307,16 +308,16 @@ class Trainer:
 
     def _send_ahead(self, upcoming: Batch) -> _Inputs:
         """The input pipeline: the next step's lookups routed and their IDs launched on the
-        input process group (lane "input_dist", as lowering has it)."""
+        input process group (lane INPUT_LANE, as lowering has it)."""
         T = self.timer
         with self.comm.inputs():
-            ahead = self._route(upcoming, self._split(upcoming), lane="input_dist")
+            ahead = self._route(upcoming, self._split(upcoming), lane=INPUT_LANE)
             for i, row in enumerate(ahead.lks):
                 for j, (p, lk) in enumerate(zip(self.packs, row)):
                     if p.local_only:
                         continue
                     tok = ahead.first_tok if (i, j) == ahead.first else T.start("fwd", p.name, "a2a_ids", i,
-                                                                                 lane="input_dist")
+                                                                                 lane=INPUT_LANE)
                     p.send_ids(lk, async_op=True)
                     T.end_when_done(tok, lk.handle)
         ahead.sent = True

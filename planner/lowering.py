@@ -72,6 +72,7 @@ from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
+from simulator.measured import INPUT_LANE
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 @dataclass
@@ -289,7 +290,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
         # on the comm lane, waited for by nothing
         ops = [_collective(n("a2a_ids"), [], "all_to_all", pv.a2a_ids_bytes, stage=3, lat_steps=count_steps,
                            pipelined=True)]
-        ops[0].lane = "input_dist"  # its own stream, as TorchRec's data-dist stream
+        ops[0].lane = INPUT_LANE  # its own stream, as TorchRec's data-dist stream
         rows = pv.recv_ids
         ops.append(_compute(n("cold_gather"), [], hbm=rows * (pv.slice_bytes + ID_BYTES) + out_b,
                             flops=rows * pv.slice_bytes / 4, ranks=np.nonzero(rows > 0)[0], stage=4))
@@ -583,7 +584,7 @@ def pipeline_input_dist(ops: list[Op]) -> None:
     for op in ops:
         if op.name in piped:
             op.deps = [d for d in before[op.name] if d in piped]
-            op.lane = "input_dist"
+            op.lane = INPUT_LANE
             op.args["pipelined"] = True
         elif any(d in piped for d in op.deps):
             deps = [x for d in op.deps for x in (through(d) if d in piped else [d])]

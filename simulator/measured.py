@@ -20,6 +20,8 @@ import numpy as np
 from simulator.timeline import Event, Timeline
 
 COMM_LANE = "comm"
+# the input pipeline's exchanges: a queue of their own (their own process group or stream)
+INPUT_LANE = "input_dist"
 PASS_STEP_OFFSET = 1_000_000  # step numbers of run r are shifted by r times this when runs merge
 PASS_TIME_OFFSET_US = 1e12  # ... and their times, so that no two runs' events overlap
 
@@ -122,7 +124,7 @@ def host_gap(tl: Timeline) -> tuple[float, float]:
                 cur_e = max(cur_e, e.end_us)
         covered += cur_e - cur_s
         gaps.append(max(max(e.end_us for e in evs) - evs[0].start_us - covered, 0.0))
-        ops.append(sum(1 for e in evs if e.lane != COMM_LANE))
+        ops.append(sum(1 for e in evs if e.lane not in (COMM_LANE, INPUT_LANE)))  # host-issued compute ops
     if not gaps:
         return 0.0, 0.0
     return float(np.median(gaps)), float(np.mean(ops))

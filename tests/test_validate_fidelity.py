@@ -236,6 +236,21 @@ def test_queued_collectives_count_from_when_the_lane_is_free():
     assert gap == pytest.approx(100.0) and ops == 2  # 900 -> 1000 is covered by nothing
 
 
+def test_pipelined_id_exchanges_are_not_host_ops():
+    """The input pipeline's exchanges (lane input_dist) cover time but are collectives, not ops
+    the host issues one after another: the host gap's op count leaves them out."""
+    from simulator.measured import INPUT_LANE, host_gap
+    from simulator.timeline import Timeline
+
+    tl = Timeline()
+    tl.add(0, "compute", "fwd/p0/dedup", 0.0, 100.0, step=0)
+    tl.add(0, INPUT_LANE, "fwd/p0/a2a_ids", 100.0, 300.0, step=0)
+    tl.add(0, INPUT_LANE, "fwd/p1/a2a_ids", 150.0, 300.0, step=0)
+    tl.add(0, "compute", "fwd/p0/pool", 500.0, 100.0, step=0)
+    gap, ops = host_gap(tl)
+    assert gap == pytest.approx(50.0) and ops == 2  # 450 -> 500 is covered by nothing
+
+
 def test_cpu_collective_shares_the_cores_with_compute():
     """On a CPU worker a collective's bytes are moved by the rank's own cores: a GEMM that
     overlaps an all-reduce takes longer than alone; on a GPU it does not."""
