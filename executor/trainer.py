@@ -135,7 +135,7 @@ class Trainer:
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
         self.steps_done = 0
         self._ahead: _Inputs | None = None  # the next step's lookups, gone ahead (input pipeline)
-        if plan.input_pipeline:
+        if plan.pipelines_inputs:
             comm.open_input_group()
 
     # ---- one step -------------------------------------------------------------------
@@ -166,11 +166,11 @@ class Trainer:
             for p in self.packs:
                 p.zero_grad()
                 p.step_index = self.steps_done
-        if ahead is None:
-            # 1-2. dedup + route every lookup of the step, the sizes of every exchange
-            ahead = self._route(local, mbs, lane="comm")
-        lks = ahead.lks
-        for j, sizes in ahead.hot_sizes.items():
+        # 1-2. dedup + route every lookup of the step, the sizes of every exchange (done already
+        # when its IDs went ahead)
+        inputs = ahead if ahead is not None else self._route(local, mbs, lane="comm")
+        lks = inputs.lks
+        for j, sizes in inputs.hot_sizes.items():
             self.packs[j].hot_sizes = sizes
         for j, p in enumerate(self.packs):
             if p.replicated and self.comm.world > 1:  # every rank's cold rows size the gradient all-gather
@@ -186,8 +186,8 @@ class Trainer:
                     p.hot_gather(lk)
                 if p.local_only:
                     continue
-                if not ahead.sent:
-                    tok = ahead.first_tok if (i, j) == ahead.first else T.start("fwd", p.name, "a2a_ids", i, lane="comm")
+                if not inputs.sent:
+                    tok = inputs.first_tok if (i, j) == inputs.first else T.start("fwd", p.name, "a2a_ids", i, lane="comm")
                     p.send_ids(lk, async_op=ov)
                     T.end_when_done(tok, lk.handle)  # the exchange's own span, not the wait for it
                 if not ov:
@@ -199,7 +199,7 @@ class Trainer:
                     if not p.local_only:
                         self._gather(p, lks[i][j], i)
         # the next step's IDs go ahead now, beside this step's dense work and exchanges
-        if plan.input_pipeline and upcoming is not None and self.comm.world > 1:
+        if plan.pipelines_inputs and upcoming is not None:
             self._ahead = self._send_ahead(upcoming)
         # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange
         loss_sum = torch.zeros((), device=self.dev)

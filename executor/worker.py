@@ -279,7 +279,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     timer.reset_origin()
     try:
         # the input pipeline sends the next step's IDs during this one: it needs the next rows
-        pipeline = plan.input_pipeline and world > 1
+        pipeline = plan.pipelines_inputs
         nxt = next(feeder) if pipeline and args.steps else None
         for s in range(args.steps):
             _fault_hook(rank, s)

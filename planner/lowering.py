@@ -558,7 +558,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
     ops.append(_compute(on.op_name("opt", "dense", "update"), buckets,
                         hbm=n_params * 4 * states, flops=n_params * 4))
-    if plan.input_pipeline and not tr:  # TorchRec's exchanges pipeline their input by construction
+    if plan.pipelines_inputs and not tr:  # TorchRec's exchanges pipeline their input by construction
         pipeline_input_dist(ops)
     if serial:
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain

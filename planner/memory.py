@@ -139,7 +139,7 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
             buffers += pv.pooled_out_bytes * 2 + pv.recv_ids * pv.grad_row_bytes
     if plan.overlapped:
         buffers *= 2  # two micro-batches / packs in flight
-    if plan.input_pipeline and world > 1:
+    if plan.pipelines_inputs:
         # the next step's lookups, routed and their IDs sent, held through this step
         buffers += sum(k * (pv.lookups * ID_BYTES * 3 + (pv.cold_unique + pv.recv_ids) * ID_BYTES) for pv in packs)
     samples = plan.batch_size_per_rank

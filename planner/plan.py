@@ -179,6 +179,12 @@ class Plan:
         after another. Lowering, memory and the trainer all follow this one rule."""
         return self.kernel_interleaving or self.micro_batches > 1
 
+    @property
+    def pipelines_inputs(self) -> bool:
+        """The next step's IDs travel during this one (input_pipeline; one rank has no exchange
+        to pipeline). Lowering, memory, the worker and the trainer follow this one rule."""
+        return self.input_pipeline and self.world_size > 1
+
     # ---- validation --------------------------------------------------------------
     def validate(self) -> None:
         self.model.validate()
