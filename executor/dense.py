@@ -44,6 +44,21 @@ class DenseArch(nn.Module):
     def forward(self, dense: torch.Tensor, embs: dict, seqs: dict) -> torch.Tensor:
         return self.top(self.interaction(self.bottom(dense), embs, seqs))
 
+    # the submodules of the bottom and top stages (every other parameter is the interaction's)
+    BOTTOM_MODULES = ("bot", "proj")
+    TOP_MODULES = ("topm", "deep")
+
+    def stage_parameters(self) -> dict[str, list[nn.Parameter]]:
+        """The parameters each stage's backward completes, by stage name (planner.op_names
+        DENSE_STAGES_BWD), in registration order."""
+        out: dict[str, list[nn.Parameter]] = {"top_mlp": [], "interaction": [], "bottom_mlp": []}
+        for name, q in self.named_parameters():
+            head = name.split(".", 1)[0]
+            stage = ("bottom_mlp" if head in self.BOTTOM_MODULES else "top_mlp" if head in self.TOP_MODULES
+                     else "interaction")
+            out[stage].append(q)
+        return out
+
     def flat_embs(self, embs: dict, seqs: dict) -> torch.Tensor:
         """Pooled tables in model order, sequences mean-pooled over their valid items."""
         parts = [embs[t] for t in self.pooled]

@@ -27,8 +27,10 @@ from executor.optim import DenseOptimizer
 from executor.pooled_twrw import make_packs
 from executor.precision import apply_global, dense_precision
 from executor.timing import OpTimer
+from planner.dense import dense_cost
+from planner.grad_buckets import early_buckets
 from planner.plan import Plan
-from simulator.measured import INPUT_LANE
+from simulator.measured import BUCKET_LANE, INPUT_LANE
 
 
 def make_dense_optimizer(plan: Plan, params) -> DenseOptimizer:
@@ -137,6 +139,16 @@ class Trainer:
         self._ahead: _Inputs | None = None  # the next step's lookups, gone ahead (input pipeline)
         if plan.pipelines_inputs:
             comm.open_input_group()
+        # grad_bucket_mb: the buckets launched during the last micro-batch's backward, as
+        # (name, last stage, parameters); the layout is lowering's (planner.grad_buckets)
+        self._early: list[tuple[str, str, list[torch.nn.Parameter]]] = []
+        self._flying: list[tuple[list[torch.nn.Parameter], torch.Tensor, object]] = []
+        if plan.buckets_grads:
+            by_stage = self.dense.stage_parameters()
+            for name, stages in early_buckets(dense_cost(plan.model), plan.grad_bucket_mb):
+                self._early.append((name, stages[-1], [q for s in stages for q in by_stage[s]]))
+            if self._early:
+                comm.open_grad_group()
 
     # ---- one step -------------------------------------------------------------------
     def step(self, local: Batch, upcoming: Batch | None = None) -> torch.Tensor:
@@ -260,7 +272,7 @@ class Trainer:
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
         dwork.wait()
-        off = sum(q.numel() for q in self.dense.parameters())  # the hot gradients follow the dense ones
+        off = sum(q.numel() for q in self._synced_params())  # the hot gradients follow the dense ones
         for p in self.packs:
             if p.sparse_hot:
                 synced = p.finish_hot_sync()
@@ -379,7 +391,8 @@ class Trainer:
 
     def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> torch.Tensor:
         T, d = self.timer, self.dense
-        if not T.enabled:  # one forward and one backward through the whole dense model
+        last = i == self.plan.micro_batches - 1
+        if not T.enabled and not (self._early and last):  # one forward and one backward through the whole model
             with self.precision.autocast(self.dev):
                 logit = d(mb.dense, embs, seqs)
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
@@ -398,16 +411,41 @@ class Trainer:
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
         with T.op("bwd", "dense", "top_mlp", i):
             loss.backward()
+        if last:
+            self._launch_buckets("top_mlp")
         with T.op("bwd", "dense", "interaction", i):
             backward_with(z, zd.grad)
+        if last:
+            self._launch_buckets("interaction")
         with T.op("bwd", "dense", "bottom_mlp", i):
             if b.requires_grad:
                 backward_with(b, bd.grad)
         return loss.detach()
 
+    def _launch_buckets(self, stage: str) -> None:
+        """All-reduce the buckets whose gradients `stage`'s backward completed (the last
+        micro-batch's), asynchronously on their own process group, as DDP does."""
+        for name, done_by, params in self._early:
+            if done_by != stage:
+                continue
+            for q in params:
+                if q.grad is None:  # a weight the step did not reach (its gradient is zero)
+                    q.grad = torch.zeros_like(q)
+            flat = torch.cat([q.grad.reshape(-1) for q in params])
+            tok = self.timer.start("bwd", "dense", name, lane=BUCKET_LANE)
+            work = self.comm.all_reduce(flat, async_op=True, bucket=True)
+            self.timer.end_when_done(tok, work)
+            self._flying.append((params, flat, work))
+
+    def _synced_params(self) -> list[torch.nn.Parameter]:
+        """The dense parameters of the step's one all-reduce: those of no early bucket."""
+        early = {id(q) for _, _, params in self._early for q in params}
+        return [q for q in self.dense.parameters() if id(q) not in early]
+
     def _start_grad_allreduce(self, async_op: bool):
-        """All-reduce the dense gradients followed by each pack's hot-row gradients, flat."""
-        params = list(self.dense.parameters())
+        """All-reduce the dense gradients (those of no early bucket) followed by each pack's
+        hot-row gradients, flat."""
+        params = self._synced_params()
         for q in params:
             if q.grad is None:
                 q.grad = torch.zeros_like(q)
@@ -417,12 +455,21 @@ class Trainer:
         return flat, self.comm.all_reduce(flat, async_op)
 
     def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
-        """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow)."""
+        """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow), and
+        those of the buckets launched during the backward once they are in."""
         off = 0
-        for q in self.dense.parameters():
+        for q in self._synced_params():
             n = q.numel()
             q.grad.copy_(flat[off : off + n].view_as(q))
             off += n
+        for params, bucket, work in self._flying:
+            work.wait()
+            off = 0
+            for q in params:
+                n = q.numel()
+                q.grad.copy_(bucket[off : off + n].view_as(q))
+                off += n
+        self._flying = []
 
     # ---- whole-model views --------------------------------------------------------------
     def full_tables(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:

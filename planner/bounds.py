@@ -24,6 +24,9 @@ def dense_only_ops(lowered: Lowered) -> list[Op]:
     """The ops of `lowered` outside every pack, with dependencies passed through the removed
     ones, and the gradient all-reduce carrying the dense gradients alone."""
     kept: list[Op] = []
+    # dense gradients already all-reduced in buckets during the backward (grad_bucket_mb)
+    buckets = {on.op_name("bwd", "dense", n) for n in on.GRAD_BUCKET_NAMES}
+    bucketed = sum(float(op.collective[1]) for op in lowered.ops if op.name in buckets)
     through: dict[str, list[str]] = {}  # removed op -> the kept ops it waited for
     for op in lowered.ops:
         deps = list(dict.fromkeys(d for name in op.deps for d in through.get(name, [name])))
@@ -32,7 +35,7 @@ def dense_only_ops(lowered: Lowered) -> list[Op]:
             continue
         new = replace(op, deps=deps)
         if op.collective is not None and op.name == on.op_name("bwd", "dense", "allreduce"):
-            new = replace(new, collective=(op.collective[0], float(lowered.dense.params * 4)))
+            new = replace(new, collective=(op.collective[0], float(lowered.dense.params * 4) - bucketed))
         kept.append(new)
     return kept
 

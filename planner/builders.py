@@ -32,6 +32,7 @@ import numpy as np
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
+from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec, attribute_groups
 from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
@@ -92,6 +93,7 @@ def torchrec_like_plan(
     # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
     plan.exchange = "fused"
     plan.input_pipeline = world > 1  # TorchRec trains with TrainPipelineSparseDist: IDs a batch ahead
+    plan.grad_bucket_mb = DDP_BUCKET_CAP_MB if world > 1 else 0.0  # and its dense part with DDP's buckets
     return plan
 
 

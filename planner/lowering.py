@@ -12,9 +12,9 @@ step's input, as the executor copies it), then per micro-batch:
 then once per iteration: bwd/dense/allreduce (the dense gradients and every pack's hot-row
 gradients in one buffer), opt updates. A plan scored as TorchRec runs it (exchange
 "torchrec") all-reduces its dense gradients as DDP does, in buckets launched during the last
-micro-batch's backward (op_names.GRAD_BUCKETS: one, bwd/dense/allreduce_dense, completed by the
-bottom MLP and issued after the packs' gradient exchange), beside the packs' backward; the
-data-parallel tables' gradients travel in that bucket.
+micro-batch's backward (planner.grad_buckets: DDP's 25 MiB cap over whole stages; the last,
+bwd/dense/allreduce_dense, is completed by the bottom MLP and issued after the packs' gradient
+exchange), beside the packs' backward; the data-parallel tables' gradients travel in the last.
 The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
@@ -61,6 +61,7 @@ from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
+from planner.grad_buckets import early_buckets, grad_buckets
 from planner.memory import MemoryReport, memory_report
 from planner.plan import Plan, table_optimizer
 from planner.pooled_twrw import bwd as group_bwd
@@ -72,7 +73,7 @@ from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
-from simulator.measured import INPUT_LANE
+from simulator.measured import BUCKET_LANE, INPUT_LANE
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 @dataclass
@@ -367,20 +368,22 @@ def _dense_bwd_head(dense: DenseCost, samples: float, mb: int | None, after: str
     return ops
 
 
-def _grad_buckets(dense: DenseCost, stage: str, present: list[str], after: str, ops: list[Op]) -> list[str]:
-    """Append the dense gradients' buckets (planner.op_names.GRAD_BUCKETS) complete once `stage`'s
-    backward (op `after`) is done: those whose last stage among `present` (the stages with a
-    backward op, in backward order) is `stage` and that have parameters; their names.
-    Asynchronous, as DDP runs them (off a serial chain), on the comm lane: DDP shares the default
-    process group with TorchRec's exchanges, so they queue behind each other."""
+def _grad_buckets(dense: DenseCost, layout: list[tuple[str, tuple[str, ...]]], stage: str, present: list[str],
+                  after: str, ops: list[Op], lane: str) -> list[str]:
+    """Append the dense gradients' buckets of `layout` (planner.grad_buckets) complete once `stage`'s backward
+    (op `after`) is done: those whose last stage among `present` (the stages with a backward
+    op, in backward order) is `stage`; their names.
+    Asynchronous, as DDP runs them (off a serial chain), on `lane`: "comm" where DDP shares the
+    default process group with TorchRec's exchanges, so that they queue behind each other."""
     names = []
-    for name, stages in on.GRAD_BUCKETS:
+    for name, stages in layout:
         mine = [s for s in present if s in stages]
         params = sum(dense.ops[s].params for s in stages)
         if not mine or mine[-1] != stage or not params:
             continue
         ops.append(_collective(on.op_name("bwd", "dense", name), [after], "all_reduce", float(params * 4),
                                pipelined=True))
+        ops[-1].lane = lane
         names.append(ops[-1].name)
     return names
 
@@ -442,6 +445,16 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     buckets: list[str] = []  # TorchRec: DDP's buckets of the dense gradients
+    # TorchRec: DDP's buckets, queued with the exchanges on the default process group but beside
+    # a table-row-wise plan's, which run on groups of their own (inside the node, across nodes);
+    # a picasso plan with grad_bucket_mb: every bucket but the last, on a process group of its own
+    if tr:
+        layout = grad_buckets(dense)
+        bucket_lane = BUCKET_LANE if any(pv.sharding == Sharding.TABLE_ROW_WISE for pv in packs) else "comm"
+    else:
+        layout = early_buckets(dense, plan.grad_bucket_mb) if plan.buckets_grads else []
+        bucket_lane = BUCKET_LANE
+    early: list[str] = []  # picasso: the buckets launched during the backward
     dense_grads: list[str] = []  # picasso: the dense backward ops its one all-reduce waits for
     for mi, mb in enumerate(mbs):
         ops.extend(pools[mb])
@@ -460,10 +473,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         bucket_ops: list[Op] = []
         for stage, op in stage_ops.items():
             ops.append(op)
-            if tr and mi == len(mbs) - 1:  # the dense gradients become final in this backward
-                # a bucket the bottom MLP completes is issued after the packs' backward (below)
-                buckets += _grad_buckets(dense, stage, list(stage_ops), op.name,
-                                         bucket_ops if stage == "bottom_mlp" else ops)
+            if layout and mi == len(mbs) - 1:  # the dense gradients become final in this backward
+                # TorchRec: a bucket the bottom MLP completes is issued after the packs' backward (below)
+                launched = _grad_buckets(dense, layout, stage, list(stage_ops), op.name,
+                                         bucket_ops if stage == "bottom_mlp" else ops, bucket_lane)
+                (buckets if tr else early).extend(launched)
         dense_grads += [stage_ops[s].name for s in ("top_mlp", "bottom_mlp") if s in stage_ops]
         pack_bwd: list[tuple[tuple, Op]] = []
         prev_last: str | None = None
@@ -501,9 +515,17 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         last.collective = (last.collective[0], last.collective[1] + dp_bytes)
         last.deps += hot_deps
         grad_sync, hot_deps, dp_bytes = last.name, [], 0.0
-    sync_bytes = (0.0 if tr else float(dense.params * 4)) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
+    early_bytes = sum(dense.ops[s].params * 4.0 for n, st in layout for s in st if not tr)
+    sync_bytes = (0.0 if tr else float(dense.params * 4) - early_bytes) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
+    # in the executor's order: the replicated packs' gradient gathers and the sparse hot syncs
+    # are launched before the all-reduce (one queue), then every cold update runs, then the
+    # hot updates, which wait for their sync
+    launched: list[Op] = []  # collectives launched before the all-reduce
+    updates: list[Op] = []  # cold updates
+    hot_updates: list[Op] = []
+    sync_op = None
     if sync_bytes:
-        ops.append(_collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes))
+        sync_op = _collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes)
         buckets.append(grad_sync)
     for pv in packs:
         passes = sparse_state.get(table_optimizer(plan, plan.model.table(pv.tables[0])), 3)
@@ -513,7 +535,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             rows = (np.full(plan.world_size, float(pv.rows)) if pv.sharding == Sharding.REPLICATED
                     else pv.update_rows * k)
             deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else grads_by_pack[pv.name]
-            ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
+            updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
                                 hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                                 + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
                                 ranks=np.nonzero(rows > 0)[0]))
@@ -526,7 +548,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # as the executor runs it: all_gathers of the rows and of their gradients (padded to
             # the largest count, known from the step's sizes exchange): one ring latency more
             gathers = (plan.world_size - 1) * count_steps
-            ops.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
+            launched.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
                                    pv.allgather_bytes(k), fixed_hbm_bytes=applied, lat_steps=gathers))
         else:
             rows = pv.recv_ids * k
@@ -537,26 +559,27 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # memory; only their gradients and IDs cross PCIe (ShardedPack.to_host)
             host = pv.placement == "host"
             grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if host else 0.0
-            ops.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
+            updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
                                 hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
                                 flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
             # from the step's one sizes exchange), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
-            ops.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
+            launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
                                    lat_steps=(plan.world_size - 1) * count_steps))
             rows = pv.hot_unique * k * plan.world_size
-            ops.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
+            hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
                                 hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
                                 flops=rows * pv.dim * 3))
         elif pv.allreduce_bytes:
             rows = pv.hot_rows
-            ops.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
+            hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
                                 hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
+    ops.extend(launched + ([sync_op] if sync_op is not None else []) + updates + hot_updates)
     n_params = dense.params
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
-    ops.append(_compute(on.op_name("opt", "dense", "update"), buckets,
+    ops.append(_compute(on.op_name("opt", "dense", "update"), buckets + early,
                         hbm=n_params * 4 * states, flops=n_params * 4))
     if plan.pipelines_inputs and not tr:  # TorchRec's exchanges pipeline their input by construction
         pipeline_input_dist(ops)

@@ -10,7 +10,7 @@ buckets `bwd/dense/allreduce_<name>` of a plan scored as TorchRec runs it, every
 The gradients of replicated hot rows are data-parallel parameters: they travel in the dense
 gradients' all-reduce, `bwd/dense/allreduce` (one fused buffer, as P2RES synchronises them),
 so there is no per-pack all-reduce op. TorchRec's DDP all-reduces the dense gradients in
-buckets launched during the backward (GRAD_BUCKETS); the data-parallel tables' gradients
+buckets launched during the backward (GRAD_BUCKET_NAMES); the data-parallel tables' gradients
 travel in the last bucket, so its `bwd/dense/allreduce` is absent (but for a model without a
 bottom MLP, where it carries those tables' gradients alone). Ops a pack does not
 need are absent: no `hot_gather`/`hot_update` without hot rows, no `a2a_*` for replicated
@@ -46,13 +46,15 @@ PACK_OPT = ("cold_update", "hot_sync", "hot_update")
 # Ops of the dense part and the input.
 INPUT_FWD = ("h2d",)
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
-# DDP's buckets of the dense gradients (TorchRec's plans) in launch order: a bucket holds the
-# parameters of its stages and is launched when the last micro-batch's backward of those stages
-# is done; a bucket without parameters is absent. One bucket, launched when the dense backward
-# ends (DDP's 25 MB buckets hold these dense models whole, but for its 1 MB first one); lowering
-# takes any layout written here.
-GRAD_BUCKETS = (("allreduce_dense", ("top_mlp", "interaction", "bottom_mlp")),)
-DENSE_BWD = ("top_mlp", "interaction", "bottom_mlp", *(b for b, _ in GRAD_BUCKETS), "allreduce")
+# DDP's buckets of the dense gradients (TorchRec's plans): a bucket holds the parameters of
+# whole stages, in backward order, and is launched when the last micro-batch's backward of its
+# last stage is done. The layout follows DDP's bucket cap (planner.lowering.ddp_buckets): a
+# small dense model is one bucket, `allreduce_dense`; a larger one (DCNv2's 64 MB) is several,
+# each but the last named after its first stage (`allreduce_top_mlp`, ...).
+DENSE_STAGES_BWD = ("top_mlp", "interaction", "bottom_mlp")
+LAST_BUCKET = "allreduce_dense"
+GRAD_BUCKET_NAMES = (*(f"allreduce_{s}" for s in DENSE_STAGES_BWD), LAST_BUCKET)
+DENSE_BWD = (*DENSE_STAGES_BWD, *GRAD_BUCKET_NAMES, "allreduce")
 DENSE_OPT = ("update",)
 
 

@@ -135,6 +135,11 @@ class Plan:
     # the next batch's ID exchange runs during this step (TorchRec's TrainPipelineSparseDist):
     # the executor prefetches it on a process group of its own, lowering moves it off the step
     input_pipeline: bool = False
+    # the dense gradients' all-reduce in buckets of this many MiB, launched during the last
+    # micro-batch's backward on a process group of their own, as DDP does (planner.grad_buckets;
+    # the last bucket travels with the hot rows' gradients after the packs' backward); 0: one
+    # all-reduce after the backward
+    grad_bucket_mb: float = 0.0
     optimizer: OptimizerPlan = field(default_factory=OptimizerPlan)
     hardware: str | None = None  # name of the hardware spec it was planned for
     seed: int = 0
@@ -184,6 +189,12 @@ class Plan:
         """The next step's IDs travel during this one (input_pipeline; one rank has no exchange
         to pipeline). Lowering, memory, the worker and the trainer follow this one rule."""
         return self.input_pipeline and self.world_size > 1
+
+    @property
+    def buckets_grads(self) -> bool:
+        """The dense gradients go in buckets during the backward (grad_bucket_mb; one rank has
+        nothing to all-reduce). Lowering and the trainer follow this one rule."""
+        return self.grad_bucket_mb > 0 and self.world_size > 1
 
     # ---- validation --------------------------------------------------------------
     def validate(self) -> None:
@@ -388,7 +399,7 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
 MAX_WORLD = fields.MAX_RANKS
 MAX_BATCH = 1 << 26
 KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
-                "micro_batches", "kernel_interleaving", "input_pipeline", "optimizer", "hardware", "seed", "exchange", "provenance",
+                "micro_batches", "kernel_interleaving", "input_pipeline", "grad_bucket_mb", "optimizer", "hardware", "seed", "exchange", "provenance",
                 "prediction", "notes")
 # plan files written before Provenance and Prediction kept both in a free-form "notes" object:
 # its keys, read into the typed fields (others, such as "_path", never described the plan)
@@ -435,6 +446,7 @@ def _plan_from_dict(d: object) -> Plan:
         micro_batches=fields.integer(d.get("micro_batches", 1), "micro_batches", 1, MAX_BATCH),
         kernel_interleaving=fields.boolean(d.get("kernel_interleaving", False), "kernel_interleaving"),
         input_pipeline=fields.boolean(d.get("input_pipeline", False), "input_pipeline"),
+        grad_bucket_mb=fields.real(d.get("grad_bucket_mb", 0.0), "grad_bucket_mb", 0.0, 1e6),
         optimizer=OptimizerPlan(
             sparse=fields.text(opt.get("sparse", dflt.sparse), "optimizer.sparse", SPARSE_OPTIMIZERS),
             sparse_lr=fields.real(opt.get("sparse_lr", dflt.sparse_lr), "optimizer.sparse_lr", 0.0, 1e6, lo_open=True),

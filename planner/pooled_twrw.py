@@ -35,6 +35,7 @@ from planner.plan import PackPlan, Plan, fused_pooled_member
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise
+from simulator.measured import GROUP_LANES
 
 GROUP = "pooled"  # the scope of the fused group's ops: fwd/pooled/a2a_ids, ...
 
@@ -164,6 +165,7 @@ def fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -> list
     ops.append(collective(n("a2a_emb"), [n("cold_gather")], "reduce_scatter", part, group="node", stage=5))
     ops.append(collective(on.op_name("fwd", pv.name, "a2a_pooled_x", mb), [n("a2a_emb")], "all_to_all",
                           peer_bytes(pv), group="peers", stage=5))
+    _own_lanes(ops[-2:])
     nodes = pv.world // pv.gpus_per_node
     ops.append(compute(n("pool"), [ops[-1].name], hbm=(nodes + 2) * out_b, flops=nodes * pv.samples * pv.pooled_width,
                        stage=POOL_STAGE))
@@ -182,7 +184,15 @@ def bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[Op]:
                           peer_bytes(pv), group="peers", stage=1))
     share = partial_bytes(pv) / pv.gpus_per_node  # each rank's part of the node's bag gradients
     ops.append(collective(n("a2a_grad"), [ops[-1].name], "all_gather", share, group="node", stage=1))
+    _own_lanes(ops[-2:])
     return ops
+
+
+def _own_lanes(ops: list[Op]) -> None:
+    """The group's collectives inside the node and among peers queue on their process
+    groups' lanes (simulator.measured.GROUP_LANES), not behind the default group's."""
+    for op in ops:
+        op.lane = GROUP_LANES[op.group]
 
 
 # ---- the search's layouts and --explain ----------------------------------------------------

@@ -44,6 +44,7 @@ import numpy as np
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
+from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer
@@ -366,7 +367,9 @@ class Candidates:
         model, hw, access, batch = self.model, self.hw, self.access, self.batch
         plan = Plan(model=model, world_size=self.world, batch_size_per_rank=batch, packs=[replace(p) for p in packs],
                     micro_batches=k, kernel_interleaving=ki, hardware=hw.name, optimizer=model_optimizer(model),
-                    input_pipeline=self.world > 1)  # the next batch's IDs travel during this step
+                    input_pipeline=self.world > 1,  # the next batch's IDs travel during this step
+                    # the dense gradients leave in buckets during the backward, as DDP's do
+                    grad_bucket_mb=DDP_BUCKET_CAP_MB if self.world > 1 else 0.0)
         # memory left for hot caches once everything else is placed; cold rows that do not
         # fit in device memory go to host memory (reached over PCIe), largest packs first
         free = _free_hbm(plan, hw, access)

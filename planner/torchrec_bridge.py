@@ -29,6 +29,7 @@ from typing import Any
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
+from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
@@ -206,6 +207,7 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
         packs.append(pack)
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
                 optimizer=model_optimizer(model), input_pipeline=world > 1,  # TrainPipelineSparseDist, run so too
+                grad_bucket_mb=DDP_BUCKET_CAP_MB if world > 1 else 0.0,  # DMP's DDP, run so too
                 exchange="torchrec", provenance=Provenance(
                     baseline="torchrec", torchrec={"sharding_types": dict(kinds), "approximations": approx}))
     plan.validate()

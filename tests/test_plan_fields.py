@@ -91,6 +91,7 @@ CHANGES = {
     "Plan.micro_batches": (B, changed(B, "micro_batches", 2)),
     "Plan.kernel_interleaving": (B, changed(B, "kernel_interleaving", True)),
     "Plan.input_pipeline": (B, changed(B, "input_pipeline", True)),
+    "Plan.grad_bucket_mb": (B, changed(B, "grad_bucket_mb", 1e-6)),
     "Plan.optimizer": (B, changed(B, "optimizer.dense", "sgd")),
     "Plan.seed": (B, changed(B, "seed", 3)),
     "Plan.version": (B, changed(B, "version", 99)),  # refused

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner import op_names as on
+from planner.dense import DenseCost, DenseOp
+from planner.grad_buckets import grad_buckets as ddp_buckets
 from planner.lowering import lower
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
@@ -70,15 +72,31 @@ def test_a_serial_torchrec_plan_runs_its_bucket_beside_the_packs_backward():
     assert ev[DENSE]["start_us"] <= cold < ev[DENSE]["start_us"] + ev[DENSE]["dur_us"]
 
 
-def test_each_layout_of_buckets_is_lowered_after_its_last_stage(monkeypatch):
-    monkeypatch.setattr(on, "GRAD_BUCKETS", (("allreduce_top_mlp", ("top_mlp",)),
-                                             ("allreduce_interaction", ("interaction", "bottom_mlp"))))
+def test_ddps_cap_splits_a_large_dense_model_into_buckets_launched_during_the_backward():
+    # DCNv2's 64 MB of dense weights overflow DDP's 25 MiB bucket: the top MLP's gradients go
+    # while the cross network's backward computes, the cross network's before the packs' exchange
     lo = lower(_plan("dlrm-dcnv2", micro_batches=2), load_hardware("dgx-h100"))
     d = lo.dense.ops
+    assert [n for n, _ in ddp_buckets(lo.dense)] == ["allreduce_top_mlp", "allreduce_interaction", "allreduce_dense"]
     top, inter = lo.op("bwd/dense/allreduce_top_mlp"), lo.op("bwd/dense/allreduce_interaction")
-    assert top.deps == ["bwd/dense/top_mlp@mb1"] and inter.deps == ["bwd/dense/bottom_mlp@mb1"]
-    assert inter.collective[1] == pytest.approx((d["interaction"].params + d["bottom_mlp"].params) * 4)
-    assert {top.name, inter.name} <= set(lo.op("opt/dense/update").deps)
+    last = lo.op(DENSE)
+    assert top.deps == ["bwd/dense/top_mlp@mb1"] and inter.deps == ["bwd/dense/interaction@mb1"]
+    assert last.deps == ["bwd/dense/bottom_mlp@mb1"]
+    assert top.collective[1] == pytest.approx(d["top_mlp"].params * 4)
+    assert inter.collective[1] == pytest.approx(d["interaction"].params * 4)
+    assert {top.name, inter.name, DENSE} <= set(lo.op("opt/dense/update").deps)
     names = [o.name for o in lo.ops]
     assert names.index(top.name) < names.index("bwd/dense/interaction@mb1") < names.index(inter.name)
+    assert names.index(inter.name) < names.index("bwd/pack0/a2a_grad@mb1") < names.index(DENSE)
     assert all(not n.startswith("bwd/dense/allreduce") or on.split_name(n)[3] is None for n in names)
+    # a dense model under the cap stays one bucket (DLRM on Criteo Kaggle)
+    assert [n for n, _ in ddp_buckets(lower(_plan(), load_hardware("dgx-h100")).dense)] == ["allreduce_dense"]
+
+
+def test_ddp_buckets_close_before_the_cap_and_skip_stages_without_weights():
+    def dense(**mb):
+        return DenseCost({s: DenseOp(1.0, int(v * 2**20 / 4), 0.0) for s, v in mb.items()}, feature_width=1)
+    assert ddp_buckets(dense(top_mlp=10, interaction=0, bottom_mlp=1)) == [("allreduce_dense", ("top_mlp", "bottom_mlp"))]
+    assert ddp_buckets(dense(top_mlp=20, interaction=10, bottom_mlp=1)) == [
+        ("allreduce_top_mlp", ("top_mlp",)), ("allreduce_dense", ("interaction", "bottom_mlp"))]
+    assert ddp_buckets(dense(top_mlp=30, interaction=0, bottom_mlp=0)) == [("allreduce_dense", ("top_mlp",))]
