@@ -14,7 +14,7 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
    gradient all-reduce at its cost per byte. The threshold q* = row_bytes*c_ar /
    (k*(8+2*row_bytes)*c_a2a) gives p* and the hot size per table is the number of rows
    above p*; the sizes are then scaled (x0 .. x4) and the best scale kept by simulation.
-3. Micro-batches (1, 2, 4, 8 dividing the batch) and kernel interleaving on/off.
+3. Micro-batches (1, 2, 4, 8, 16 dividing the batch) and kernel interleaving on/off.
 4. Per pack, column-wise, table-wise and replicated are tried in place of row-wise, and
    host placement when device memory runs out.
 5. Per pack, the exchange: rows (deduplicated, pooled by the requester) or pooled at the
@@ -52,7 +52,7 @@ from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
 
-MICRO_BATCHES = (1, 2, 4, 8)
+MICRO_BATCHES = (1, 2, 4, 8, 16)
 SPLITS = (1, 2, 4)
 HOT_SCALES = (0.0, 0.25, 0.5, 2.0, 4.0)
 REFINE_TOP = 3  # stage-1 structures whose hot-set size is refined
