@@ -515,7 +515,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         last.collective = (last.collective[0], last.collective[1] + dp_bytes)
         last.deps += hot_deps
         grad_sync, hot_deps, dp_bytes = last.name, [], 0.0
-    early_bytes = sum(dense.ops[s].params * 4.0 for n, st in layout for s in st if not tr)
+    early_bytes = sum(dense.ops[s].params * 4.0 for _, st in layout for s in st if not tr)
     sync_bytes = (0.0 if tr else float(dense.params * 4) - early_bytes) + sum(float(pv.allreduce_bytes) for pv in packs) + dp_bytes
     # in the executor's order: the replicated packs' gradient gathers and the sparse hot syncs
     # are launched before the all-reduce (one queue), then every cold update runs, then the
@@ -536,9 +536,9 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                     else pv.update_rows * k)
             deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else grads_by_pack[pv.name]
             updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
-                                hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
-                                + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
-                                ranks=np.nonzero(rows > 0)[0]))
+                                    hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
+                                    + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
+                                    ranks=np.nonzero(rows > 0)[0]))
             continue
         if pv.sharding == Sharding.REPLICATED:
             # every replica all-gathers the sparse gradients of all ranks and applies them all
@@ -549,7 +549,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # the largest count, known from the step's sizes exchange): one ring latency more
             gathers = (plan.world_size - 1) * count_steps
             launched.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
-                                   pv.allgather_bytes(k), fixed_hbm_bytes=applied, lat_steps=gathers))
+                                        pv.allgather_bytes(k), fixed_hbm_bytes=applied, lat_steps=gathers))
         else:
             rows = pv.recv_ids * k
             touched = rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
@@ -560,22 +560,22 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             host = pv.placement == "host"
             grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if host else 0.0
             updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
-                                hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
-                                flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
+                                    hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
+                                    flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
             # from the step's one sizes exchange), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
             launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
-                                   lat_steps=(plan.world_size - 1) * count_steps))
+                                        lat_steps=(plan.world_size - 1) * count_steps))
             rows = pv.hot_unique * k * plan.world_size
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
-                                hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
-                                flops=rows * pv.dim * 3))
+                                        hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
+                                        flops=rows * pv.dim * 3))
         elif pv.allreduce_bytes:
             rows = pv.hot_rows
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
-                                hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
+                                        hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
     ops.extend(launched + ([sync_op] if sync_op is not None else []) + updates + hot_updates)
     n_params = dense.params
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
