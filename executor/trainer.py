@@ -13,6 +13,7 @@ The dense forward runs at the model's dense_dtype where the device has it (execu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -103,6 +104,24 @@ def adjacent_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
         off += p.numel()
     rows = sum(p.shape[0] for p in parts)
     return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
+
+
+def _flat_grads(params: list[torch.nn.Parameter], tail: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+    """The gradients of `params` (zero for a weight the step did not reach), then `tail`, in
+    one flat buffer for an all-reduce."""
+    for q in params:
+        if q.grad is None:
+            q.grad = torch.zeros_like(q)
+    return torch.cat([q.grad.reshape(-1) for q in params] + list(tail))
+
+
+def _unflat_grads(params: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    """Copy the reduced gradients back from the head of `flat` (as `_flat_grads` laid them)."""
+    off = 0
+    for q in params:
+        n = q.numel()
+        q.grad.copy_(flat[off : off + n].view_as(q))
+        off += n
 
 
 @dataclass
@@ -428,10 +447,7 @@ class Trainer:
         for name, done_by, params in self._early:
             if done_by != stage:
                 continue
-            for q in params:
-                if q.grad is None:  # a weight the step did not reach (its gradient is zero)
-                    q.grad = torch.zeros_like(q)
-            flat = torch.cat([q.grad.reshape(-1) for q in params])
+            flat = _flat_grads(params)
             tok = self.timer.start("bwd", "dense", name, lane=BUCKET_LANE)
             work = self.comm.all_reduce(flat, async_op=True, bucket=True)
             self.timer.end_when_done(tok, work)
@@ -445,30 +461,17 @@ class Trainer:
     def _start_grad_allreduce(self, async_op: bool):
         """All-reduce the dense gradients (those of no early bucket) followed by each pack's
         hot-row gradients, flat."""
-        params = self._synced_params()
-        for q in params:
-            if q.grad is None:
-                q.grad = torch.zeros_like(q)
-        parts = [q.grad.reshape(-1) for q in params] + [p.hot_grad.reshape(-1) for p in self.packs
-                                                         if p.num_hot and not p.sparse_hot]
-        flat = torch.cat(parts)
+        hot = [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot and not p.sparse_hot]
+        flat = _flat_grads(self._synced_params(), hot)
         return flat, self.comm.all_reduce(flat, async_op)
 
     def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
         """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow), and
         those of the buckets launched during the backward once they are in."""
-        off = 0
-        for q in self._synced_params():
-            n = q.numel()
-            q.grad.copy_(flat[off : off + n].view_as(q))
-            off += n
+        _unflat_grads(self._synced_params(), flat)
         for params, bucket, work in self._flying:
             work.wait()
-            off = 0
-            for q in params:
-                n = q.numel()
-                q.grad.copy_(bucket[off : off + n].view_as(q))
-                off += n
+            _unflat_grads(params, bucket)
         self._flying = []
 
     # ---- whole-model views --------------------------------------------------------------
