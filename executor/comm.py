@@ -31,7 +31,7 @@ class Comm:
         self.device = device or torch.device("cpu")
         self.group = None  # the process group a2a and exchange_counts use (None: the default one)
         self._input_group = None
-        self._grad_group = None
+        self._grad_groups: dict[str, object] = {}  # "bucket", "sync": open_grad_groups
 
     def open_input_group(self) -> None:
         """Create the input pipeline's own process group (every rank calls it, in the same
@@ -74,20 +74,22 @@ class Comm:
         dist.all_to_all_single(out, send_counts.contiguous(), group=self.group)
         return out
 
-    def open_grad_group(self) -> None:
-        """Create the dense gradient buckets' own process group (every rank calls it, in the
-        same place): a bucket launched during the backward then runs beside the exchanges
-        instead of queueing with them, as DDP's all-reduces do on their own stream."""
-        if self.world > 1 and self._grad_group is None:
-            self._grad_group = dist.new_group(list(range(self.world)))
+    def open_grad_groups(self) -> None:
+        """Create the dense gradients' process groups (every rank calls it, in the same place):
+        "bucket" for the buckets launched during the backward, "sync" for the step's last
+        all-reduce (with the hot rows'), so that neither queues behind the exchanges, nor the
+        last behind the buckets, as DDP's all-reduces run on a stream of their own."""
+        if self.world > 1 and not self._grad_groups:
+            self._grad_groups = {g: dist.new_group(list(range(self.world))) for g in ("bucket", "sync")}
 
-    def all_reduce(self, t: torch.Tensor, async_op: bool = False, bucket: bool = False):
-        """Sum `t` over the ranks; `bucket`: on the gradient buckets' group (open_grad_group)."""
+    def all_reduce(self, t: torch.Tensor, async_op: bool = False, group: str | None = None):
+        """Sum `t` over the ranks; `group`: one of the dense gradients' groups (open_grad_groups),
+        None: the default group."""
         if self.world == 1:
             return Done()
-        if bucket and self._grad_group is None:
-            raise RuntimeError("the gradient buckets' process group was not opened")
-        work = dist.all_reduce(t, async_op=async_op, group=self._grad_group if bucket else None)
+        if group is not None and group not in self._grad_groups:
+            raise RuntimeError(f"the dense gradients' process group {group!r} was not opened")
+        work = dist.all_reduce(t, async_op=async_op, group=self._grad_groups.get(group) if group else None)
         return work if async_op else Done()
 
     def all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

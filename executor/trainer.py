@@ -31,7 +31,7 @@ from executor.timing import OpTimer
 from planner.dense import dense_cost
 from planner.grad_buckets import early_buckets
 from planner.plan import Plan
-from simulator.measured import BUCKET_LANE, INPUT_LANE
+from simulator.measured import BUCKET_LANE, INPUT_LANE, SYNC_LANE
 
 
 def make_dense_optimizer(plan: Plan, params) -> DenseOptimizer:
@@ -166,8 +166,7 @@ class Trainer:
             by_stage = self.dense.stage_parameters()
             for name, stages in early_buckets(dense_cost(plan.model), plan.grad_bucket_mb):
                 self._early.append((name, stages[-1], [q for s in stages for q in by_stage[s]]))
-            if self._early:
-                comm.open_grad_group()
+            comm.open_grad_groups()
 
     # ---- one step -------------------------------------------------------------------
     def step(self, local: Batch, upcoming: Batch | None = None) -> torch.Tensor:
@@ -276,7 +275,7 @@ class Trainer:
             if p.sparse_hot:
                 hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
                 p.start_hot_sync(async_op=ov)
-        dtok = T.start("bwd", "dense", "allreduce", lane="comm")
+        dtok = T.start("bwd", "dense", "allreduce", lane=SYNC_LANE if plan.buckets_grads else "comm")
         flat, dwork = self._start_grad_allreduce(ov)
         T.end_when_done(dtok, dwork)
         # replicated packs first: their all-gather was launched last, so waiting for it waits
@@ -449,7 +448,7 @@ class Trainer:
                 continue
             flat = _flat_grads(params)
             tok = self.timer.start("bwd", "dense", name, lane=BUCKET_LANE)
-            work = self.comm.all_reduce(flat, async_op=True, bucket=True)
+            work = self.comm.all_reduce(flat, async_op=True, group="bucket")
             self.timer.end_when_done(tok, work)
             self._flying.append((params, flat, work))
 
@@ -463,7 +462,7 @@ class Trainer:
         hot-row gradients, flat."""
         hot = [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot and not p.sparse_hot]
         flat = _flat_grads(self._synced_params(), hot)
-        return flat, self.comm.all_reduce(flat, async_op)
+        return flat, self.comm.all_reduce(flat, async_op, group="sync" if self.plan.buckets_grads else None)
 
     def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
         """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow), and

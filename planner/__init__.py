@@ -9,7 +9,7 @@ Public entry points (import from the modules; this package imports nothing eager
   dense_dtype, notes); the dense layers' precision is model.extra["dense_dtype"] (fp32 default,
   tf32, bf16; planner.dense.dense_dtype(model, hw) -> (dtype used, fallback note or None))
 - planner.search.search(model, hw, profile=None, batch_size_per_rank=4096, *, access=None,
-  time_budget_s=20, top_k=3, micro_batch_options=(1, 2, 4, 8), progress=None) -> SearchResult
+  time_budget_s=20, top_k=10, micro_batch_options=(1, 2, 4, 8, 16), progress=None) -> SearchResult
   (.plan, .hot_ids, .best, .candidates); planner.search.evaluate(plan, hw, access, engine)
 - planner.builders: every plan built without a search: baseline_plan(name, model, world, batch,
   hw=None, access=None) for name in BASELINES = ("naive", "torchrec-like", "dp-hot-only"),

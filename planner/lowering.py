@@ -73,7 +73,7 @@ from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
-from simulator.measured import BUCKET_LANE, INPUT_LANE
+from simulator.measured import BUCKET_LANE, INPUT_LANE, SYNC_LANE
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 @dataclass
@@ -526,6 +526,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     sync_op = None
     if sync_bytes:
         sync_op = _collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes)
+        if plan.buckets_grads and not tr:  # on a process group of its own (executor: Comm "sync")
+            sync_op.lane = SYNC_LANE
         buckets.append(grad_sync)
     for pv in packs:
         passes = sparse_state.get(table_optimizer(plan, plan.model.table(pv.tables[0])), 3)

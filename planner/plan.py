@@ -137,8 +137,9 @@ class Plan:
     input_pipeline: bool = False
     # the dense gradients' all-reduce in buckets of this many MiB, launched during the last
     # micro-batch's backward on a process group of their own, as DDP does (planner.grad_buckets;
-    # the last bucket travels with the hot rows' gradients after the packs' backward); 0: one
-    # all-reduce after the backward
+    # the last bucket travels with the hot rows' gradients after the packs' backward, on a second
+    # group of its own, beside the packs' gradient exchange); 0: one all-reduce after the
+    # backward, on the default group
     grad_bucket_mb: float = 0.0
     optimizer: OptimizerPlan = field(default_factory=OptimizerPlan)
     hardware: str | None = None  # name of the hardware spec it was planned for

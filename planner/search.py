@@ -21,13 +21,15 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
    owner, whichever planner.exchange.exchange_costs predicts cheaper for every candidate,
    then the other one tried by simulation for the best plan's packs. Tables that alone would
    exchange cheaper pooled (long bags) are also packed apart from the others (layouts "+pool").
+6. The dense gradients' buckets: DDP's 25 MiB, then smaller caps (BUCKET_CAPS_MB) that send
+   part of a small dense model's gradients during the backward (planner.grad_buckets).
 Every candidate is lowered and scored with the fast evaluator on a one-rank symmetric graph;
 the best few are re-simulated with the simpy engine and the best of those is returned.
 
 In code the search is named stages over one state (`Candidates`): enumerate_layouts (1, 3),
 then STAGES: structure_stage (1-3 with closed-form hot sizes), hot_scale_stage (2's scale),
-fused_pooled_stage (several nodes: planner.pooled_twrw's fused pooled exchange), sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), and
-final_stage (the discrete-event re-simulation).
+fused_pooled_stage (several nodes: planner.pooled_twrw's fused pooled exchange), sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), bucket_stage (6),
+and final_stage (the discrete-event re-simulation).
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
 """
 
@@ -42,9 +44,10 @@ from typing import Any
 import numpy as np
 
 from planner.access import TableAccess, table_access
+from planner.dense import dense_cost
 from planner.errors import PlanError
 from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
-from planner.grad_buckets import DDP_BUCKET_CAP_MB
+from planner.grad_buckets import DDP_BUCKET_CAP_MB, early_buckets
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer
@@ -53,9 +56,11 @@ from planner.volumes import ID_BYTES, STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
+BUCKET_CAPS_MB = (4.0, 1.0)  # tried after DDP's 25 MiB (bucket_stage)
 SPLITS = (1, 2, 4)
 HOT_SCALES = (0.0, 0.25, 0.5, 2.0, 4.0)
 REFINE_TOP = 3  # stage-1 structures whose hot-set size is refined
+FINAL_TOP = 10  # candidates re-simulated by the discrete-event engine (and given smaller buckets first)
 HOT_MEMORY_SHARE = 0.5  # at most this share of the free device memory goes to hot caches
 
 
@@ -503,6 +508,24 @@ def exchange_stage(c: Candidates) -> None:
         c.consider(f"{c.best.label} {pack.name}:{flip}", replace(c.best.plan, packs=packs))
 
 
+def bucket_stage(c: Candidates) -> None:
+    """Smaller gradient buckets than DDP's 25 MiB for the best few candidates, checked by
+    simulation: a dense part under the cap is one bucket, all-reduced after the backward; a
+    smaller cap sends its top MLP's gradients during the rest of the backward
+    (planner.grad_buckets)."""
+    if c.world <= 1:
+        return
+    dense = dense_cost(c.model)
+    for ev in c.ranked()[:FINAL_TOP]:
+        seen = {tuple(early_buckets(dense, ev.plan.grad_bucket_mb))}
+        for cap in BUCKET_CAPS_MB:
+            layout = tuple(early_buckets(dense, cap))
+            if c.over_budget() or layout in seen:
+                continue
+            seen.add(layout)
+            c.consider(f"{ev.label} buckets={cap:g}MiB", replace(ev.plan, grad_bucket_mb=cap))
+
+
 def final_stage(c: Candidates, top_k: int) -> Evaluation:
     """The best few re-simulated with the discrete-event engine; the best of those."""
     finals = [evaluate(ev.plan, c.hw, c.access, "simpy", full_symmetry(ev.plan), ev.label)
@@ -513,7 +536,8 @@ def final_stage(c: Candidates, top_k: int) -> Evaluation:
 
 # the stages after enumeration, in order (each improves on `Candidates.best`)
 STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_stage, fused_pooled_stage,
-                                                     sharding_stage, table_row_wise_stage, exchange_stage)
+                                                     sharding_stage, table_row_wise_stage, exchange_stage,
+                                                     bucket_stage)
 
 
 def search(
@@ -524,7 +548,7 @@ def search(
     *,
     access: dict[str, TableAccess] | None = None,
     time_budget_s: float = 20.0,
-    top_k: int = 3,
+    top_k: int = FINAL_TOP,
     micro_batch_options: tuple[int, ...] = MICRO_BATCHES,
     progress: Callable[[float, float], None] | None = None,
 ) -> SearchResult:
@@ -597,7 +621,8 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
 
 def _plan_key(plan: Plan) -> str:
     packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement, p.exchange) for p in plan.packs)
-    return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving, plan.exchange))
+    return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving, plan.exchange,
+                 plan.grad_bucket_mb))
 
 
 def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:

@@ -172,8 +172,12 @@ def _collective_cost(c: Collective, hw: HardwareSpec, eff_key: str | None,
     if algo == "hierarchical" and m > 1 and g > 1:
         if t == "all_reduce":
             ti = 2 * (g - 1) / g * n / bi
-            te = 2 * (m - 1) / m * (n / g) / be
-            lat = 2 * (g - 1) * ai + 2 * (m - 1) * ae
+            # across nodes NCCL takes the faster of a ring (bandwidth-optimal, 2(m-1) steps) and
+            # a double binary tree (2 log2 m steps, about twice the bytes): trees for small sums
+            ring = (2 * (m - 1) * ae, 2 * (m - 1) / m * (n / g) / be)
+            tree = (2 * math.ceil(math.log2(m)) * ae, 2 * (n / g) / be)
+            inter_lat, te = min(ring, tree, key=sum)
+            lat = 2 * (g - 1) * ai + inter_lat
         elif t == "reduce_scatter":
             ti = (g - 1) / g * n / bi
             te = (m - 1) / m * (n / g) / be

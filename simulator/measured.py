@@ -25,6 +25,8 @@ INPUT_LANE = "input_dist"
 # the dense gradients' buckets launched during the backward: a queue of their own (DDP's
 # process group beside TorchRec's table-row-wise groups; a picasso plan's grad_bucket_mb)
 BUCKET_LANE = "grad_buckets"
+# ... and the step's last all-reduce of them (with the hot rows'), beside both
+SYNC_LANE = "grad_sync"
 # a fused pooled group's collectives inside the node and among peers: each process group is a
 # queue of its own (executor.pooled_twrw.NodeGroups), so one micro-batch's exchange across
 # nodes runs beside the next one's reduce inside the node
@@ -133,7 +135,7 @@ def host_gap(tl: Timeline) -> tuple[float, float]:
                 cur_e = max(cur_e, e.end_us)
         covered += cur_e - cur_s
         gaps.append(max(max(e.end_us for e in evs) - evs[0].start_us - covered, 0.0))
-        ops.append(sum(1 for e in evs if e.lane not in (COMM_LANE, INPUT_LANE, BUCKET_LANE, NODE_LANE, PEERS_LANE)))  # host-issued compute ops
+        ops.append(sum(1 for e in evs if e.lane not in (COMM_LANE, INPUT_LANE, BUCKET_LANE, SYNC_LANE, NODE_LANE, PEERS_LANE)))  # host-issued compute ops
     if not gaps:
         return 0.0, 0.0
     return float(np.median(gaps)), float(np.mean(ops))

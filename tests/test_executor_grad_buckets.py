@@ -1,6 +1,7 @@
 """Gradient buckets (Plan.grad_bucket_mb): the dense gradients are all-reduced in buckets
 launched during the last micro-batch's backward, on a process group of their own, as DDP
-does; the last bucket travels with the hot rows' gradients after the packs' backward.
+does; the last bucket travels with the hot rows' gradients after the packs' backward, on a
+second group of its own.
 
 The buckets sum the same gradients, so every plan trains the same weights as the reference
 with them (rows and pooled exchanges, every sharding, hot rows, micro-batches, a cross
@@ -19,7 +20,7 @@ import pytest
 from executor.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import PackPlan, Plan
-from simulator.measured import BUCKET_LANE
+from simulator.measured import BUCKET_LANE, SYNC_LANE
 from tests.equivalence_cases import assert_cases_match
 from tests.test_executor_equivalence import TOL, mixed_case, other_models
 from tests.test_executor_pooled import ADAGRAD, HOT, pooled_plan
@@ -87,7 +88,7 @@ def test_the_executor_runs_lowerings_buckets_on_their_own_lane():
     predicted = {(n, op.lane) for n, op in ops.items() if n.startswith("bwd/dense/allreduce")}
     measured = {(n, lane) for n, lane in seen if n.startswith("bwd/dense/allreduce")}
     assert measured == predicted == {("bwd/dense/allreduce_top_mlp", BUCKET_LANE),
-                                     ("bwd/dense/allreduce_interaction", BUCKET_LANE), ("bwd/dense/allreduce", "comm")}
+                                     ("bwd/dense/allreduce_interaction", BUCKET_LANE), ("bwd/dense/allreduce", SYNC_LANE)}
 
 
 def test_lowering_launches_the_buckets_during_the_last_backward_and_leaves_the_rest():
@@ -100,13 +101,15 @@ def test_lowering_launches_the_buckets_during_the_last_backward_and_leaves_the_r
     d = dense.ops
     assert top.collective[1] == pytest.approx(d["top_mlp"].params * 4)
     assert inter.collective[1] == pytest.approx(d["interaction"].params * 4)
-    # the step's one all-reduce keeps the bottom MLP's and the hot rows' gradients
+    # the step's one all-reduce keeps the bottom MLP's and the hot rows' gradients, on a process
+    # group of its own: it queues neither behind the packs' gradient exchange nor the buckets
     moved = (d["top_mlp"].params + d["interaction"].params) * 4
     assert ops["bwd/dense/allreduce"].collective[1] == pytest.approx(before["bwd/dense/allreduce"].collective[1] - moved)
+    assert ops["bwd/dense/allreduce"].lane == SYNC_LANE and before["bwd/dense/allreduce"].lane == "comm"
     assert {top.name, inter.name} <= set(ops["opt/dense/update"].deps)
-    # a dense model under the cap is one bucket: the plan runs as without the field
+    # a dense model under the cap is one bucket: only the step's all-reduce moves to its group
     same, _ = _lowered(replace(base, grad_bucket_mb=25.0))
-    assert set(same) == set(before)
+    assert set(same) == set(before) and same["bwd/dense/allreduce"].lane == SYNC_LANE
 
 
 def test_buckets_never_predict_a_slower_step_on_a_gpu_cluster():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner import op_names as on
@@ -100,3 +102,19 @@ def test_ddp_buckets_close_before_the_cap_and_skip_stages_without_weights():
     assert ddp_buckets(dense(top_mlp=20, interaction=10, bottom_mlp=1)) == [
         ("allreduce_top_mlp", ("top_mlp",)), ("allreduce_dense", ("interaction", "bottom_mlp"))]
     assert ddp_buckets(dense(top_mlp=30, interaction=0, bottom_mlp=0)) == [("allreduce_dense", ("top_mlp",))]
+
+
+def test_the_search_tries_smaller_buckets_and_keeps_them_when_faster():
+    from planner.access import table_access
+    from planner.search import evaluate, full_symmetry, search
+
+    hw = load_hardware("dgx-h100")
+    model = get_model("dlrm-criteo-kaggle")
+    acc = table_access(model)
+    res = search(model, hw, None, 4096, access=acc)
+    assert any("buckets=1MiB" in e.label for e in res.candidates)
+    # Kaggle's 1.85 MB dense part is one bucket at DDP's cap; at 1 MiB its top MLP's gradients
+    # leave during the rest of the backward, which the simulator scores faster here
+    assert res.plan.grad_bucket_mb == 1.0
+    at_cap = evaluate(replace(res.plan, grad_bucket_mb=25.0), hw, acc, "simpy", full_symmetry(res.plan), "cap")
+    assert res.best.iteration_us < at_cap.iteration_us

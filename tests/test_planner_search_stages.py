@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from planner.access import table_access
 from planner.presets import get_model
-from planner.search import STAGES, Candidates, enumerate_layouts, final_stage, search
+from planner.search import FINAL_TOP, STAGES, Candidates, enumerate_layouts, final_stage, search
 from simulator.hardware import load_hardware
 
 
@@ -21,9 +21,9 @@ def test_the_stages_by_hand_are_the_search():
         stage(c)
         bests.append(c.best.iteration_us)
     assert [s.__name__ for s in STAGES] == ["structure_stage", "hot_scale_stage", "fused_pooled_stage", "sharding_stage",
-                                            "table_row_wise_stage", "exchange_stage"]
+                                            "table_row_wise_stage", "exchange_stage", "bucket_stage"]
     assert bests == sorted(bests, reverse=True)  # a stage never makes the best worse
-    chosen = final_stage(c, top_k=3)
+    chosen = final_stage(c, top_k=FINAL_TOP)
     res = search(model, hw, None, 1024, access=access, time_budget_s=600.0, micro_batch_options=(1, 2, 4))
     assert [e.label for e in res.candidates] == [e.label for e in c.log]
     assert res.best.label == chosen.label and res.best.iteration_us == chosen.iteration_us

@@ -105,6 +105,16 @@ def test_collective_closed_forms():
     # hierarchical: intra reduce-scatter + inter all-reduce of n/g over m nodes + intra all-gather
     assert cost("all_reduce", two_nodes) == pytest.approx(
         2 * 3 * 2.0 + 2 * 1 * 5.0 + 2 * 3 / 4 * n / 1e5 + 2 * 1 / 2 * (n / 4) / 1e4)
+    # across many nodes a small sum goes by a tree (2 log2 m latency steps), a large one by a ring
+    many = toy_hw(nodes=16, gpus_per_node=4)
+    g64 = tuple(range(64))
+    small, large = 4e3, 4e9
+    lat, bw, _ = collective_cost(Collective("all_reduce", g64, small), many)
+    assert lat == pytest.approx(2 * 3 * 2.0 + 2 * 4 * 5.0)
+    assert bw == pytest.approx(2 * 3 / 4 * small / 1e5 + 2 * (small / 4) / 1e4)
+    lat, bw, _ = collective_cost(Collective("all_reduce", g64, large), many)
+    assert lat == pytest.approx(2 * 3 * 2.0 + 2 * 15 * 5.0)
+    assert bw == pytest.approx(2 * 3 / 4 * large / 1e5 + 2 * 15 / 16 * (large / 4) / 1e4)
     # all-to-all: a + max(intra part, inter part)
     assert cost("all_to_all", one_node) == pytest.approx(2.0 + 7 / 8 * n / 1e5)
     assert cost("all_to_all", two_nodes) == pytest.approx(5.0 + max(3 / 8 * n / 1e5, 4 / 8 * n / 1e4))
