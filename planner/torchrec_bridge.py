@@ -282,6 +282,12 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
         lost.append(f"{plan.micro_batches} micro-batches (data interleaving)")
     if plan.kernel_interleaving:
         lost.append("kernel interleaving of packs")
+    if plan.world_size > 1 and plan.grad_bucket_mb != DDP_BUCKET_CAP_MB:
+        # not part of a sharding plan: DDP's own setting, which TorchRec's DMP leaves at its default
+        lost.append(f"dense gradients in {plan.grad_bucket_mb:g} MiB buckets, the last on a group of its own "
+                    f"(set DDP's bucket_cap_mb={plan.grad_bucket_mb:g} through DMP's data-parallel wrapper)"
+                    if plan.grad_bucket_mb > 0 else
+                    "one dense all-reduce after the backward (DDP always buckets: 25 MiB in TorchRec's DMP)")
     return out, lost
 
 

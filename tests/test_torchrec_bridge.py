@@ -60,11 +60,14 @@ def test_round_trip_every_sharding_type():
 def test_export_lists_what_torchrec_cannot_express():
     plan = every_sharding_plan()
     plan.hot_rows, plan.hot_ids_file, plan.micro_batches, plan.kernel_interleaving = {"C2": 10}, "h.npz", 2, True
+    plan.grad_bucket_mb = 1.0
     _, lost = torchrec_sharding(plan)
     text = " | ".join(lost)
     for what in ("hot-row replication", "2 micro-batches", "kernel interleaving", "cyclic row ownership",
-                 "exchange of deduplicated rows"):
+                 "exchange of deduplicated rows", "bucket_cap_mb=1"):
         assert what in text
+    plan.grad_bucket_mb = 25.0  # DDP's default: nothing to say
+    assert not any("bucket" in x for x in torchrec_sharding(plan)[1])
 
 
 def test_import_groups_fused_tables_and_lists_approximations():
