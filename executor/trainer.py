@@ -167,6 +167,9 @@ class Trainer:
             for name, stages in early_buckets(dense_cost(plan.model), plan.grad_bucket_mb):
                 self._early.append((name, stages[-1], [q for s in stages for q in by_stage[s]]))
             comm.open_grad_groups()
+        # the dense parameters of the step's one all-reduce: those of no early bucket
+        early = {id(q) for _, _, params in self._early for q in params}
+        self._synced = [q for q in self.dense.parameters() if id(q) not in early]
 
     # ---- one step -------------------------------------------------------------------
     def step(self, local: Batch, upcoming: Batch | None = None) -> torch.Tensor:
@@ -217,9 +220,7 @@ class Trainer:
                 if p.local_only:
                     continue
                 if not inputs.sent:
-                    tok = inputs.first_tok if (i, j) == inputs.first else T.start("fwd", p.name, "a2a_ids", i, lane="comm")
-                    p.send_ids(lk, async_op=ov)
-                    T.end_when_done(tok, lk.handle)  # the exchange's own span, not the wait for it
+                    self._send_ids(inputs, i, j, "comm", async_op=ov)
                 if not ov:
                     self._gather(p, lk, i)
         # 4. owners gather and return rows (in overlap mode, while other exchanges fly)
@@ -290,7 +291,7 @@ class Trainer:
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
         dwork.wait()
-        off = sum(q.numel() for q in self._synced_params())  # the hot gradients follow the dense ones
+        off = sum(q.numel() for q in self._synced)  # the hot gradients follow the dense ones
         for p in self.packs:
             if p.sparse_hot:
                 synced = p.finish_hot_sync()
@@ -339,19 +340,23 @@ class Trainer:
     def _send_ahead(self, upcoming: Batch) -> _Inputs:
         """The input pipeline: the next step's lookups routed and their IDs launched on the
         input process group (lane INPUT_LANE, as lowering has it)."""
-        T = self.timer
         with self.comm.inputs():
             ahead = self._route(upcoming, self._split(upcoming), lane=INPUT_LANE)
-            for i, row in enumerate(ahead.lks):
-                for j, (p, lk) in enumerate(zip(self.packs, row)):
-                    if p.local_only:
-                        continue
-                    tok = ahead.first_tok if (i, j) == ahead.first else T.start("fwd", p.name, "a2a_ids", i,
-                                                                                 lane=INPUT_LANE)
-                    p.send_ids(lk, async_op=True)
-                    T.end_when_done(tok, lk.handle)
+            for i in range(len(ahead.lks)):
+                for j, p in enumerate(self.packs):
+                    if not p.local_only:
+                        self._send_ids(ahead, i, j, INPUT_LANE, async_op=True)
         ahead.sent = True
         return ahead
+
+    def _send_ids(self, inputs: _Inputs, i: int, j: int, lane: str, async_op: bool) -> None:
+        """Launch micro-batch i's ID exchange of pack j, timed on `lane` from its launch to its
+        end (the exchange's own span, not the wait for it); the first one's span already holds
+        the sizes exchange."""
+        T, p, lk = self.timer, self.packs[j], inputs.lks[i][j]
+        tok = inputs.first_tok if (i, j) == inputs.first else T.start("fwd", p.name, "a2a_ids", i, lane=lane)
+        p.send_ids(lk, async_op=async_op)
+        T.end_when_done(tok, lk.handle)
 
     def _exchange_sizes(self, lks: list[list[Lookup]]) -> dict[int, list[int]]:
         """Every lookup's rows per destination go to the destinations in one all-to-all, and the
@@ -452,22 +457,17 @@ class Trainer:
             self.timer.end_when_done(tok, work)
             self._flying.append((params, flat, work))
 
-    def _synced_params(self) -> list[torch.nn.Parameter]:
-        """The dense parameters of the step's one all-reduce: those of no early bucket."""
-        early = {id(q) for _, _, params in self._early for q in params}
-        return [q for q in self.dense.parameters() if id(q) not in early]
-
     def _start_grad_allreduce(self, async_op: bool):
         """All-reduce the dense gradients (those of no early bucket) followed by each pack's
         hot-row gradients, flat."""
         hot = [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot and not p.sparse_hot]
-        flat = _flat_grads(self._synced_params(), hot)
+        flat = _flat_grads(self._synced, hot)
         return flat, self.comm.all_reduce(flat, async_op, group="sync" if self.plan.buckets_grads else None)
 
     def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
         """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow), and
         those of the buckets launched during the backward once they are in."""
-        _unflat_grads(self._synced_params(), flat)
+        _unflat_grads(self._synced, flat)
         for params, bucket, work in self._flying:
             work.wait()
             _unflat_grads(params, bucket)

@@ -48,7 +48,7 @@ INPUT_FWD = ("h2d",)
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
 # DDP's buckets of the dense gradients (TorchRec's plans): a bucket holds the parameters of
 # whole stages, in backward order, and is launched when the last micro-batch's backward of its
-# last stage is done. The layout follows DDP's bucket cap (planner.lowering.ddp_buckets): a
+# last stage is done. The layout follows DDP's bucket cap (planner.grad_buckets): a
 # small dense model is one bucket, `allreduce_dense`; a larger one (DCNv2's 64 MB) is several,
 # each but the last named after its first stage (`allreduce_top_mlp`, ...).
 DENSE_STAGES_BWD = ("top_mlp", "interaction", "bottom_mlp")

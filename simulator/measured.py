@@ -33,6 +33,8 @@ SYNC_LANE = "grad_sync"
 NODE_LANE = "node_group"
 PEERS_LANE = "peers_group"
 GROUP_LANES = {"node": NODE_LANE, "peers": PEERS_LANE}
+# the lanes that queue collectives (every other lane is host-issued compute)
+COLLECTIVE_LANES = (COMM_LANE, INPUT_LANE, BUCKET_LANE, SYNC_LANE, NODE_LANE, PEERS_LANE)
 PASS_STEP_OFFSET = 1_000_000  # step numbers of run r are shifted by r times this when runs merge
 PASS_TIME_OFFSET_US = 1e12  # ... and their times, so that no two runs' events overlap
 
@@ -135,7 +137,7 @@ def host_gap(tl: Timeline) -> tuple[float, float]:
                 cur_e = max(cur_e, e.end_us)
         covered += cur_e - cur_s
         gaps.append(max(max(e.end_us for e in evs) - evs[0].start_us - covered, 0.0))
-        ops.append(sum(1 for e in evs if e.lane not in (COMM_LANE, INPUT_LANE, BUCKET_LANE, SYNC_LANE, NODE_LANE, PEERS_LANE)))  # host-issued compute ops
+        ops.append(sum(1 for e in evs if e.lane not in COLLECTIVE_LANES))  # host-issued compute ops
     if not gaps:
         return 0.0, 0.0
     return float(np.median(gaps)), float(np.mean(ops))
