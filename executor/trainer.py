@@ -180,15 +180,17 @@ class Trainer:
         rank (`_exchange_sizes`). Nothing else waits for the device.
 
         With the plan's input_pipeline, `upcoming` (the next step's rows, when there is one)
-        is deduplicated, routed and its IDs sent to their owners during this step, on the input
-        process group; the next step then starts from those lookups (TorchRec's
+        is copied, deduplicated and routed once this step's gathers are issued, and its IDs
+        go to their owners on the input process group once this step's own rows are in (after
+        the last micro-batch's pooling), so they do not share the links with the exchange the
+        step waits for; the next step then starts from those lookups (TorchRec's
         TrainPipelineSparseDist). The IDs are data, not parameters: the step computes the same."""
         plan, T, ov = self.plan, self.timer, self.overlap
         k = plan.micro_batches
         if len(local) != plan.batch_size_per_rank:
             raise ValueError(f"expected {plan.batch_size_per_rank} rows per rank, got {len(local)}")
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead.source is not local:
+        if ahead is not None and (ahead.source is not local or not ahead.sent):
             raise RuntimeError("input pipeline: the step's rows are not the ones whose IDs went ahead")
         # the step's input and buffers: copy the rows (a no-op when the loader already did, or
         # when they went ahead), split them into micro-batches, zero the gradient buffers;
@@ -201,7 +203,11 @@ class Trainer:
                 p.step_index = self.steps_done
         # 1-2. dedup + route every lookup of the step, the sizes of every exchange (done already
         # when its IDs went ahead)
-        inputs = ahead if ahead is not None else self._route(local, mbs, lane="comm")
+        if ahead is not None:
+            inputs = ahead
+        else:
+            inputs = self._route(local, mbs)
+            self._size(inputs, lane="comm")
         lks = inputs.lks
         for j, sizes in inputs.hot_sizes.items():
             self.packs[j].hot_sizes = sizes
@@ -229,9 +235,9 @@ class Trainer:
                 for j, p in enumerate(self.packs):
                     if not p.local_only:
                         self._gather(p, lks[i][j], i)
-        # the next step's IDs go ahead now, beside this step's dense work and exchanges
+        # the next step's lookups are routed now, beside this step's exchanges
         if plan.pipelines_inputs and upcoming is not None:
-            self._ahead = self._send_ahead(upcoming)
+            self._ahead = self._route(upcoming, self._split(upcoming))
         # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange
         loss_sum = torch.zeros((), device=self.dev)
         for i, mb in enumerate(mbs):
@@ -249,6 +255,8 @@ class Trainer:
                         u = p.assemble(lk)
                     out = p.pool(lk, u)
                 leaves.append(dense_step_inputs(plan.model, p.layout.tables, out, mb, embs, seqs))
+            if i == k - 1 and self._ahead is not None:  # the step's rows are in: the next step's IDs go
+                self._send_ahead(self._ahead)
             loss_sum = loss_sum + self._dense(mb, embs, seqs, i)
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
@@ -315,9 +323,8 @@ class Trainer:
         m = len(local) // self.plan.micro_batches
         return [local.slice(i * m, (i + 1) * m) for i in range(self.plan.micro_batches)]
 
-    def _route(self, source: Batch, mbs: list[Batch], lane: str) -> _Inputs:
-        """Dedup and route every lookup of a step's micro-batches, then exchange the sizes of
-        every exchange (timed in the first ID exchange's span, on `lane`)."""
+    def _route(self, source: Batch, mbs: list[Batch]) -> _Inputs:
+        """Dedup and route every lookup of a step's micro-batches."""
         T = self.timer
         lks: list[list[Lookup]] = [[None] * len(self.packs) for _ in mbs]
         for i, mb in enumerate(mbs):
@@ -330,24 +337,27 @@ class Trainer:
                 lks[i][j] = lk
         # lowering counts the sizes exchange in the first ID exchange's span
         first = next(((i, j) for i in range(len(mbs)) for j, p in enumerate(self.packs) if not p.local_only), None)
-        inputs = _Inputs(source, mbs, lks, first)
-        if self.comm.world > 1:
-            if first is not None:
-                inputs.first_tok = T.start("fwd", self.packs[first[1]].name, "a2a_ids", first[0], lane=lane)
-            inputs.hot_sizes = self._exchange_sizes(lks)
-        return inputs
+        return _Inputs(source, mbs, lks, first)
 
-    def _send_ahead(self, upcoming: Batch) -> _Inputs:
-        """The input pipeline: the next step's lookups routed and their IDs launched on the
-        input process group (lane INPUT_LANE, as lowering has it)."""
+    def _size(self, inputs: _Inputs, lane: str) -> None:
+        """Exchange the sizes of every exchange of a routed step, timed in the first ID
+        exchange's span on `lane` (it ends when that exchange does)."""
+        if self.comm.world > 1:
+            if inputs.first is not None:
+                i, j = inputs.first
+                inputs.first_tok = self.timer.start("fwd", self.packs[j].name, "a2a_ids", i, lane=lane)
+            inputs.hot_sizes = self._exchange_sizes(inputs.lks)
+
+    def _send_ahead(self, ahead: _Inputs) -> None:
+        """The input pipeline: the next step's routed lookups sized and their IDs launched on
+        the input process group (lane INPUT_LANE, as lowering has it)."""
         with self.comm.inputs():
-            ahead = self._route(upcoming, self._split(upcoming), lane=INPUT_LANE)
+            self._size(ahead, lane=INPUT_LANE)
             for i in range(len(ahead.lks)):
                 for j, p in enumerate(self.packs):
                     if not p.local_only:
                         self._send_ids(ahead, i, j, INPUT_LANE, async_op=True)
         ahead.sent = True
-        return ahead
 
     def _send_ids(self, inputs: _Inputs, i: int, j: int, lane: str, async_op: bool) -> None:
         """Launch micro-batch i's ID exchange of pack j, timed on `lane` from its launch to its

@@ -419,18 +419,13 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     fwd: list[tuple[tuple, Op]] = []
     pools: dict[int | None, list[Op]] = {mb: [] for mb in mbs}
     for mi, mb in enumerate(mbs):
-        prev_pool: str | None = None
         for pi, pv in enumerate(packs):
             if tr:  # TorchRec exchanges the counts of every group before its input distribution
                 stages = _tr_pack_fwd(plan, pv, mb, count_steps)
             else:  # one sizes exchange per step, charged to the first ID exchange
                 first_exchange = exchanges(plan, pv) and not any(exchanges(plan, q) for q in packs[:pi]) and mi == 0
                 stages = _pack_fwd(plan, pv, mb, count_steps if first_exchange else 0.0)
-            first = stages[0]
-            first.deps.append(h2d)
-            if prev_pool is not None and not plan.overlapped:
-                first.deps.append(prev_pool)  # packs run one after another
-            prev_pool = stages[-1].name
+            stages[0].deps.append(h2d)  # packs of a step that is not overlapped: the serial chain orders them
             for op in stages:
                 if op.args["stage"] == POOL_STAGE:
                     pools[mb].append(op)  # issued with the micro-batch's dense step
@@ -536,7 +531,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # and updates each distinct row once; a data-parallel table is updated whole
             rows = (np.full(plan.world_size, float(pv.rows)) if pv.sharding == Sharding.REPLICATED
                     else pv.update_rows * k)
-            deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else grads_by_pack[pv.name]
+            deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else list(grads_by_pack[pv.name])
             updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
                                     hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                                     + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
@@ -550,7 +545,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # as the executor runs it: all_gathers of the rows and of their gradients (padded to
             # the largest count, known from the step's sizes exchange): one ring latency more
             gathers = (plan.world_size - 1) * count_steps
-            launched.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
+            launched.append(_collective(on.op_name("opt", pv.name, "cold_update"), list(grads_by_pack[pv.name]), "all_gather",
                                         pv.allgather_bytes(k), fixed_hbm_bytes=applied, lat_steps=gathers))
         else:
             rows = pv.recv_ids * k
@@ -561,14 +556,14 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # memory; only their gradients and IDs cross PCIe (ShardedPack.to_host)
             host = pv.placement == "host"
             grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if host else 0.0
-            updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
+            updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), list(grads_by_pack[pv.name]),
                                     hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
                                     flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
             # from the step's one sizes exchange), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
-            launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
+            launched.append(_collective(sync, list(grads_by_pack[pv.name]), "all_gather", pv.hot_sync_bytes(k),
                                         lat_steps=(plan.world_size - 1) * count_steps))
             rows = pv.hot_unique * k * plan.world_size
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
@@ -594,26 +589,48 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
 
 
 def pipeline_input_dist(ops: list[Op]) -> None:
-    """Move every ID exchange (a2a_ids, and a table-row-wise pack's a2a_ids_x) off the step, as
-    the executor runs a plan with input_pipeline: the next batch's IDs travel while this batch
-    trains (TorchRec's TrainPipelineSparseDist), on a lane of their own, and what read them
-    waits for what the exchange waited for instead. The IDs' dedup and routing stay in the
-    step: the executor computes them for the next batch during this one."""
-    piped = {op.name: op for op in ops
+    """Lower the input pipeline as the executor runs it (Trainer.step, TorchRec's
+    TrainPipelineSparseDist in spirit): the next batch's lookups are deduplicated and routed
+    during this step, once its gathers are issued and before its first pooling; their IDs go
+    on a lane of their own after the last micro-batch's pooling (the forward exchanges the
+    dense work waits for go first) and travel beside the dense work. In the one-step graph
+    the step's own dedup, route and ID exchanges (a2a_ids, a table-row-wise pack's
+    a2a_ids_x) stand for the next step's: they move to those points of the issue order and
+    nothing of the step waits for them; what read a moved op waits for what it waited for."""
+    piped = {op.name for op in ops
              if op.kind == "collective" and on.split_name(on.base_name(op.name))[2] in ("a2a_ids", "a2a_ids_x")}
-    before = {name: list(op.deps) for name, op in piped.items()}
+    if not piped:
+        return
+    # every pack's routing goes ahead (Trainer._route covers replicas too): stages 0-1
+    ahead = {op.name for op in ops if op.kind == "compute" and op.args.get("stage") in (0, 1)
+             and on.split_name(op.name)[0] == "fwd"}
+    moved = piped | ahead
+    before = {op.name: list(op.deps) for op in ops}
 
-    def through(name: str) -> list[str]:  # a pipelined op's ancestors outside the pipeline
-        return [d for dep in before[name] for d in (through(dep) if dep in piped else [dep])]
+    def outside(name: str) -> list[str]:  # a moved op's nearest ancestors that stay in the step
+        return [d for dep in before[name] for d in (outside(dep) if dep in moved else [dep])]
 
+    def inside(name: str) -> list[str]:  # an op's nearest ancestors among the moved ops
+        return [d for dep in before[name] for d in ([dep] if dep in moved else inside(dep))]
+
+    pools = [i for i, op in enumerate(ops) if op.args.get("stage") == POOL_STAGE and on.split_name(op.name)[0] == "fwd"]
+    last_mb = max((on.split_name(ops[i].name)[3] or 0 for i in pools), default=0)
+    last_pools = [ops[i].name for i in pools if (on.split_name(ops[i].name)[3] or 0) == last_mb]
     for op in ops:
         if op.name in piped:
-            op.deps = [d for d in before[op.name] if d in piped]
+            op.deps = list(dict.fromkeys(inside(op.name) + last_pools))
             op.lane = INPUT_LANE
             op.args["pipelined"] = True
-        elif any(d in piped for d in op.deps):
-            deps = [x for d in op.deps for x in (through(d) if d in piped else [d])]
+        elif op.name in ahead:  # after the step's gathers by their place on the compute lane
+            op.deps = [d for d in before[op.name] if d in ahead]
+        elif any(d in moved for d in op.deps):
+            deps = [x for d in op.deps for x in (outside(d) if d in moved else [d])]
             op.deps = list(dict.fromkeys(deps))
+    first_pool = pools[0] if pools else len(ops)
+    after_pools = max((i for i in pools if ops[i].name in last_pools), default=first_pool - 1) + 1
+    head, mid, tail = ops[:first_pool], ops[first_pool:after_pools], ops[after_pools:]
+    ops[:] = ([op for op in head if op.name not in moved] + [op for op in head if op.name in ahead] + mid
+              + [op for op in head if op.name in piped] + tail)
 
 
 # ---- OpGraph emission ----------------------------------------------------------------------
@@ -701,7 +718,10 @@ def emit_graph(ops: list[Op], world: int, symmetric: bool, gpus_per_node: int | 
     for rank in ranks:
         ids: dict[str, list[int]] = {}
         for op, cls in zip(ops, classes):
-            deps = [d for name in op.deps for d in ids.get(name, [])]
+            late = [name for name in op.deps if name not in ids]
+            if late:  # a program is in issue order: a dependency issued later is a lowering bug
+                raise ValueError(f"lowering: {op.name} depends on {late[0]}, which is issued after it")
+            deps = [d for name in op.deps for d in ids[name]]
             if op.ranks is not None and not symmetric and rank not in op.ranks:
                 ids[op.name] = deps  # skipped here: pass its dependencies through
                 continue

@@ -33,10 +33,10 @@ def compute(name: str, deps: list[str], *, flops: Any = 0.0, hbm: Any = 0.0, hos
              pcie: Any = 0.0, ranks: np.ndarray | None = None, **args: Any) -> Op:
     return Op(name, "compute", "compute",
               {"flops": flops, "hbm_bytes": hbm, "host_bytes": host, "pcie_bytes": pcie},
-              deps, ranks=ranks, args=args)
+              list(deps), ranks=ranks, args=args)  # its own list: lowering appends to an op's deps
 
 
 def collective(name: str, deps: list[str], ctype: str, nbytes: Any, group: str | None = None,
                 algorithm: str | None = None, **args: Any) -> Op:
-    return Op(name, "comm", "collective", {}, deps, collective=(ctype, nbytes), group=group, algorithm=algorithm,
+    return Op(name, "comm", "collective", {}, list(deps), collective=(ctype, nbytes), group=group, algorithm=algorithm,
               args=args)

@@ -4,8 +4,9 @@ this step, on a process group of their own (TorchRec's TrainPipelineSparseDist).
 The IDs are data, so every plan trains the same weights as the reference with it: rows and
 pooled exchanges, every sharding, hot rows synchronised densely and sparsely, replicated
 packs, fused pooled groups, micro-batches, serial and overlapped steps, at 2 and 4 ranks.
-A step given other rows than the ones whose IDs went ahead refuses. Lowering moves the ID
-exchange off the step: its own lane, waited for by nothing.
+A step given other rows than the ones whose IDs went ahead refuses. Lowering moves the next
+step's routing and ID exchange where the executor runs them: the routing after the step's
+gathers, the IDs on their own lane after the step's last pooling, waited for by nothing.
 """
 
 from __future__ import annotations
@@ -70,6 +71,48 @@ def test_a_step_refuses_rows_other_than_those_sent_ahead():
     assert all("not the ones whose IDs went ahead" in g for g in got), got
 
 
+def _ordered_worker(rank: int, world: int, plan_d: dict) -> list[tuple[str, str, float, float]]:
+    from executor.comm import Comm
+    from executor.timing import OpTimer
+    from executor.trainer import Trainer
+    from executor.verify import local_rows, synthetic_global_batches
+
+    plan = Plan.from_dict(plan_d)
+    batches = [local_rows(b, plan, rank) for b in synthetic_global_batches(plan, 3, seed=0)]
+    timer = OpTimer(rank, Comm().device, enabled=True, micro_batches=plan.micro_batches)
+    tr = Trainer(plan, HOT, Comm(), timer)
+    tr.step(batches[0], batches[1])
+    timer._open = []  # the second step: its own lookups went ahead, the third's go during it
+    tr.step(batches[1], batches[2])
+    tr.comm.barrier()
+    events = []
+    for name, lane, a, b in timer._open:
+        b = timer._completed(b) if isinstance(b, list) else b
+        events.append((name, lane, a, b))
+    return events
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("k,ki", [(1, False), (2, True)])
+def test_the_executor_routes_ahead_after_the_gathers_and_sends_ids_after_the_last_pooling(k, ki):
+    plan_d = {**pooled_plan(2, k=k, ki=ki, mixed=True).to_dict(), "input_pipeline": True}
+    events = run_ranks(_ordered_worker, 2, plan_d)[0]
+    fwd = [e for e in events if e[0].startswith("fwd/")]
+
+    def op(e):
+        return e[0].split("@")[0].rsplit("/", 1)[1]
+
+    routing = [e for e in fwd if op(e) in ("dedup", "bags", "route")]
+    ids = [e for e in fwd if op(e) == "a2a_ids"]
+    pools = [e for e in fwd if op(e) == "pool"]
+    last_pools = [e for e in pools if e[0].endswith(f"@mb{k - 1}")] if k > 1 else pools
+    assert routing and ids and pools
+    assert all(e[1] == "input_dist" for e in ids), ids
+    # the next step's routing runs before the step's first pooling, its IDs after the last
+    assert max(e[3] for e in routing) <= min(e[2] for e in pools)
+    assert min(e[2] for e in ids) >= max(e[3] for e in last_pools)
+
+
 def test_plan_field_round_trips_and_is_checked():
     plan = replace(pooled_plan(2), input_pipeline=True)
     assert Plan.from_dict(plan.to_dict()).input_pipeline is True
@@ -89,22 +132,38 @@ def _program(plan: Plan):
 
 
 @pytest.mark.parametrize("k,ki", [(1, False), (2, True)])
-def test_lowering_moves_the_id_exchange_off_the_step(k, ki):
+def test_lowering_moves_the_next_steps_routing_and_ids_where_the_executor_runs_them(k, ki):
     base = pooled_plan(4, k=k, ki=ki, mixed=True)
-    ops = {op.name: op for op in _program(replace(base, input_pipeline=True))}
+    program = _program(replace(base, input_pipeline=True))
+    ops = {op.name: op for op in program}
+    order = {op.name: i for i, op in enumerate(program)}
     before = {op.name: op for op in _program(base)}
     ids = [n for n in ops if n.split("@")[0].endswith("/a2a_ids")]
-    assert ids and set(ids) == {n for n in before if n.split("@")[0].endswith("/a2a_ids")}
-    for n in ids:
+    routing = [n for n in ops if n.startswith("fwd/") and n.split("@")[0].rsplit("/", 1)[1] in ("dedup", "bags", "route")]
+    assert ids and routing and set(ids) == {n for n in before if n.split("@")[0].endswith("/a2a_ids")}
+    moved = set(ids) | set(routing)
+    fwd_pools = [n for n in ops if n.startswith("fwd/") and n.split("@")[0].endswith("/pool")]
+    last_pools = [n for n in fwd_pools if n.endswith(f"@mb{k - 1}")] if k > 1 else fwd_pools
+    gathers = [n for n in ops if n.split("@")[0].endswith("/cold_gather") and n.startswith("fwd/")]
+    for n in routing:  # the next step's routing: after the step's gathers, before its first pooling
+        prev = program[order[n] - 1].name  # a serial step chains every op to the one issued before
+        assert set(ops[n].deps) <= set(routing) | {prev}, (n, ops[n].deps)
+        assert max(order[g] for g in gathers) < order[n] < min(order[p] for p in fwd_pools)
+    for n in ids:  # its IDs: once the routing is done and the step's own rows are pooled
         assert ops[n].lane == "input_dist" and ops[n].args.get("pipelined")
-        assert ops[n].deps == []
+        assert set(ops[n].deps) - set(routing) == set(last_pools), (n, ops[n].deps)
+        assert set(ops[n].deps) & set(routing)
         assert before[n].deps  # it waited for the lookups' routing before
-    for op in ops.values():
-        assert not set(op.deps) & set(ids), (op.name, op.deps)
-    # what read the IDs waits for what the exchange waited for instead
+    for i, op in enumerate(program):  # (but for a serial step's chain to the op issued before)
+        if op.name not in moved:
+            assert not set(op.deps) & moved - {program[i - 1].name}, (op.name, op.deps)
+    # what read a moved op waits for what that op waited for instead
     for n, op in before.items():
-        for d in set(op.deps) & set(ids):
-            assert set(before[d].deps) <= set(ops[n].deps), (n, ops[n].deps, before[d].deps)
+        if n in moved:
+            continue
+        for d in set(op.deps) & moved:
+            stays = {x for x in before[d].deps if x not in moved}
+            assert stays <= set(ops[n].deps), (n, ops[n].deps, before[d].deps)
 
 
 def test_pipelining_never_predicts_a_slower_step():

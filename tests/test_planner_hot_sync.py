@@ -43,6 +43,9 @@ def test_sparse_hot_sync_is_lowered_as_an_all_gather_outside_the_dense_all_reduc
     sync = sparse.op("opt/pack0/hot_sync")
     # a serial plan's hot update also waits for the cold update, which the executor runs first
     assert sync.collective[0] == "all_gather"
+    # the sync is launched before the all-reduce and waits for the gradient exchange, not for
+    # the all-reduce (the cold update's dependency list once leaked into it)
+    assert sync.deps == ["bwd/pack0/a2a_grad"]
     assert sparse.op("opt/pack0/hot_update").deps == ["opt/pack0/hot_sync", "opt/pack0/cold_update"]
     assert "opt/pack0/hot_sync" not in [o.name for o in dense.ops]
     # memory: no whole-hot-set gradient buffer under the sparse sync

@@ -190,3 +190,14 @@ def test_a_pooled_pack_saves_only_the_ids_of_its_hot_rows():
     assert pv_pooled.bytes_saved_per_step(2) == pytest.approx(2 * ids_saved)
     rows_saved = (pv_rows.cold_unique_nohot - pv_rows.cold_unique) * (8 + 2 * 16 * 4)
     assert pv_rows.bytes_saved_per_step(1) == pytest.approx(rows_saved)
+
+
+def test_a_dependency_issued_after_its_op_is_refused_not_dropped():
+    # a program lists ops in issue order; a dependency on a later op was once dropped silently
+    from planner.lowering import emit_graph
+    from planner.program_ops import compute
+
+    ops = [compute("fwd/pack0/route", ["fwd/pack0/dedup"], flops=1.0), compute("fwd/pack0/dedup", [], flops=1.0)]
+    with pytest.raises(ValueError, match="fwd/pack0/route depends on fwd/pack0/dedup, which is issued after it"):
+        emit_graph(ops, 2, symmetric=True)
+    emit_graph(ops[::-1], 2, symmetric=True)
