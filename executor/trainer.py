@@ -181,9 +181,9 @@ class Trainer:
 
         With the plan's input_pipeline, `upcoming` (the next step's rows, when there is one)
         is copied, deduplicated and routed once this step's gathers are issued, and its IDs
-        go to their owners on the input process group once this step's own rows are in (after
-        the last micro-batch's pooling), so they do not share the links with the exchange the
-        step waits for; the next step then starts from those lookups (TorchRec's
+        go to their owners on the input process group after the pooling of micro-batch
+        `plan.ids_launch_mb` (by default the last: the forward exchanges the step waits for
+        go first); the next step then starts from those lookups (TorchRec's
         TrainPipelineSparseDist). The IDs are data, not parameters: the step computes the same."""
         plan, T, ov = self.plan, self.timer, self.overlap
         k = plan.micro_batches
@@ -255,7 +255,7 @@ class Trainer:
                         u = p.assemble(lk)
                     out = p.pool(lk, u)
                 leaves.append(dense_step_inputs(plan.model, p.layout.tables, out, mb, embs, seqs))
-            if i == k - 1 and self._ahead is not None:  # the step's rows are in: the next step's IDs go
+            if i == plan.ids_launch_mb and self._ahead is not None:  # the next step's IDs go
                 self._send_ahead(self._ahead)
             loss_sum = loss_sum + self._dense(mb, embs, seqs, i)
             for j, p in enumerate(self.packs):

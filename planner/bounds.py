@@ -41,9 +41,20 @@ def dense_only_ops(lowered: Lowered) -> list[Op]:
 
 
 def embedding_free_us(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = "simpy") -> float:
-    """Iteration time (us) of `plan` on `hw` if every embedding op took no time."""
+    """Iteration time (us) of `plan` on `hw` if every embedding op took no time, at the best of
+    the dense-side choices the search gives any plan (micro-batch count, gradient buckets):
+    a bound on every plan, not on those sharing `plan`'s choices."""
+    from planner.grad_buckets import DDP_BUCKET_CAP_MB
+    from planner.search import BUCKET_CAPS_MB, MICRO_BATCHES
     from simulator.engine import simulate
 
-    lowered = lower(plan, hw, access=access, symmetric=True, check_memory=False)
-    graph = emit_graph(dense_only_ops(lowered), plan.world_size, symmetric=True)
-    return float(simulate(graph, hw, engine=engine).iteration_us)
+    ks = {plan.micro_batches} | {k for k in MICRO_BATCHES if plan.batch_size_per_rank % k == 0}
+    caps = {plan.grad_bucket_mb, 0.0, DDP_BUCKET_CAP_MB, *BUCKET_CAPS_MB} if plan.world_size > 1 else {0.0}
+    best = float("inf")
+    for k in sorted(ks):
+        for cap in sorted(caps):
+            variant = replace(plan, micro_batches=k, grad_bucket_mb=cap, ids_after_mb=None)
+            lowered = lower(variant, hw, access=access, symmetric=True, check_memory=False)
+            graph = emit_graph(dense_only_ops(lowered), plan.world_size, symmetric=True)
+            best = min(best, float(simulate(graph, hw, engine=engine).iteration_us))
+    return best

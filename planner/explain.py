@@ -54,6 +54,14 @@ def pack_sync(sharding: str, hot_rows: int, sparse_hot: bool = False) -> str:
     return "all-to-all" + hot
 
 
+def _pipeline(d: dict[str, Any]) -> str:
+    if not d["input_pipeline"]:
+        return "off"
+    if d["micro_batches"] == 1 or d["ids_after_mb"] is None:
+        return "on"
+    return f"on (next IDs after micro-batch {d['ids_after_mb']})"
+
+
 def _buckets(mb: float) -> str:
     """How a plan all-reduces its dense gradients, for the header line."""
     return f"of {mb:g} MiB" if mb > 0 else "off (one all-reduce after the backward)"
@@ -225,6 +233,7 @@ class Explanation:
             "batch_size_per_rank": self.plan.batch_size_per_rank, "micro_batches": self.plan.micro_batches,
             "kernel_interleaving": self.plan.kernel_interleaving, "input_pipeline": self.plan.input_pipeline,
             "grad_bucket_mb": self.plan.grad_bucket_mb,
+            "ids_after_mb": self.plan.ids_launch_mb if self.plan.pipelines_inputs else None,
             "dense_dtype": ev.lowered.dense_dtype, "lowering_notes": list(ev.lowered.notes),
             "predicted_iteration_us": ev.iteration_us, "engine": ev.engine,
             "samples_per_s": (self.plan.global_batch / ev.iteration_us * 1e6) if ev.iteration_us else None,
@@ -253,7 +262,7 @@ class Explanation:
         lines = [
             f"plan for {d['model']} on {d['hardware']} ({d['world_size']} ranks, batch {d['batch_size_per_rank']}"
             f"/rank, {d['micro_batches']} micro-batch(es), kernel interleaving "
-            f"{'on' if d['kernel_interleaving'] else 'off'}, input pipeline {'on' if d['input_pipeline'] else 'off'}, "
+            f"{'on' if d['kernel_interleaving'] else 'off'}, input pipeline {_pipeline(d)}, "
             f"gradient buckets {_buckets(d['grad_bucket_mb'])}, "
             f"dense layers in {d['dense_dtype']})",
             *(f"note: {n}" for n in d["lowering_notes"]),

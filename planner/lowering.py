@@ -579,7 +579,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     ops.append(_compute(on.op_name("opt", "dense", "update"), buckets + early,
                         hbm=n_params * 4 * states, flops=n_params * 4))
     if plan.pipelines_inputs and not tr:  # TorchRec's exchanges pipeline their input by construction
-        pipeline_input_dist(ops)
+        pipeline_input_dist(ops, plan.ids_launch_mb)
     if serial:
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain
         for a, b in zip(chain, chain[1:]):
@@ -588,15 +588,15 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     return ops
 
 
-def pipeline_input_dist(ops: list[Op]) -> None:
+def pipeline_input_dist(ops: list[Op], launch_mb: int) -> None:
     """Lower the input pipeline as the executor runs it (Trainer.step, TorchRec's
     TrainPipelineSparseDist in spirit): the next batch's lookups are deduplicated and routed
     during this step, once its gathers are issued and before its first pooling; their IDs go
-    on a lane of their own after the last micro-batch's pooling (the forward exchanges the
-    dense work waits for go first) and travel beside the dense work. In the one-step graph
-    the step's own dedup, route and ID exchanges (a2a_ids, a table-row-wise pack's
-    a2a_ids_x) stand for the next step's: they move to those points of the issue order and
-    nothing of the step waits for them; what read a moved op waits for what it waited for."""
+    on a lane of their own after micro-batch `launch_mb`'s pooling (Plan.ids_launch_mb) and
+    travel beside the step's other work. In the one-step graph the step's own dedup, route
+    and ID exchanges (a2a_ids, a table-row-wise pack's a2a_ids_x) stand for the next step's:
+    they move to those points of the issue order and nothing of the step waits for them;
+    what read a moved op waits for what it waited for."""
     piped = {op.name for op in ops
              if op.kind == "collective" and on.split_name(on.base_name(op.name))[2] in ("a2a_ids", "a2a_ids_x")}
     if not piped:
@@ -614,11 +614,10 @@ def pipeline_input_dist(ops: list[Op]) -> None:
         return [d for dep in before[name] for d in ([dep] if dep in moved else inside(dep))]
 
     pools = [i for i, op in enumerate(ops) if op.args.get("stage") == POOL_STAGE and on.split_name(op.name)[0] == "fwd"]
-    last_mb = max((on.split_name(ops[i].name)[3] or 0 for i in pools), default=0)
-    last_pools = [ops[i].name for i in pools if (on.split_name(ops[i].name)[3] or 0) == last_mb]
+    launch_pools = [ops[i].name for i in pools if (on.split_name(ops[i].name)[3] or 0) == launch_mb]
     for op in ops:
         if op.name in piped:
-            op.deps = list(dict.fromkeys(inside(op.name) + last_pools))
+            op.deps = list(dict.fromkeys(inside(op.name) + launch_pools))
             op.lane = INPUT_LANE
             op.args["pipelined"] = True
         elif op.name in ahead:  # after the step's gathers by their place on the compute lane
@@ -627,7 +626,7 @@ def pipeline_input_dist(ops: list[Op]) -> None:
             deps = [x for d in op.deps for x in (outside(d) if d in moved else [d])]
             op.deps = list(dict.fromkeys(deps))
     first_pool = pools[0] if pools else len(ops)
-    after_pools = max((i for i in pools if ops[i].name in last_pools), default=first_pool - 1) + 1
+    after_pools = max((i for i in pools if ops[i].name in launch_pools), default=first_pool - 1) + 1
     head, mid, tail = ops[:first_pool], ops[first_pool:after_pools], ops[after_pools:]
     ops[:] = ([op for op in head if op.name not in moved] + [op for op in head if op.name in ahead] + mid
               + [op for op in head if op.name in piped] + tail)

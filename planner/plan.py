@@ -135,6 +135,10 @@ class Plan:
     # the next batch's ID exchange runs during this step (TorchRec's TrainPipelineSparseDist):
     # the executor prefetches it on a process group of its own, lowering moves it off the step
     input_pipeline: bool = False
+    # with input_pipeline: the micro-batch after whose pooling the next batch's IDs are sent
+    # (None: the last one). Early, they share the links with the step's own forward exchanges;
+    # late, with its backward ones: which costs less depends on the plan (the search tries both)
+    ids_after_mb: int | None = None
     # the dense gradients' all-reduce in buckets of this many MiB, launched during the last
     # micro-batch's backward on a process group of their own, as DDP does (planner.grad_buckets;
     # the last bucket travels with the hot rows' gradients after the packs' backward, on a second
@@ -192,6 +196,12 @@ class Plan:
         return self.input_pipeline and self.world_size > 1
 
     @property
+    def ids_launch_mb(self) -> int:
+        """The micro-batch after whose pooling the next step's IDs go (ids_after_mb, else the
+        last). Lowering and the trainer follow this one rule."""
+        return self.micro_batches - 1 if self.ids_after_mb is None else self.ids_after_mb
+
+    @property
     def buckets_grads(self) -> bool:
         """The dense gradients go in buckets during the backward (grad_bucket_mb; one rank has
         nothing to all-reduce). Lowering and the trainer follow this one rule."""
@@ -209,6 +219,9 @@ class Plan:
                 f"micro_batches={self.micro_batches} must be >= 1 and divide "
                 f"batch_size_per_rank={self.batch_size_per_rank}"
             )
+        if self.ids_after_mb is not None and not 0 <= self.ids_after_mb < self.micro_batches:
+            raise PlanError(f"ids_after_mb={self.ids_after_mb} must name one of the "
+                            f"{self.micro_batches} micro-batch(es): 0 to {self.micro_batches - 1}")
         known = set(self.model.table_names)
         seen: dict[str, str] = {}
         names = set()
@@ -400,7 +413,7 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
 MAX_WORLD = fields.MAX_RANKS
 MAX_BATCH = 1 << 26
 KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
-                "micro_batches", "kernel_interleaving", "input_pipeline", "grad_bucket_mb", "optimizer", "hardware", "seed", "exchange", "provenance",
+                "micro_batches", "kernel_interleaving", "input_pipeline", "ids_after_mb", "grad_bucket_mb", "optimizer", "hardware", "seed", "exchange", "provenance",
                 "prediction", "notes")
 # plan files written before Provenance and Prediction kept both in a free-form "notes" object:
 # its keys, read into the typed fields (others, such as "_path", never described the plan)
@@ -447,6 +460,7 @@ def _plan_from_dict(d: object) -> Plan:
         micro_batches=fields.integer(d.get("micro_batches", 1), "micro_batches", 1, MAX_BATCH),
         kernel_interleaving=fields.boolean(d.get("kernel_interleaving", False), "kernel_interleaving"),
         input_pipeline=fields.boolean(d.get("input_pipeline", False), "input_pipeline"),
+        ids_after_mb=None if d.get("ids_after_mb") is None else fields.integer(d["ids_after_mb"], "ids_after_mb", 0),
         grad_bucket_mb=fields.real(d.get("grad_bucket_mb", 0.0), "grad_bucket_mb", 0.0, 1e6),
         optimizer=OptimizerPlan(
             sparse=fields.text(opt.get("sparse", dflt.sparse), "optimizer.sparse", SPARSE_OPTIMIZERS),

@@ -23,13 +23,15 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
    exchange cheaper pooled (long bags) are also packed apart from the others (layouts "+pool").
 6. The dense gradients' buckets: DDP's 25 MiB, then smaller caps (BUCKET_CAPS_MB) that send
    part of a small dense model's gradients during the backward (planner.grad_buckets).
+7. With the input pipeline and several micro-batches: the next step's IDs sent after the
+   first or middle micro-batch's pooling instead of the last (Plan.ids_after_mb).
 Every candidate is lowered and scored with the fast evaluator on a one-rank symmetric graph;
 the best few are re-simulated with the simpy engine and the best of those is returned.
 
 In code the search is named stages over one state (`Candidates`): enumerate_layouts (1, 3),
 then STAGES: structure_stage (1-3 with closed-form hot sizes), hot_scale_stage (2's scale),
 fused_pooled_stage (several nodes: planner.pooled_twrw's fused pooled exchange), sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), bucket_stage (6),
-and final_stage (the discrete-event re-simulation).
+ids_stage (7), and final_stage (the discrete-event re-simulation).
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
 """
 
@@ -526,6 +528,21 @@ def bucket_stage(c: Candidates) -> None:
             c.consider(f"{ev.label} buckets={cap:g}MiB", replace(ev.plan, grad_bucket_mb=cap))
 
 
+def ids_stage(c: Candidates) -> None:
+    """For the best few candidates with the input pipeline and several micro-batches, the next
+    step's IDs sent after the first (or middle) micro-batch's pooling instead of the last
+    (Plan.ids_after_mb), checked by simulation: early, they share the links with the step's
+    forward exchanges; late, with its backward ones and the all-reduce."""
+    for ev in c.ranked()[:FINAL_TOP]:
+        k = ev.plan.micro_batches
+        if not ev.plan.pipelines_inputs or k == 1 or ev.plan.ids_after_mb is not None:
+            continue
+        for mb in sorted({0, k // 2} - {k - 1}):
+            if c.over_budget():
+                return
+            c.consider(f"{ev.label} ids@mb{mb}", replace(ev.plan, ids_after_mb=mb))
+
+
 def final_stage(c: Candidates, top_k: int) -> Evaluation:
     """The best few re-simulated with the discrete-event engine; the best of those."""
     finals = [evaluate(ev.plan, c.hw, c.access, "simpy", full_symmetry(ev.plan), ev.label)
@@ -537,7 +554,7 @@ def final_stage(c: Candidates, top_k: int) -> Evaluation:
 # the stages after enumeration, in order (each improves on `Candidates.best`)
 STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_stage, fused_pooled_stage,
                                                      sharding_stage, table_row_wise_stage, exchange_stage,
-                                                     bucket_stage)
+                                                     bucket_stage, ids_stage)
 
 
 def search(
@@ -622,7 +639,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
 def _plan_key(plan: Plan) -> str:
     packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement, p.exchange) for p in plan.packs)
     return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving, plan.exchange,
-                 plan.grad_bucket_mb))
+                 plan.grad_bucket_mb, plan.input_pipeline, plan.ids_after_mb))
 
 
 def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:

@@ -121,6 +121,24 @@ def test_plan_field_round_trips_and_is_checked():
         Plan.from_dict({**plan.to_dict(), "input_pipeline": "yes"})
 
 
+def test_ids_after_mb_round_trips_and_must_name_a_micro_batch():
+    plan = replace(pooled_plan(2, k=4, ki=True), input_pipeline=True, ids_after_mb=1)
+    assert Plan.from_dict(plan.to_dict()).ids_launch_mb == 1
+    assert replace(plan, ids_after_mb=None).ids_launch_mb == 3
+    for bad in (4, -1):
+        with pytest.raises(PlanError, match="ids_after_mb"):
+            Plan.from_dict({**plan.to_dict(), "ids_after_mb": bad})
+
+
+def test_lowering_sends_the_ids_after_the_chosen_micro_batch():
+    base = replace(pooled_plan(4, k=4, ki=True, mixed=True), input_pipeline=True)
+    for mb in (0, 2):
+        ops = {op.name: op for op in _program(replace(base, ids_after_mb=mb))}
+        ids = [n for n in ops if n.split("@")[0].endswith("/a2a_ids")]
+        pools = {d for n in ids for d in ops[n].deps if d.split("@")[0].endswith("/pool")}
+        assert pools and all(p.endswith(f"@mb{mb}") for p in pools), pools
+
+
 def _program(plan: Plan):
     from planner.access import table_access
     from planner.lowering import analyze, build_program

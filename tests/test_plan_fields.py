@@ -81,6 +81,7 @@ def renamed_table(d: dict) -> dict:
 
 # field -> (base plan, changed plan, hot-ID file of the changed plan's run)
 B = base()
+PIPED = changed(changed(B, "micro_batches", 2), "input_pipeline", True)
 CHANGES = {
     "Plan.model": (B, changed(B, "model.bottom_mlp", [32, 8])),
     "Plan.world_size": (B, changed(B, "world_size", 1)),  # refused: the run has 2 ranks
@@ -92,6 +93,8 @@ CHANGES = {
     "Plan.kernel_interleaving": (B, changed(B, "kernel_interleaving", True)),
     "Plan.input_pipeline": (B, changed(B, "input_pipeline", True)),
     "Plan.grad_bucket_mb": (B, changed(B, "grad_bucket_mb", 1e-6)),
+    # the next step's IDs sent after the first micro-batch's pooling instead of the last
+    "Plan.ids_after_mb": (PIPED, changed(PIPED, "ids_after_mb", 0)),
     "Plan.optimizer": (B, changed(B, "optimizer.dense", "sgd")),
     "Plan.seed": (B, changed(B, "seed", 3)),
     "Plan.version": (B, changed(B, "version", 99)),  # refused
@@ -179,13 +182,13 @@ def test_every_field_is_run_or_listed():
 
 @pytest.mark.dist
 def test_a_changed_field_changes_the_run():
-    bases = [B, base(din())]
+    bases = [B, base(din()), PIPED]
     plans = bases + [c for _, c in CHANGES.values()]
     per_rank = run_ranks(observe, WORLD, plans)
     seen = [tuple(r[i] for r in per_rank) for i in range(len(plans))]
-    base_seen = {digest(bases[0]): seen[0], digest(bases[1]): seen[1]}
-    assert "refused" not in seen[0][0] and "refused" not in seen[1][0], seen[:2]
-    ignored = [f for (f, (b, _)), s in zip(CHANGES.items(), seen[2:]) if s == base_seen[digest(b)]]
+    base_seen = {digest(b): seen[i] for i, b in enumerate(bases)}
+    assert all("refused" not in seen[i][0] for i in range(len(bases))), seen[: len(bases)]
+    ignored = [f for (f, (b, _)), s in zip(CHANGES.items(), seen[len(bases):]) if s == base_seen[digest(b)]]
     assert not ignored, f"the executor ran these changed fields exactly as the base plan: {ignored}"
 
 

@@ -57,3 +57,21 @@ def test_explain_reports_the_bound_and_max_speedups():
             assert d["max_speedups"][name] == pytest.approx(us / d["embedding_free_us"])
             assert d["max_speedups"][name] > d["speedups"][name]
     assert "no plan beats that" in ex.text()
+
+
+def test_the_bound_is_the_best_dense_choice_not_the_plans_own():
+    # a plan with many micro-batches and DDP's buckets must not get a weaker bound (and so a
+    # larger share of the way to it) than one with the best dense choices
+    hw = load_hardware("dgx-h100")
+    m = get_model("dlrm-criteo-kaggle")
+    acc = table_access(m)
+    plans = [_plan(micro_batches=8, kernel_interleaving=True, grad_bucket_mb=25.0), _plan(grad_bucket_mb=0.0),
+             _plan(micro_batches=2, grad_bucket_mb=1.0, input_pipeline=True, ids_after_mb=0)]
+    free = [embedding_free_us(p, hw, acc) for p in plans]
+    assert free[0] == pytest.approx(free[1]) == pytest.approx(free[2])
+    own = lower(plans[0], hw, access=acc, symmetric=True, check_memory=False)
+    from planner.lowering import emit_graph
+    from simulator.engine import simulate
+
+    alone = simulate(emit_graph(dense_only_ops(own), 8, symmetric=True), hw).iteration_us
+    assert free[0] < alone  # 8 micro-batches' dense work costs more than the best choice's
