@@ -3,7 +3,9 @@
 Entry point: `lower(plan, hw, profile=None, access=None, symmetric=None) -> Lowered`.
 
 The iteration, per rank (op names from planner.op_names): fwd/input/h2d once (the whole
-step's input, as the executor copies it), then per micro-batch:
+step's input split, its gradient buffers zeroed), fwd/input/h2d_next beside the step (a batch
+ahead copied to the device on a stream of its own, as the executor's DeviceFeeder does), then
+per micro-batch:
   per pack: dedup, route, hot_gather, a2a_ids (after a counts exchange), cold_gather, a2a_emb, pool
   (a pack with exchange "pooled": bags, route, hot_gather, a2a_ids, cold_pool, a2a_pooled, pool;
   planner.exchange);
@@ -73,7 +75,7 @@ from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
-from simulator.measured import BUCKET_LANE, INPUT_LANE, SYNC_LANE
+from simulator.measured import BUCKET_LANE, INPUT_COPY_LANE, INPUT_LANE, SYNC_LANE
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 @dataclass
@@ -407,11 +409,16 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     serial = k == 1 and not plan.kernel_interleaving
     model = plan.model
     in_bytes = samples * (4 * model.num_dense + 4 + ID_BYTES * sum(pv.lookups for pv in packs) / samples)
-    # as in the executor, the whole step's input is copied once, then split in micro-batches,
-    # and the gradient buffers (dense parameters, hot rows) are zeroed for the step
+    # as in the executor, the step's input is split in micro-batches and the gradient buffers
+    # (dense parameters, hot rows) are zeroed for the step (fwd/input/h2d); the input itself
+    # crossed PCIe during the previous step, on a stream of its own (executor.batches.
+    # DeviceFeeder; TorchRec's pipelines copy a batch ahead too): fwd/input/h2d_next, on its
+    # own lane, waited for by nothing
     h2d = on.op_name("fwd", "input", "h2d")
     zeroed = dense.params * 4 + sum(float(pv.hot_rows) * pv.grad_row_bytes for pv in packs if not pv.sparse_hot)
-    ops: list[Op] = [Op(h2d, "copy", "copy", {"pcie_bytes": in_bytes * k, "hbm_bytes": in_bytes * k + zeroed}, [])]
+    ops: list[Op] = [Op(h2d, "copy", "copy", {"pcie_bytes": 0.0, "hbm_bytes": in_bytes * k + zeroed}, []),
+                     Op(on.op_name("fwd", "input", "h2d_next"), INPUT_COPY_LANE, "copy", {"pcie_bytes": in_bytes * k},
+                        [], args={"pipelined": True})]
 
     # forward of the packs up to the returned rows, issued in the interleaving order; as
     # in the executor, pooling waits for the micro-batch's turn, just before its dense

@@ -44,7 +44,9 @@ PACK_BWD += ("a2a_grad_x",)
 # (instead of adding the whole hot set's to bwd/dense/allreduce), then hot_update applies them.
 PACK_OPT = ("cold_update", "hot_sync", "hot_update")
 # Ops of the dense part and the input.
-INPUT_FWD = ("h2d",)
+# (h2d: the step's input split and gradient buffers zeroed; h2d_next: the next batch copied to
+# the device during this step, on a stream of its own)
+INPUT_FWD = ("h2d", "h2d_next")
 DENSE_FWD = ("bottom_mlp", "interaction", "top_mlp", "loss")
 # DDP's buckets of the dense gradients (TorchRec's plans): a bucket holds the parameters of
 # whole stages, in backward order, and is launched when the last micro-batch's backward of its

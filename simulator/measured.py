@@ -22,6 +22,7 @@ from simulator.timeline import Event, Timeline
 COMM_LANE = "comm"
 # the input pipeline's exchanges: a queue of their own (their own process group or stream)
 INPUT_LANE = "input_dist"
+INPUT_COPY_LANE = "input_copy"  # the next batch's copy to the device, on a stream of its own
 # the dense gradients' buckets launched during the backward: a queue of their own (DDP's
 # process group beside TorchRec's table-row-wise groups; a picasso plan's grad_bucket_mb)
 BUCKET_LANE = "grad_buckets"

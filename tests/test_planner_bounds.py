@@ -35,7 +35,7 @@ def test_serial_plan_chain_survives_and_bound_is_below_every_plan():
     m = get_model("dlrm-criteo-kaggle")
     acc = table_access(m)
     serial = _plan(kernel_interleaving=False)
-    ops = dense_only_ops(lower(serial, hw, access=acc))
+    ops = [op for op in dense_only_ops(lower(serial, hw, access=acc)) if not op.args.get("pipelined")]
     for a, b in zip(ops, ops[1:]):
         assert a.name in b.deps  # the serial program stays serial through the removed ops
     free = embedding_free_us(serial, hw, acc)

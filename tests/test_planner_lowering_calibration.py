@@ -19,9 +19,16 @@ def test_one_input_copy_per_step_carries_every_micro_batch():
     hw = load_hardware("dgx-h100")
     one, four = lower(kaggle_plan(), hw), lower(kaggle_plan(micro_batches=4), hw)
     inputs = [o for o in four.ops if o.name.startswith("fwd/input/")]
-    assert [o.name for o in inputs] == ["fwd/input/h2d"]  # the executor times one copy per step
-    assert inputs[0].demand["pcie_bytes"] == pytest.approx(one.op("fwd/input/h2d").demand["pcie_bytes"])
-    # every micro-batch's first pack op and dense step wait for it
+    # the executor times one h2d per step (split and zeroed buffers); the copy of a batch ahead
+    # runs on a stream of its own (executor.batches.DeviceFeeder), waited for by nothing
+    assert [o.name for o in inputs] == ["fwd/input/h2d", "fwd/input/h2d_next"]
+    nxt = four.op("fwd/input/h2d_next")
+    assert nxt.demand["pcie_bytes"] > 0
+    assert nxt.demand["pcie_bytes"] == pytest.approx(one.op("fwd/input/h2d_next").demand["pcie_bytes"])
+    assert four.op("fwd/input/h2d").demand["pcie_bytes"] == 0
+    assert nxt.lane == "input_copy" and nxt.deps == [] and nxt.args.get("pipelined")
+    assert not any("fwd/input/h2d_next" in o.deps for o in four.ops)
+    # every micro-batch's first pack op and dense step wait for the step's h2d
     for mb in range(4):
         assert "fwd/input/h2d" in four.op(f"fwd/pack0/dedup@mb{mb}").deps
         assert "fwd/input/h2d" in four.op(f"fwd/dense/bottom_mlp@mb{mb}").deps
