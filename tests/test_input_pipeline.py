@@ -37,7 +37,9 @@ def cases(world: int) -> list:
     serial = mixed_case(world)  # every sharding; here as a serial step (1 micro-batch, no interleaving)
     serial = ({**serial[0], "micro_batches": 1, "kernel_interleaving": False}, *serial[1:])
     out = [piped(mixed_case(world)), piped(serial)]
-    return out + [piped((p.to_dict(), HOT, 10 + i, 3)) for i, p in enumerate(plans)]
+    # the next step's IDs sent after an earlier micro-batch's pooling (Plan.ids_after_mb)
+    early = ({**pooled_plan(world, k=4, opt=ADAGRAD, mixed=True).to_dict(), "ids_after_mb": 1}, HOT, 20, 3)
+    return out + [piped((p.to_dict(), HOT, 10 + i, 3)) for i, p in enumerate(plans)] + [piped(early)]
 
 
 @pytest.mark.dist
