@@ -538,7 +538,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # and updates each distinct row once; a data-parallel table is updated whole
             rows = (np.full(plan.world_size, float(pv.rows)) if pv.sharding == Sharding.REPLICATED
                     else pv.update_rows * k)
-            deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else list(grads_by_pack[pv.name])
+            deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else grads_by_pack[pv.name]
             updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
                                     hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                                     + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
@@ -552,7 +552,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # as the executor runs it: all_gathers of the rows and of their gradients (padded to
             # the largest count, known from the step's sizes exchange): one ring latency more
             gathers = (plan.world_size - 1) * count_steps
-            launched.append(_collective(on.op_name("opt", pv.name, "cold_update"), list(grads_by_pack[pv.name]), "all_gather",
+            launched.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
                                         pv.allgather_bytes(k), fixed_hbm_bytes=applied, lat_steps=gathers))
         else:
             rows = pv.recv_ids * k
@@ -563,14 +563,14 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # memory; only their gradients and IDs cross PCIe (ShardedPack.to_host)
             host = pv.placement == "host"
             grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if host else 0.0
-            updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), list(grads_by_pack[pv.name]),
+            updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
                                     hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
                                     flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
             # from the step's one sizes exchange), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
-            launched.append(_collective(sync, list(grads_by_pack[pv.name]), "all_gather", pv.hot_sync_bytes(k),
+            launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
                                         lat_steps=(plan.world_size - 1) * count_steps))
             rows = pv.hot_unique * k * plan.world_size
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
