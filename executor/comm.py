@@ -13,6 +13,11 @@ import torch
 import torch.distributed as dist
 
 
+def wire_id_dtype(nbytes: int) -> torch.dtype:
+    """The dtype IDs and bag lengths travel in (Plan.wire_id_bytes: 4 -> int32, else int64)."""
+    return torch.int32 if nbytes == 4 else torch.int64
+
+
 class Done:
     """Handle of an operation that already completed (single process, or synchronous)."""
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from executor import lowp, syncfree
-from executor.comm import Comm
+from executor.comm import Comm, wire_id_dtype
 from executor.layout import PackLayout, init_packed_rows, pack_layout
 from executor.syncfree import Route
 from planner import op_names
@@ -80,6 +80,7 @@ class ShardedPack:
         # one rank holds every row: lookups need no routing by owner and no sizes on the host
         self.single = L.world == 1
         self.to_dest = torch.tensor(self._destination_matrix(), dtype=torch.int64, device=self.dev)
+        self.id_dtype = wire_id_dtype(plan.wire_id_bytes(pack))  # IDs on the wire; int64 once received
         # storage as the table spec declares it (fp32, fp16, bf16); pooling and gradients in fp32
         self.dtype = lowp.storage_dtype(plan.model.table(L.tables[0]).dtype)
         self.low = lowp.is_low(self.dtype)
@@ -276,12 +277,14 @@ class ShardedPack:
 
     def send_ids(self, lk: Lookup, async_op: bool) -> None:
         """Launch the ID exchange (sizes already placed)."""
-        lk.recv_rows = torch.empty(sum(lk.recv_splits), dtype=torch.int64, device=self.dev)
-        lk.handle = self.comm.a2a(lk.recv_rows, lk.send_rows, lk.recv_splits, lk.send_splits, async_op)
+        lk.recv_rows = torch.empty(sum(lk.recv_splits), dtype=self.id_dtype, device=self.dev)
+        lk.handle = self.comm.a2a(lk.recv_rows, lk.send_rows.to(self.id_dtype), lk.recv_splits, lk.send_splits,
+                                  async_op)
 
     def gather(self, lk: Lookup, async_op: bool) -> None:
         """Owner side: wait for the IDs, gather local rows, launch their return."""
         lk.handle.wait()
+        lk.recv_rows = lk.recv_rows.long()
         self.send_back(lk, self.read_local(lk.recv_rows), async_op)
 
     def send_back(self, lk: Lookup, rows: torch.Tensor, async_op: bool) -> None:

@@ -124,11 +124,12 @@ class PooledPack(ShardedPack):
 
     def send_ids(self, lk: PooledLookup, async_op: bool) -> None:
         """Launch the cold IDs' exchange (sizes from the step's read) and the lengths' (fixed)."""
-        lk.recv_rows = torch.empty(sum(lk.recv_splits), dtype=torch.int64, device=self.dev)
-        h_ids = self.comm.a2a(lk.recv_rows, lk.send_rows, lk.recv_splits, lk.send_splits, async_op)
+        lk.recv_rows = torch.empty(sum(lk.recv_splits), dtype=self.id_dtype, device=self.dev)
+        h_ids = self.comm.a2a(lk.recv_rows, lk.send_rows.to(self.id_dtype), lk.recv_splits, lk.send_splits,
+                              async_op)
         to_owner, from_all = self._bag_splits(lk.nbags)
-        lk.recv_lengths = torch.empty(sum(from_all), dtype=torch.int64, device=self.dev)
-        h_len = self.comm.a2a(lk.recv_lengths, lk.cold_local, from_all, to_owner, async_op)
+        lk.recv_lengths = torch.empty(sum(from_all), dtype=self.id_dtype, device=self.dev)
+        h_len = self.comm.a2a(lk.recv_lengths, lk.cold_local.to(self.id_dtype), from_all, to_owner, async_op)
         lk.handle = _Both(h_ids, h_len)
 
     # ---- forward, owner -------------------------------------------------------------------
@@ -141,6 +142,7 @@ class PooledPack(ShardedPack):
 
     def gather(self, lk: PooledLookup, async_op: bool) -> None:
         lk.handle.wait()
+        lk.recv_rows, lk.recv_lengths = lk.recv_rows.long(), lk.recv_lengths.long()
         self.send_back(lk, None if self.in_place else self.read_local(lk.recv_rows), async_op)
 
     def owner_sums(self, lk: PooledLookup, rows: torch.Tensor | None) -> torch.Tensor:

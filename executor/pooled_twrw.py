@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from executor.comm import wire_id_dtype
 from executor.pooled import PooledLookup, PooledPack
 from planner.plan import PackPlan, Plan
 from planner.pooled_twrw import groups
@@ -92,13 +93,15 @@ class _Handle:
 class Fuser:
     """The shared exchange of one group's member packs (module docstring)."""
 
-    def __init__(self, members: list[PackPlan], world: int, rank: int, device: torch.device, dim: int) -> None:
+    def __init__(self, members: list[PackPlan], world: int, rank: int, device: torch.device, dim: int,
+                 id_dtype: torch.dtype = torch.int64) -> None:
         g = len(members[0].ranks or [])
         for p in members:
             r = list(p.ranks or [])
             if len(r) != g or r[0] % g or r != list(range(r[0], r[0] + g)) or world % g:
                 raise ValueError(f"pack {p.name}: fused pooled members must each span one node of {g} ranks")
         self.world, self.rank, self.g, self.dev, self.dim = world, rank, g, device, dim
+        self.id_dtype = id_dtype  # IDs and lengths on the wire (the group's widest member)
         self.names = [p.name for p in members]
         self.node_of = [p.ranks[0] // g for p in members]
         self.groups = NodeGroups(world, rank, g)
@@ -131,10 +134,11 @@ class Fuser:
         send, send_splits, recv_splits = [], [0] * W, [0] * W
         per_dest = []
         for (lk, _), node in zip(parts, self.node_of):
-            ids = list(torch.split(lk.send_rows, lk.send_splits))
+            ids = list(torch.split(lk.send_rows.to(self.id_dtype), lk.send_splits))
             lens = {}
+            cold_lens = lk.cold_local.to(self.id_dtype)
             for k, d in enumerate(range(node * self.g, node * self.g + self.g)):
-                lens[d] = lk.cold_local[k * lk.nbags : (k + 1) * lk.nbags]
+                lens[d] = cold_lens[k * lk.nbags : (k + 1) * lk.nbags]
             per_dest.append((ids, lens))
         for d in range(W):
             for ids, lens in per_dest:
@@ -148,8 +152,8 @@ class Fuser:
             row = [(lk.recv_splits[s], lk.nbags if owner else 0) for lk, owner in parts]
             sizes.append(row)
             recv_splits[s] = sum(a + b for a, b in row)
-        out = torch.empty(sum(recv_splits), dtype=torch.int64, device=self.dev)
-        inp = torch.cat(send) if send else torch.zeros(0, dtype=torch.int64, device=self.dev)
+        out = torch.empty(sum(recv_splits), dtype=self.id_dtype, device=self.dev)
+        inp = torch.cat(send) if send else torch.zeros(0, dtype=self.id_dtype, device=self.dev)
         work = dist.all_to_all_single(out, inp, recv_splits, send_splits, group=group, async_op=async_op)
 
         def finish() -> list:
@@ -161,7 +165,7 @@ class Fuser:
             for m in range(len(parts)):
                 ids = [pieces[(s * len(parts) + m) * 2] for s in range(W)]
                 lens = [pieces[(s * len(parts) + m) * 2 + 1] for s in range(W)]
-                res.append((torch.cat(ids), torch.cat(lens)))
+                res.append((torch.cat(ids).long(), torch.cat(lens).long()))
             return res
 
         return finish
@@ -293,7 +297,8 @@ def make_packs(plan: Plan, hot_ids, comm) -> list:
     member_of: dict[str, tuple[Fuser, int]] = {}
     if comm.world > 1:
         for grp in groups(plan):
-            fuser = Fuser(grp, comm.world, comm.rank, comm.device, plan.model.table(grp[0].tables[0]).dim)
+            fuser = Fuser(grp, comm.world, comm.rank, comm.device, plan.model.table(grp[0].tables[0]).dim,
+                          wire_id_dtype(max(plan.wire_id_bytes(p) for p in grp)))
             for i, p in enumerate(grp):
                 member_of[p.name] = (fuser, i)
     out = []

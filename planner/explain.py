@@ -19,7 +19,7 @@ from planner.builders import BASELINES, baseline_plan
 from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
 from planner.memory import gib
-from planner.plan import Plan
+from planner.plan import Plan, wire_id_bytes
 from planner.pooled_twrw import exchange_bytes as group_bytes
 from planner.pooled_twrw import explain_lines as fused_lines
 from planner.pooled_twrw import is_group
@@ -32,7 +32,6 @@ from planner.search import (
     sparse_presence_threshold,
 )
 from planner.sharding import Sharding
-from planner.volumes import ID_BYTES
 from traces.coverage import presence, presence_threshold
 
 # How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
@@ -149,7 +148,7 @@ class Explanation:
         on_host = pack.placement == "host"
         c_gather = 1e6 / self.hw.pcie_bw if on_host and self.hw is not None else (
             2e6 / self.hw.gpu.hbm_bw if self.hw is not None else 0.0)
-        per_mb = ID_BYTES + 2 * rb  # ID out, row back, gradient back
+        per_mb = wire_id_bytes(t.num_rows) + 2 * rb  # ID out, row back, gradient back
         rec = {
             "top_row_share": p1, "top_row_in_micro_batch": q1,
             "hot_row_cost_bytes": rb, "hot_row_cost_us": rb * c_ar,

@@ -233,7 +233,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
                             stage=2))
     gather_dep = ops[-1].name
     if exchanges(plan, pv):
-        ops.extend(_exchange(n("a2a_ids"), [gather_dep], pv, pv.a2a_ids_bytes, _hier_bytes(pv, ID_BYTES),
+        ops.extend(_exchange(n("a2a_ids"), [gather_dep], pv, pv.a2a_ids_bytes, _hier_bytes(pv, pv.id_bytes),
                              stage=3, lat_steps=count_steps))
         gather_dep = ops[-1].name
     rows = pv.gather_rows

@@ -14,6 +14,9 @@ Conventions every layer relies on:
 - Hot rows are replicated on every rank: `hot_ids` (npz next to the plan, one int64
   array of table-local rows per table, hottest first) lists them; the cold partition
   still owns every row, hot rows there are simply never read.
+- IDs on the wire (the ID and bag-length all-to-alls) are int32 when every packed row index
+  of the pack fits (`wire_id_bytes`), as TorchRec's Criteo pipeline feeds int32 IDs and
+  lengths; each side widens them to int64 once received.
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ from planner.model_spec import ModelSpec, TableSpec
 from planner.sharding import POOLED_SHARDINGS, SHARDINGS, Sharding
 
 PLAN_VERSION = 1
+INT32_ROWS = 2**31  # packed row indices below this travel as int32
+
+
+def wire_id_bytes(rows: int) -> int:
+    """Bytes of one ID (or bag length) on the wire for a pack of `rows` packed rows."""
+    return 4 if rows < INT32_ROWS else 8
+
 PLACEMENTS = ("hbm", "host")
 HOT_SYNCS = ("dense", "sparse")
 PACK_EXCHANGES = ("rows", "pooled")
@@ -177,6 +187,10 @@ class Plan:
 
     def pack_rows(self, pack: PackPlan) -> int:
         return sum(self.model.table(t).num_rows for t in pack.tables)
+
+    def wire_id_bytes(self, pack: PackPlan) -> int:
+        """Bytes per ID the pack's exchanges send (planner.volumes costs, the executor sends)."""
+        return wire_id_bytes(self.pack_rows(pack))
 
     @property
     def global_batch(self) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from planner import op_names as on
-from planner.plan import PackPlan, Plan, fused_pooled_member
+from planner.plan import PackPlan, Plan, fused_pooled_member, wire_id_bytes
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise
@@ -116,8 +116,9 @@ def ids_bytes(pv: PackVolumes) -> np.ndarray:
     """ID all-to-all per rank, max(send, recv): cold IDs and g lengths per bag out; at an
     owner, every rank's IDs and lengths for its node's tables in."""
     g, w = pv.gpus_per_node, pv.world
-    send = pv.cold_unique * ID_BYTES + g * pv.bags * ID_BYTES
-    recv = pv.recv_ids * ID_BYTES + w * pv.samples * tables_owned(pv) * ID_BYTES
+    b = pv.id_bytes
+    send = pv.cold_unique * b + g * pv.bags * b
+    recv = pv.recv_ids * b + w * pv.samples * tables_owned(pv) * b
     return np.maximum(send, recv)
 
 
@@ -201,7 +202,7 @@ def _own_lanes(ops: list[Op]) -> None:
 def pooled_cost(t: Any, pooling: float) -> float:
     """Bytes per sample a table costs in the group's exchange: its pooled vector across
     nodes both ways (4 B per float) and its IDs (no dedup) to the owners."""
-    return 8.0 * t.dim + ID_BYTES * pooling
+    return 8.0 * t.dim + wire_id_bytes(t.num_rows) * pooling
 
 
 def layout(plan_tables: list[Any], pooling: dict[str, float], nodes: int, g: int,

@@ -52,9 +52,9 @@ from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.grad_buckets import DDP_BUCKET_CAP_MB, early_buckets
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
-from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer
+from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer, wire_id_bytes
 from planner.sharding import Sharding
-from planner.volumes import ID_BYTES, STATE_BYTES, table_cost
+from planner.volumes import STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -151,7 +151,7 @@ def hot_threshold_rows(t: TableSpec, acc: TableAccess, samples_per_mb: float, mi
     (`sparse_presence_threshold`).
     """
     rb = t.bytes_per_row
-    cold = (ID_BYTES + 2 * rb) * c_a2a + rb * c_gather  # a cold row, per micro-batch it is in
+    cold = (wire_id_bytes(t.num_rows) + 2 * rb) * c_a2a + rb * c_gather  # a cold row, per micro-batch it is in
     if sparse_row_us is None:
         theta = rb * c_ar / (micro_batches * cold)
     else:
@@ -251,7 +251,7 @@ def replication_worthwhile(t: TableSpec, acc: TableAccess, batch: int, world: in
     if world <= 1:
         return False
     ar_us = t.num_rows * t.bytes_per_row * c_ar
-    a2a_us = acc.distinct(batch * acc.pooling) * (ID_BYTES + 2 * t.bytes_per_row) * c_a2a
+    a2a_us = acc.distinct(batch * acc.pooling) * (wire_id_bytes(t.num_rows) + 2 * t.bytes_per_row) * c_a2a
     return ar_us < a2a_us and t.num_rows * _hot_row_bytes(t) < 0.01 * hbm
 
 
@@ -459,15 +459,27 @@ def fused_pooled_stage(c: Candidates) -> None:
     """On several nodes, TorchRec's structure (small tables data parallel, the others
     table-row-wise, one pack per node) with picasso's fused, hierarchical pooled exchange,
     hot rows and micro-batch interleaving (planner.pooled_twrw)."""
-    fused_layout = _fused_pooled_layout(c.model, c.access, c.hw, c.batch, c.c_a2a, c.c_ar, c.hbm)
-    for ki in (False, True) if fused_layout else ():
+    layouts = _fused_pooled_layouts(c.model, c.access, c.hw, c.batch, c.c_a2a, c.c_ar, c.hbm)
+    if not layouts:
+        return
+    best: tuple[float, tuple] | None = None
+    for ki in (False, True):
         for k in c.ks:
             for s in (0.0, 0.5, 1.0):
                 for dp in (True, False):
                     if c.over_budget() or (k == 1 and not ki):  # the fused exchange needs overlap
                         continue
-                    c.consider(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g}",
-                               _as_fused_pooled(c.make(fused_layout, k, ki, s), dp))
+                    ev = c.consider(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g}",
+                                    _as_fused_pooled(c.make(layouts[0], k, ki, s), dp))
+                    if ev.iteration_us is not None and (best is None or ev.iteration_us < best[0]):
+                        best = (ev.iteration_us, (k, ki, s, dp))
+    if best is None:
+        return
+    k, ki, s, dp = best[1]
+    for j, packs in enumerate(layouts[1:], start=1):  # more tables replicated, at the best settings
+        if not c.over_budget():
+            c.consider(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g} replicate+{j}",
+                       _as_fused_pooled(c.make(packs, k, ki, s), dp))
 
 
 def sharding_stage(c: Candidates) -> None:
@@ -591,25 +603,37 @@ def search(
     return SearchResult(plan, hot_ids, chosen, c.log, time.perf_counter() - c.t0)
 
 
-def _fused_pooled_layout(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int,
-                         c_a2a: float, c_ar: float, hbm: float) -> list[PackPlan]:
+def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int,
+                          c_a2a: float, c_ar: float, hbm: float) -> list[list[PackPlan]]:
     """Packs of the fused pooled candidates (planner.pooled_twrw.layout), per attribute group;
-    none on one node, or where a table has no bags to pool."""
+    none on one node, or where a table has no bags to pool.
+
+    The first layout replicates the tables whose replication is worthwhile on its own; the
+    next ones also replicate 1, 2, ... up to `nodes` more (the cheapest all-reduce first, among
+    tables small enough): the fused exchange waits for the node holding the most tables, so
+    one table fewer can cut every rank's pooled bytes across nodes by a whole table's share."""
     from planner.pooled_twrw import layout
 
     if hw.nodes <= 1 or hw.gpus_per_node <= 1 or any(t.pooling == "none" for t in model.tables):
         return []
-    packs: list[PackPlan] = []
-    for gi, group in enumerate(attribute_groups(model)):
-        small = [t.name for t in group
-                 if replication_worthwhile(t, access[t.name], batch, hw.world_size, c_a2a, c_ar, hbm)]
-        packs += layout(list(group), {t.name: access[t.name].pooling for t in group}, hw.nodes, hw.gpus_per_node,
-                        small, f"g{gi}" if gi else "")
-    return packs
+    groups = attribute_groups(model)
+    small = {t.name for t in model.tables
+             if replication_worthwhile(t, access[t.name], batch, hw.world_size, c_a2a, c_ar, hbm)}
+    extra = sorted((t for t in model.tables if t.name not in small and t.num_rows * _hot_row_bytes(t) < 0.01 * hbm),
+                   key=lambda t: (t.num_rows * t.bytes_per_row, t.name))
+    out = []
+    for j in range(min(hw.nodes, len(extra)) + 1):
+        chosen = small | {t.name for t in extra[:j]}
+        packs: list[PackPlan] = []
+        for gi, group in enumerate(groups):
+            packs += layout(list(group), {t.name: access[t.name].pooling for t in group}, hw.nodes, hw.gpus_per_node,
+                            [t.name for t in group if t.name in chosen], f"g{gi}" if gi else "")
+        out.append(packs)
+    return out
 
 
 def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
-    """`plan` (from _fused_pooled_layout) with its table-row-wise packs pooled in one fused
+    """`plan` (from _fused_pooled_layouts) with its table-row-wise packs pooled in one fused
     exchange; with `data_parallel` its small tables' rows all hot (synchronised in the dense
     all-reduce, as TorchRec's data-parallel tables), else their hot sets as sized."""
     plan.exchange = "fused_pooled"

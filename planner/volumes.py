@@ -35,11 +35,11 @@ import numpy as np
 
 from planner.access import TableAccess
 from planner.model_spec import TableSpec
-from planner.plan import PackPlan, Plan, table_optimizer
+from planner.plan import PackPlan, Plan, table_optimizer, wire_id_bytes
 from planner.sharding import Sharding
 from traces.coverage import presence
 
-ID_BYTES = 8  # int64 IDs on the wire
+ID_BYTES = 8  # int64 IDs in memory, and in the sparse gradient all-gathers (row, gradient)
 GRAD_BYTES = 4  # embedding gradients are fp32 whatever the table's storage dtype
 HEAD_ROWS = 64  # hottest cold rows placed exactly on their owner (imbalance)
 STATE_BYTES = {"sgd": 0, "rowwise_adagrad": 4}  # optimizer state per row
@@ -79,6 +79,7 @@ class PackVolumes:
     update_rows: np.ndarray | None = None
     hot_sync: str = "dense"  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
     exchange: str = "rows"  # PackPlan.exchange: rows back to the requester, or pooled at the owner
+    id_bytes: int = ID_BYTES  # one ID or bag length on the wire (Plan.wire_id_bytes)
     # ("torchrec": scored as TorchRec runs it, planner.lowering's own path)
 
     # ---- pooled exchange (PackPlan.exchange "pooled"; see the module docstring) ----------
@@ -105,8 +106,9 @@ class PackVolumes:
     def pooled_ids_bytes(self) -> np.ndarray:
         """ID all-to-all of a pooled pack per rank, max(send, recv): cold IDs and the bag
         lengths for each owner out; at an owner, every rank's IDs and lengths in."""
-        send = self.cold_unique * ID_BYTES + self.owners_heard * self.bags * ID_BYTES
-        recv = self.recv_ids * ID_BYTES + self._at_owners(self.world * self.bags * ID_BYTES)
+        b = self.id_bytes
+        send = self.cold_unique * b + self.owners_heard * self.bags * b
+        recv = self.recv_ids * b + self._at_owners(self.world * self.bags * b)
         return np.maximum(send, recv)
 
     @cached_property
@@ -124,7 +126,7 @@ class PackVolumes:
             return 0.0
         if self.pooled:
             return float(np.max(self.pooled_ids_bytes + 2 * self.pooled_out_bytes)) * micro_batches
-        return self.cold_unique * (ID_BYTES + 2 * self.row_bytes) * micro_batches
+        return self.cold_unique * (self.id_bytes + 2 * self.row_bytes) * micro_batches
 
     @property
     def grad_row_bytes(self) -> int:
@@ -155,7 +157,7 @@ class PackVolumes:
         if self.sharding == Sharding.REPLICATED:
             return np.zeros(self.world)
         fanout = len(self.ranks) if self.sharding == Sharding.COLUMN_WISE else 1
-        return np.maximum(self.cold_unique * ID_BYTES * fanout, self.recv_ids * ID_BYTES)
+        return np.maximum(self.cold_unique * self.id_bytes * fanout, self.recv_ids * self.id_bytes)
 
     @cached_property
     def a2a_emb_bytes(self) -> np.ndarray:
@@ -200,7 +202,7 @@ class PackVolumes:
         """All-to-all bytes per rank per iteration the hot set saves: per cold row no longer
         exchanged, its ID, its row and its gradient; pooled at the owner, only the ID (one
         pooled vector per bag and owner travels whether or not some of its rows are hot)."""
-        per_row = ID_BYTES if self.pooled else ID_BYTES + 2 * self.row_bytes
+        per_row = self.id_bytes if self.pooled else self.id_bytes + 2 * self.row_bytes
         return (self.cold_unique_nohot - self.cold_unique) * per_row * micro_batches
 
 
@@ -333,7 +335,7 @@ def pack_volumes(
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
-        node_unique=node_u, gpus_per_node=g, owned_width=owned,
+        node_unique=node_u, gpus_per_node=g, owned_width=owned, id_bytes=plan.wire_id_bytes(pack),
         update_rows=None if dedup else np.where(recv > 0, upd / (1 if pack.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE)
                                                              else n), 0.0),
     )
@@ -361,10 +363,10 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         recv_ids=recv, shard_rows=shard, slice_bytes=first.slice_bytes, coverage=cov,
         node_unique=max(p.node_unique for p in packs), gpus_per_node=first.gpus_per_node, owned_width=owned,
         update_rows=None if first.update_rows is None else sum(p.update_rows for p in packs),
-        exchange=first.exchange,
+        exchange=first.exchange, id_bytes=max(p.id_bytes for p in packs),
     )
 
 
 def table_cost(t: TableSpec, acc: TableAccess, world: int, batch: int) -> float:
     """Bytes an owner moves per step for table t: distinct rows requested by every rank, ids and rows."""
-    return world * acc.distinct(batch * acc.pooling) * (t.bytes_per_row + ID_BYTES)
+    return world * acc.distinct(batch * acc.pooling) * (t.bytes_per_row + wire_id_bytes(t.num_rows))

@@ -55,7 +55,7 @@ def test_closed_form_threshold_grows_with_micro_batches_and_skew():
     n4 = hot_threshold_rows(t, acc["C3"], 1024, 4, c_a2a, c_ar)
     assert 0 < n1 < n4 < t.num_rows
     # a row is hot when its presence probability per micro-batch exceeds the threshold
-    theta = t.bytes_per_row * c_ar / ((8 + 2 * t.bytes_per_row) * c_a2a)
+    theta = t.bytes_per_row * c_ar / ((4 + 2 * t.bytes_per_row) * c_a2a)  # int32 IDs
     _, p = acc["C3"].head(n1 - 1, 2)
     q = 1 - (1 - p) ** (4096 * acc["C3"].pooling)
     assert q[0] >= theta * (1 - 1e-6) and q[1] < theta * (1 + 1e-6)
