@@ -25,9 +25,8 @@ Names carry `@mbK` only when the plan has several micro-batches; the per-iterati
 With `fuse_table_wise` (how the torchrec-like baseline is scored) runs of table-wise
 packs of equal attributes are lowered as one exchange, as TorchRec does it.
 
-Table-row-wise packs exchange hierarchically, as two collectives per exchange: inside the
-node (`a2a_ids`, group: the node's ranks) and across nodes among the ranks of one local
-index (`a2a_ids_x`), where each node's requests arrive merged (planner.volumes).
+Table-row-wise packs exchange their rows as row-wise packs over the node's ranks do (the
+executor runs them so); their fused pooled exchange is hierarchical (planner.pooled_twrw).
 
 A plan with exchange == "torchrec" (TorchRec's own plan, planner.torchrec_bridge)
 is lowered as TorchRec executes it: fused per sharding type, every lookup's ID sent, owners
@@ -177,31 +176,6 @@ def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = (S
 # ---- the per-rank program ----------------------------------------------------------------
 
 
-def _exchange(name: str, deps: list[str], pv: PackVolumes, intra: Any, inter: Any, reverse: bool = False,
-              **args: Any) -> list[Op]:
-    """One all-to-all of a pack: flat, or for table-row-wise the hierarchical pair (inside the
-    node, then across nodes among equal local indices; `reverse`: across first)."""
-    if not Sharding(pv.sharding).hierarchical or pv.gpus_per_node >= pv.world:
-        return [_collective(name, deps, "all_to_all", intra, **args)]
-    steps = args.pop("lat_steps", 0.0)
-    a = _collective(name, deps, "all_to_all", intra, group="node", lat_steps=steps, **args)
-    base, mb, k = name.partition("@mb")  # the across-node op: `<op>_x`, then the micro-batch
-    b = _collective(f"{base}_x{mb}{k}", deps, "all_to_all", inter, group="peers", lat_steps=steps, **args)
-    if reverse:
-        a.deps, b.deps = [b.name], list(deps)
-        return [b, a]
-    b.deps = [a.name]
-    return [a, b]
-
-
-def _hier_bytes(pv: PackVolumes, per_row: float) -> np.ndarray:
-    """Across-node buffer of a table-row-wise exchange per rank: each node's merged rows,
-    a 1/g share per peer, max(send, receive)."""
-    g = pv.gpus_per_node
-    send = np.full(pv.world, pv.node_unique / g * per_row)
-    return np.maximum(send, pv.recv_ids * per_row)
-
-
 def exchanges(plan: Plan, pv: PackVolumes) -> bool:
     """Whether a pack's lookups cross ranks: not for a replica, and not on one rank."""
     return Sharding(pv.sharding).exchanges and plan.world_size > 1
@@ -233,8 +207,8 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
                             stage=2))
     gather_dep = ops[-1].name
     if exchanges(plan, pv):
-        ops.extend(_exchange(n("a2a_ids"), [gather_dep], pv, pv.a2a_ids_bytes, _hier_bytes(pv, pv.id_bytes),
-                             stage=3, lat_steps=count_steps))
+        ops.append(_collective(n("a2a_ids"), [gather_dep], "all_to_all", pv.a2a_ids_bytes, stage=3,
+                               lat_steps=count_steps))
         gather_dep = ops[-1].name
     rows = pv.gather_rows
     nbytes = rows * pv.slice_bytes
@@ -252,8 +226,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
                             ranks=owners, stage=4))
         last = n("cold_gather")
     if exchanges(plan, pv):
-        ops.extend(_exchange(n("a2a_emb"), [last], pv, pv.a2a_emb_bytes, _hier_bytes(pv, pv.row_bytes),
-                             reverse=True, stage=5))
+        ops.append(_collective(n("a2a_emb"), [last], "all_to_all", pv.a2a_emb_bytes, stage=5))
         last = ops[-1].name
     ops.append(_compute(n("pool"), [last], hbm=pv.lookups * pv.row_bytes + pv.samples * pv.pooled_width * 4,
                         flops=pv.lookups * pv.dim, stage=POOL_STAGE))
@@ -274,8 +247,7 @@ def _pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[O
     ops = [_compute(n("pool"), [after], hbm=pv.samples * pv.pooled_width * 4 + pv.lookups * pv.row_bytes * 2,
                     flops=pv.lookups * pv.dim, stage=0)]
     if exchanges(plan, pv):
-        ops.extend(_exchange(n("a2a_grad"), [n("pool")], pv, pv.a2a_grad_bytes, _hier_bytes(pv, pv.grad_row_bytes),
-                             stage=1))
+        ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", pv.a2a_grad_bytes, stage=1))
     return ops
 
 
@@ -601,11 +573,11 @@ def pipeline_input_dist(ops: list[Op], launch_mb: int) -> None:
     during this step, once its gathers are issued and before its first pooling; their IDs go
     on a lane of their own after micro-batch `launch_mb`'s pooling (Plan.ids_launch_mb) and
     travel beside the step's other work. In the one-step graph the step's own dedup, route
-    and ID exchanges (a2a_ids, a table-row-wise pack's a2a_ids_x) stand for the next step's:
+    and ID exchanges (a2a_ids) stand for the next step's:
     they move to those points of the issue order and nothing of the step waits for them;
     what read a moved op waits for what it waited for."""
     piped = {op.name for op in ops
-             if op.kind == "collective" and on.split_name(on.base_name(op.name))[2] in ("a2a_ids", "a2a_ids_x")}
+             if op.kind == "collective" and on.split_name(on.base_name(op.name))[2] == "a2a_ids"}
     if not piped:
         return
     # every pack's routing goes ahead (Trainer._route covers replicas too): stages 0-1

@@ -37,9 +37,6 @@ PACK_BWD += ("a2a_pooled_grad",)
 # node (a2a_pooled, a2a_pooled_grad) and exchanges across nodes among peers (the _x ops).
 PACK_FWD += ("a2a_pooled_x",)
 PACK_BWD += ("a2a_pooled_grad_x",)
-# A table-row-wise pack's rows exchange runs inside the node, then across nodes (the _x ops).
-PACK_FWD += ("a2a_ids_x", "a2a_emb_x")
-PACK_BWD += ("a2a_grad_x",)
 # hot_sync: a pack with PackPlan.hot_sync "sparse" all-gathers its touched hot rows' gradients
 # (instead of adding the whole hot set's to bwd/dense/allreduce), then hot_update applies them.
 PACK_OPT = ("cold_update", "hot_sync", "hot_update")

@@ -9,8 +9,9 @@ Conventions every layer relies on:
   Column-wise: the dim is split as numpy.array_split over the ranks. Replicated: every
   rank holds every row (data parallel). Table-row-wise (TorchRec's TWRW): row-wise
   (cyclic, as above) over ranks of one node; several such packs spread a group of tables
-  over the nodes. Its rows are laid out exactly as row-wise; only the exchange differs
-  (hierarchical: inside the node first, then across nodes; see planner.lowering).
+  over the nodes. Its rows are laid out and exchanged exactly as row-wise over those ranks;
+  only the fused pooled exchange differs (hierarchical: inside the node first, then across
+  nodes; see planner.pooled_twrw).
 - Hot rows are replicated on every rank: `hot_ids` (npz next to the plan, one int64
   array of table-local rows per table, hottest first) lists them; the cold partition
   still owns every row, hot rows there are simply never read.

@@ -499,7 +499,7 @@ def sharding_stage(c: Candidates) -> None:
 
 def table_row_wise_stage(c: Candidates) -> None:
     """On several nodes, each row-wise pack as table-row-wise packs, one per node (its tables
-    split by exchange cost), whose requests are merged per node."""
+    split by exchange cost): rows exchanged within a node's ranks, each table's owners on one node."""
     hw = c.hw
     if hw.nodes <= 1 or hw.gpus_per_node <= 1:
         return

@@ -11,7 +11,8 @@ class Sharding(str, Enum):
     - table_wise: each table whole on one of the pack's ranks;
     - row_wise: every table's rows split round-robin over the pack's ranks;
     - column_wise: every table's columns split over the pack's ranks;
-    - table_row_wise: row-wise inside one node (TorchRec's TWRW), exchanged hierarchically;
+    - table_row_wise: row-wise inside one node (TorchRec's TWRW); its fused pooled exchange is
+      hierarchical (planner.pooled_twrw), its rows exchange that of row-wise over the node;
     - replicated: every rank holds every table (data parallel).
     """
 
@@ -29,11 +30,6 @@ class Sharding(str, Enum):
     def exchanges(self) -> bool:
         """Whether lookups cross ranks (every sharding but a replica)."""
         return self is not Sharding.REPLICATED
-
-    @property
-    def hierarchical(self) -> bool:
-        """Whether the exchange runs inside the node, then across nodes."""
-        return self is Sharding.TABLE_ROW_WISE
 
     @property
     def can_pool_at_owner(self) -> bool:

@@ -11,10 +11,10 @@ For one micro-batch of `B` samples per rank and each table t of a pack:
   cold rows, which is where the row partition is imbalanced.
 Everything is per rank, as numpy arrays of length world_size.
 
-Table-row-wise packs (rows cyclic over one node's g ranks) are exchanged hierarchically:
-a rank's IDs go first to the peer of its node with the owner's local index, which merges
-the requests of its node, then across nodes to the owner. The owner thus receives each
-node's distinct rows once: U_node = distinct(g * L, skip=hot) per node.
+Table-row-wise packs (rows cyclic over one node's g ranks) exchange their rows as the
+executor runs them: as row-wise over the node's ranks, each rank's distinct rows straight to
+their owners (no per-node merge of requests; only the fused pooled exchange of
+planner.pooled_twrw is hierarchical).
 
 A pack with PackPlan.exchange "pooled" sends every cold lookup's ID (no dedup) with the
 bag lengths per owner (int64, one per bag), each owner pools its part of every bag, and
@@ -70,7 +70,6 @@ class PackVolumes:
     shard_rows: np.ndarray  # rows of the pack stored on each rank
     slice_bytes: float  # bytes of one row held by one owner (row_bytes / n for column_wise)
     coverage: dict[str, float] = field(default_factory=dict)  # per table hot coverage
-    node_unique: float = 0.0  # table-row-wise: distinct cold rows over one node's lookups
     gpus_per_node: int = 1
     # floats per sample each rank computes for every requester when owners pool (TorchRec):
     # table-wise the pack's width on its rank, column-wise a slice, row-wise partial sums
@@ -249,7 +248,7 @@ def pack_volumes(
     lookups = hot_l = hot_u = cold_u = cold_u0 = 0.0
     hot_rows = 0
     head_load = np.zeros(n)  # expected distinct head rows per owner index, per requester
-    tail = node_u = upd = 0.0
+    tail = upd = 0.0
     coverage = {}
     g = max(1, min(gpus_per_node or world, world))
     for spec in specs:
@@ -262,7 +261,6 @@ def pack_volumes(
             cold_u += L
             cold_u0 += L
             tail += L
-            node_u += L * g
             coverage[spec.name] = 0.0
             continue
         if pack.exchange == "pooled":  # every lookup travels; hot ones pooled locally
@@ -276,9 +274,8 @@ def pack_volumes(
             hot_rows += hot
             coverage[spec.name] = cov
             continue
-        cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, pack.sharding == Sharding.ROW_WISE and n > 1)
-        if pack.sharding == Sharding.TABLE_ROW_WISE:
-            node_u += _table_stats(acc, L * g, hot, False)[2]
+        cyclic = pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE)
+        cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, cyclic and n > 1)
         lookups += L
         hot_l += L * cov
         hot_u += max(d_all - d_cold, 0.0)
@@ -298,20 +295,9 @@ def pack_volumes(
     idx = np.asarray(ranks)
     owned = np.zeros(world)
     width = sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs)
-    if pack.sharding == Sharding.ROW_WISE:
+    if pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE):
+        # table-row-wise runs as row-wise over the node's ranks (executor.layout): no merge
         recv[idx] = world * (head_load + tail / n)
-        shard[idx] = _cyclic_rows(rows, n)
-        slice_bytes = float(row_bytes)
-        owned[idx] = width
-    elif pack.sharding == Sharding.TABLE_ROW_WISE and pack.exchange == "pooled":
-        # the executor runs it flat, as row-wise over the node's ranks: no per-node merge
-        recv[idx] = world * tail / n
-        shard[idx] = _cyclic_rows(rows, n)
-        slice_bytes = float(row_bytes)
-        owned[idx] = width
-    elif pack.sharding == Sharding.TABLE_ROW_WISE:
-        # deduplicated: each node's distinct rows once (hierarchical); TorchRec: every lookup
-        recv[idx] = (world / g) * node_u / n if dedup else world * tail / n
         shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)
         owned[idx] = width
@@ -335,7 +321,7 @@ def pack_volumes(
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
-        node_unique=node_u, gpus_per_node=g, owned_width=owned, id_bytes=plan.wire_id_bytes(pack),
+        gpus_per_node=g, owned_width=owned, id_bytes=plan.wire_id_bytes(pack),
         update_rows=None if dedup else np.where(recv > 0, upd / (1 if pack.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE)
                                                              else n), 0.0),
     )
@@ -361,7 +347,7 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         hot_unique=sum(p.hot_unique for p in packs), cold_unique=sum(p.cold_unique for p in packs),
         cold_unique_nohot=sum(p.cold_unique_nohot for p in packs), hot_rows=sum(p.hot_rows for p in packs),
         recv_ids=recv, shard_rows=shard, slice_bytes=first.slice_bytes, coverage=cov,
-        node_unique=max(p.node_unique for p in packs), gpus_per_node=first.gpus_per_node, owned_width=owned,
+        gpus_per_node=first.gpus_per_node, owned_width=owned,
         update_rows=None if first.update_rows is None else sum(p.update_rows for p in packs),
         exchange=first.exchange, id_bytes=max(p.id_bytes for p in packs),
     )

@@ -40,7 +40,6 @@ def test_an_unknown_sharding_is_still_one_line():
 
 def test_the_rules_of_each_sharding():
     assert [s for s in Sharding if not s.exchanges] == [Sharding.REPLICATED]
-    assert [s for s in Sharding if s.hierarchical] == [Sharding.TABLE_ROW_WISE]
     assert POOLED_SHARDINGS == ("row_wise", "table_wise", "table_row_wise")
 
 

@@ -3,6 +3,7 @@ hierarchical exchange, TorchRec's execution in lowering, and the DLRM-DCNv2 pres
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from planner.errors import PlanError
@@ -127,7 +128,9 @@ def test_table_row_wise_must_stay_in_one_node():
         lower(plan, hw4())
 
 
-def test_hierarchical_exchange_merges_node_requests():
+def test_table_row_wise_rows_are_lowered_as_the_executor_exchanges_them():
+    # the executor runs a table-row-wise rows pack as row-wise over the node's ranks (no
+    # per-node merge of requests), so lowering must not predict one
     from planner.access import table_access
     from planner.lowering import lower
 
@@ -135,12 +138,15 @@ def test_hierarchical_exchange_merges_node_requests():
                   top_mlp=(16, 1))
     acc = table_access(m)
     flat = lower(Plan(m, 4, 4096, [PackPlan("p", ["A"], "row_wise", [2, 3])]), hw4(), access=acc)
-    hier = lower(Plan(m, 4, 4096, [PackPlan("p", ["A"], "table_row_wise", [2, 3])]), hw4(), access=acc)
-    x = hier.op("fwd/p/a2a_ids_x")
-    assert x.group == "peers" and hier.op("fwd/p/a2a_ids").group == "node"
-    assert hier.graph.op("0:fwd/p/a2a_ids_x")["collective"].group == (0, 2)
-    # the owner reads each node's distinct rows once: fewer than every rank's distinct rows
-    assert hier.packs[0].recv_ids.max() < flat.packs[0].recv_ids.max()
+    twrw = lower(Plan(m, 4, 4096, [PackPlan("p", ["A"], "table_row_wise", [2, 3])]), hw4(), access=acc)
+    names = [o.name for o in twrw.ops if "/p/" in o.name]
+    assert names == [o.name for o in flat.ops if "/p/" in o.name] and not any("_x" in n for n in names)
+    for n in names:
+        a, b = twrw.op(n), flat.op(n)
+        assert (a.collective is None) == (b.collective is None)
+        if a.collective is not None:
+            assert np.allclose(a.collective[1], b.collective[1]), n
+    assert np.allclose(twrw.packs[0].recv_ids, flat.packs[0].recv_ids)
 
 
 def test_torchrec_execution_pipelines_the_input_exchange():
