@@ -219,6 +219,31 @@ class Explanation:
         it = self.evaluation.iteration_us or 0.0
         return {k: v * it for k, v in util.items() if not k.startswith("lane:")}
 
+    def bottleneck(self) -> dict[str, Any] | None:
+        """The busiest resource of the simulated iteration and the ops whose demands keep it
+        busy (shares of the first rank's demand on it, micro-batches summed): why no plan of
+        this shape runs faster than that resource allows."""
+        from simulator.cost import RESOURCES, op_busy
+
+        res, it = self.time_by_resource(), self.evaluation.iteration_us
+        if self.hw is None or not it or not res:
+            return None
+        name, busy = max(res.items(), key=lambda kv: kv[1])
+        if name not in RESOURCES:
+            return None
+        k = RESOURCES.index(name)
+        demand: dict[str, float] = defaultdict(float)
+        first = None
+        for node, attrs in self.evaluation.lowered.graph.g.nodes(data=True):
+            rank, _, op = str(node).partition(":")
+            first = rank if first is None else first
+            if rank == first:
+                demand[on.base_name(op)] += op_busy(attrs, self.hw)[2][k]
+        total = sum(demand.values())
+        ops = sorted(((op, us / total) for op, us in demand.items() if us > 0), key=lambda x: (-x[1], x[0]))
+        return {"resource": name, "busy_us": busy, "share_of_iteration": busy / it,
+                "ops": [{"op": op, "share": s} for op, s in ops[:4]]}
+
     def speedups(self) -> dict[str, float | None]:
         mine = self.evaluation.iteration_us
         return {name: (ev.iteration_us / mine if ev.iteration_us and mine else None)
@@ -241,6 +266,7 @@ class Explanation:
             "baseline_sync": {n: BASELINE_SYNC.get(n, "") for n in self.baselines},
             "time_by_phase_us": self.time_by_phase(),
             "time_by_resource_us": self.time_by_resource(),
+            "bottleneck": self.bottleneck(),
             "memory": ev.lowered.memory.to_dict(),
             "baselines_us": {n: e.iteration_us for n, e in self.baselines.items()},
             "baseline_problems": {n: e.problem for n, e in self.baselines.items() if e.problem},
@@ -293,6 +319,13 @@ class Explanation:
             "",
             "time by resource (us busy per iteration): " + ", ".join(
                 f"{k} {v:.1f}" for k, v in d["time_by_resource_us"].items() if v > 0.05),
+        ]
+        if (b := d.get("bottleneck")) is not None:
+            rest = "" if b["share_of_iteration"] >= 0.8 else " (the rest of the iteration: latency and waiting)"
+            lines.append(f"busiest resource: {b['resource']}, {b['busy_us']:.1f} us of {d['predicted_iteration_us']:.1f}"
+                         f" ({b['share_of_iteration']:.0%}){rest}; its demand: " + ", ".join(
+                             f"{o['op']} {o['share']:.0%}" for o in b["ops"]))
+        lines += [
             "",
         ]
         mem = d["memory"]
