@@ -64,6 +64,7 @@ HOT_SCALES = (0.0, 0.25, 0.5, 2.0, 4.0)
 REFINE_TOP = 3  # stage-1 structures whose hot-set size is refined
 FINAL_TOP = 10  # candidates re-simulated by the discrete-event engine (and given smaller buckets first)
 HOT_MEMORY_SHARE = 0.5  # at most this share of the free device memory goes to hot caches
+MAX_EXTRA_REPLICATED = 4  # fused pooled layouts with 1..4 more tables replicated (fused_pooled_stage)
 
 
 @dataclass
@@ -609,8 +610,8 @@ def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: 
     none on one node, or where a table has no bags to pool.
 
     The first layout replicates the tables whose replication is worthwhile on its own; the
-    next ones also replicate 1, 2, ... up to `nodes` more (the cheapest all-reduce first, among
-    tables small enough): the fused exchange waits for the node holding the most tables, so
+    next ones also replicate 1, 2, ... up to `nodes` (at most MAX_EXTRA_REPLICATED) more (the
+    cheapest all-reduce first, among tables small enough): the fused exchange waits for the node holding the most tables, so
     one table fewer can cut every rank's pooled bytes across nodes by a whole table's share."""
     from planner.pooled_twrw import layout
 
@@ -622,7 +623,7 @@ def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: 
     extra = sorted((t for t in model.tables if t.name not in small and t.num_rows * _hot_row_bytes(t) < 0.01 * hbm),
                    key=lambda t: (t.num_rows * t.bytes_per_row, t.name))
     out = []
-    for j in range(min(hw.nodes, len(extra)) + 1):
+    for j in range(min(hw.nodes, len(extra), MAX_EXTRA_REPLICATED) + 1):
         chosen = small | {t.name for t in extra[:j]}
         packs: list[PackPlan] = []
         for gi, group in enumerate(groups):
