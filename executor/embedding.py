@@ -79,6 +79,8 @@ class ShardedPack:
         self.num_owners = L.n if L.sharding == Sharding.ROW_WISE else 1
         # one rank holds every row: lookups need no routing by owner and no sizes on the host
         self.single = L.world == 1
+        # every row hot (Plan.fully_hot): every lookup is read from the replica, no exchange
+        self.fully_hot = plan.fully_hot(pack)
         self.to_dest = torch.tensor(self._destination_matrix(), dtype=torch.int64, device=self.dev)
         self.id_dtype = wire_id_dtype(plan.wire_id_bytes(pack))  # IDs on the wire; int64 once received
         # storage as the table spec declares it (fp32, fp16, bf16); pooling and gradients in fp32
@@ -272,8 +274,8 @@ class ShardedPack:
 
     @property
     def local_only(self) -> bool:
-        """Replicated packs (and single-rank runs) need no exchange."""
-        return self.layout.sharding == Sharding.REPLICATED or self.single
+        """Replicated and fully hot packs (and single-rank runs) need no exchange."""
+        return self.layout.sharding == Sharding.REPLICATED or self.single or self.fully_hot
 
     def send_ids(self, lk: Lookup, async_op: bool) -> None:
         """Launch the ID exchange (sizes already placed)."""

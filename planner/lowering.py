@@ -177,8 +177,9 @@ def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = (S
 
 
 def exchanges(plan: Plan, pv: PackVolumes) -> bool:
-    """Whether a pack's lookups cross ranks: not for a replica, and not on one rank."""
-    return Sharding(pv.sharding).exchanges and plan.world_size > 1
+    """Whether a pack's lookups cross ranks: not for a replica or a fully hot pack (Plan.fully_hot),
+    and not on one rank."""
+    return Sharding(pv.sharding).exchanges and plan.world_size > 1 and not pv.fully_hot
 
 
 def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -> list[Op]:
@@ -212,7 +213,8 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
         gather_dep = ops[-1].name
     rows = pv.gather_rows
     nbytes = rows * pv.slice_bytes
-    owners = np.nonzero(rows > 0)[0]
+    # a local pack reads its rows on every rank (the trainer times that read, rows or none)
+    owners = None if pv.local else np.nonzero(rows > 0)[0]
     if pv.placement == "host":
         # as the executor runs it: a gather in host memory into a staging buffer, then its
         # copy over PCIe into device memory, two ops

@@ -189,6 +189,15 @@ class Plan:
     def pack_rows(self, pack: PackPlan) -> int:
         return sum(self.model.table(t).num_rows for t in pack.tables)
 
+    def fully_hot(self, pack: PackPlan) -> bool:
+        """A rows-exchange pack whose hot set holds every row of every table: each rank reads all
+        its lookups from its replica, so it exchanges no rows (the executor skips its
+        all-to-alls, lowering has none) and its rows are synchronised with the hot rows."""
+        # column-wise is left out: its owners hold slices, and a hot row is read whole
+        return (pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE)
+                and pack.exchange == "rows"
+                and all(self.hot_rows.get(t, 0) >= self.model.table(t).num_rows for t in pack.tables))
+
     def wire_id_bytes(self, pack: PackPlan) -> int:
         """Bytes per ID the pack's exchanges send (planner.volumes costs, the executor sends)."""
         return wire_id_bytes(self.pack_rows(pack))

@@ -491,7 +491,8 @@ def sharding_stage(c: Candidates) -> None:
                 break
             cur = c.best.plan
             pack = cur.packs[i]
-            if pack.sharding == sharding or not _sharding_ok(cur, pack, sharding):
+            # a fully hot pack exchanges nothing: its sharding only places an unread cold shard
+            if pack.sharding == sharding or cur.fully_hot(pack) or not _sharding_ok(cur, pack, sharding):
                 continue
             plan = _with_pack(cur, i, sharding, c.access, c.batch)
             choose_exchange(plan, c.hw, c.access, c.batch / plan.micro_batches, c.ex_memo)

@@ -79,6 +79,7 @@ class PackVolumes:
     hot_sync: str = "dense"  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
     exchange: str = "rows"  # PackPlan.exchange: rows back to the requester, or pooled at the owner
     id_bytes: int = ID_BYTES  # one ID or bag length on the wire (Plan.wire_id_bytes)
+    fully_hot: bool = False  # Plan.fully_hot: every row replicated, nothing exchanged
     # ("torchrec": scored as TorchRec runs it, planner.lowering's own path)
 
     # ---- pooled exchange (PackPlan.exchange "pooled"; see the module docstring) ----------
@@ -166,9 +167,14 @@ class PackVolumes:
         return np.maximum(self.cold_unique * self.row_bytes, self.recv_ids * self.slice_bytes)
 
     @property
+    def local(self) -> bool:
+        """Each rank reads its lookups where it is: a replica, or a fully hot pack."""
+        return self.sharding == Sharding.REPLICATED or self.fully_hot
+
+    @property
     def gather_rows(self) -> np.ndarray:
         """Rows each rank reads as owner (replicated: its own cold rows from its replica)."""
-        if self.sharding == Sharding.REPLICATED:
+        if self.local:
             return np.full(self.world, self.cold_unique)
         return self.recv_ids
 
@@ -321,7 +327,7 @@ def pack_volumes(
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
-        gpus_per_node=g, owned_width=owned, id_bytes=plan.wire_id_bytes(pack),
+        gpus_per_node=g, owned_width=owned, id_bytes=plan.wire_id_bytes(pack), fully_hot=plan.fully_hot(pack),
         update_rows=None if dedup else np.where(recv > 0, upd / (1 if pack.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE)
                                                              else n), 0.0),
     )
