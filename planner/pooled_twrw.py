@@ -206,11 +206,13 @@ def pooled_cost(t: Any, pooling: float) -> float:
 
 
 def layout(plan_tables: list[Any], pooling: dict[str, float], nodes: int, g: int,
-           small: list[str], prefix: str = "") -> list[PackPlan]:
+           small: list[str], prefix: str = "", rows: list[str] = ()) -> list[PackPlan]:
     """TorchRec's structure with picasso's exchange: the `small` tables in one row-wise pack
-    (the search makes all their rows hot: data parallel), the others in one table-row-wise
-    pack per node, balanced by `pooled_cost` (greedy, largest first), every one pooled."""
-    big = [t for t in plan_tables if t.name not in small]
+    (the search makes all their rows hot: data parallel), the `rows` tables in another
+    row-wise pack over every rank (exchanged apart from the group), the others in one
+    table-row-wise pack per node, balanced by `pooled_cost` (greedy, largest first), every
+    one pooled."""
+    big = [t for t in plan_tables if t.name not in small and t.name not in rows]
     load = [0.0] * nodes
     bins: list[list[str]] = [[] for _ in range(nodes)]
     for t in sorted(big, key=lambda t: (-pooled_cost(t, pooling[t.name]), t.name)):
@@ -219,6 +221,7 @@ def layout(plan_tables: list[Any], pooling: dict[str, float], nodes: int, g: int
         bins[i].append(t.name)
     order = {t.name: i for i, t in enumerate(plan_tables)}
     packs = [PackPlan(f"{prefix}small", list(small), Sharding.ROW_WISE)] if small else []
+    packs += [PackPlan(f"{prefix}rows", list(rows), Sharding.ROW_WISE)] if rows else []
     packs += [PackPlan(f"{prefix}node{j}", sorted(b, key=order.__getitem__), Sharding.TABLE_ROW_WISE, list(range(j * g, j * g + g)),
                        exchange="pooled") for j, b in enumerate(bins) if b]
     return packs

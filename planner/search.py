@@ -471,15 +471,15 @@ def fused_pooled_stage(c: Candidates) -> None:
                     if c.over_budget() or (k == 1 and not ki):  # the fused exchange needs overlap
                         continue
                     ev = c.consider(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g}",
-                                    _as_fused_pooled(c.make(layouts[0], k, ki, s), dp))
+                                    _as_fused_pooled(c.make(layouts[0][1], k, ki, s), dp))
                     if ev.iteration_us is not None and (best is None or ev.iteration_us < best[0]):
                         best = (ev.iteration_us, (k, ki, s, dp))
     if best is None:
         return
     k, ki, s, dp = best[1]
-    for j, packs in enumerate(layouts[1:], start=1):  # more tables replicated, at the best settings
+    for tag, packs in layouts[1:]:  # tables out of the group, at the best settings
         if not c.over_budget():
-            c.consider(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g} replicate+{j}",
+            c.consider(f"fused-pooled{'+dp' if dp else ''} k={k} ki={int(ki)} hot=x{s:g} {tag}",
                        _as_fused_pooled(c.make(packs, k, ki, s), dp))
 
 
@@ -606,14 +606,16 @@ def search(
 
 
 def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int,
-                          c_a2a: float, c_ar: float, hbm: float) -> list[list[PackPlan]]:
-    """Packs of the fused pooled candidates (planner.pooled_twrw.layout), per attribute group;
-    none on one node, or where a table has no bags to pool.
+                          c_a2a: float, c_ar: float, hbm: float) -> list[tuple[str, list[PackPlan]]]:
+    """(tag, packs) of the fused pooled candidates (planner.pooled_twrw.layout), per attribute
+    group; none on one node, or where a table has no bags to pool.
 
-    The first layout replicates the tables whose replication is worthwhile on its own; the
-    next ones also replicate 1, 2, ... up to `nodes` (at most MAX_EXTRA_REPLICATED) more (the
-    cheapest all-reduce first, among tables small enough): the fused exchange waits for the node holding the most tables, so
-    one table fewer can cut every rank's pooled bytes across nodes by a whole table's share."""
+    The first layout replicates the tables whose replication is worthwhile on its own. The
+    next ones take 1, 2, ... up to `nodes` (at most MAX_EXTRA_REPLICATED) more tables out of
+    the group (the smallest first, among tables small enough to replicate), either replicated
+    too ("replicate+j") or exchanged as rows in a row-wise pack of their own ("rows+j"): the
+    fused exchange waits for the node holding the most tables, so one table fewer can cut
+    every rank's pooled bytes across nodes by a whole table's share."""
     from planner.pooled_twrw import layout
 
     if hw.nodes <= 1 or hw.gpus_per_node <= 1 or any(t.pooling == "none" for t in model.tables):
@@ -623,14 +625,18 @@ def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: 
              if replication_worthwhile(t, access[t.name], batch, hw.world_size, c_a2a, c_ar, hbm)}
     extra = sorted((t for t in model.tables if t.name not in small and t.num_rows * _hot_row_bytes(t) < 0.01 * hbm),
                    key=lambda t: (t.num_rows * t.bytes_per_row, t.name))
-    out = []
-    for j in range(min(hw.nodes, len(extra), MAX_EXTRA_REPLICATED) + 1):
-        chosen = small | {t.name for t in extra[:j]}
-        packs: list[PackPlan] = []
+    def packs_for(rep: set[str], rows: set[str]) -> list[PackPlan]:
+        out: list[PackPlan] = []
         for gi, group in enumerate(groups):
-            packs += layout(list(group), {t.name: access[t.name].pooling for t in group}, hw.nodes, hw.gpus_per_node,
-                            [t.name for t in group if t.name in chosen], f"g{gi}" if gi else "")
-        out.append(packs)
+            out += layout(list(group), {t.name: access[t.name].pooling for t in group}, hw.nodes, hw.gpus_per_node,
+                          [t.name for t in group if t.name in rep], f"g{gi}" if gi else "",
+                          [t.name for t in group if t.name in rows])
+        return out
+
+    out = [("", packs_for(small, set()))]
+    for j in range(1, min(hw.nodes, len(extra), MAX_EXTRA_REPLICATED) + 1):
+        moved = {t.name for t in extra[:j]}
+        out += [(f"replicate+{j}", packs_for(small | moved, set())), (f"rows+{j}", packs_for(small, moved))]
     return out
 
 
@@ -642,7 +648,7 @@ def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
     for p in plan.packs:
         if p.sharding == Sharding.TABLE_ROW_WISE:
             p.exchange = "pooled"
-        elif data_parallel:
+        elif data_parallel and p.name.endswith("small"):  # the layout's replicated tables
             p.exchange, p.hot_sync = "rows", "dense"
             plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
     return plan

@@ -5,6 +5,8 @@ it where it beats its other plans (DLRM-DCNv2 on 4 nodes of 8 H100), and --expla
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from planner.access import table_access
@@ -52,3 +54,30 @@ def test_search_picks_the_fused_pooled_exchange_for_dcnv2_on_four_nodes():
     assert res.best.iteration_us < 0.8 * min(per_pack)
     text = explain(res.plan, hw, access=acc, baselines=()).text()
     assert "fused pooled exchange pooled: packs node0, node1, node2, node3" in text
+
+
+def test_fused_layouts_take_tables_out_of_the_group_replicated_or_as_rows():
+    from planner.search import MAX_EXTRA_REPLICATED, _as_fused_pooled, _fused_pooled_layouts, byte_costs
+
+    m = get_model("dlrm-dcnv2")
+    hw = load_hardware("dgx-h100", ["nodes=4", "nic_per=node"])
+    acc = table_access(m)
+    c_a2a, c_ar = byte_costs(hw, hw.world_size)
+    layouts = _fused_pooled_layouts(m, acc, hw, 4096, c_a2a, c_ar, float(hw.gpu.hbm_bytes))
+    tags = [t for t, _ in layouts]
+    assert tags[0] == "" and tags[1:3] == ["replicate+1", "rows+1"]
+    assert len(tags) == 1 + 2 * MAX_EXTRA_REPLICATED
+    base = {p.name: set(p.tables) for p in layouts[0][1]}
+    for tag, packs in layouts[1:]:
+        j = int(tag.split("+")[1])
+        by = {p.name: p for p in packs}
+        pooled = {t for p in packs if p.sharding == "table_row_wise" for t in p.tables}
+        if tag.startswith("rows"):
+            assert by["small"].tables and set(by["small"].tables) == base["small"]
+            assert by["rows"].sharding == "row_wise" and len(by["rows"].tables) == j
+            assert not pooled & set(by["rows"].tables)
+        else:
+            assert "rows" not in by and len(by["small"].tables) == len(base["small"]) + j
+        plan = _as_fused_pooled(Plan(m, 32, 4096, [replace(p) for p in packs], hot_rows={}), True)
+        for p in plan.packs:  # only the replicated tables become all hot
+            assert plan.fully_hot(p) == (p.name == "small"), (tag, p.name)
