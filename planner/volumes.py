@@ -17,7 +17,7 @@ their owners (no per-node merge of requests; only the fused pooled exchange of
 planner.pooled_twrw is hierarchical).
 
 A pack with PackPlan.exchange "pooled" sends every cold lookup's ID (no dedup) with the
-bag lengths per owner (int64, one per bag), each owner pools its part of every bag, and
+bag lengths per owner (one per bag; IDs and lengths at the wire width, Plan.wire_id_bytes), each owner pools its part of every bag, and
 one partial sum per bag comes back from each owner (row-wise: every owner; table-wise:
 the one); the backward sends the pooled gradient of every bag to each owner. Hot IDs are
 pooled locally, and their gradients are counted per lookup (the executor does not dedup).
