@@ -117,6 +117,8 @@ class Comm:
             raise RuntimeError(f"all_gather_rows: {len(rows)} rows here, the sizes say {sizes[self.rank]}")
         sizes_l = list(sizes)
         m = max(sizes_l)
+        if rows.dtype == torch.int64 and values.dim() == 2 and values.element_size() == 4:
+            return self._gather_rows_as_one(rows, values, sizes_l, m, async_op)
         pr = torch.zeros(m, dtype=rows.dtype, device=rows.device)
         pr[: len(rows)] = rows
         pv = torch.zeros(m, values.shape[1], dtype=values.dtype, device=values.device)
@@ -134,6 +136,25 @@ class Comm:
                 torch.cat([g[:s] for g, s in zip(gr, sizes_l)]),
                 torch.cat([g[:s] for g, s in zip(gv, sizes_l)]),
             )
+
+        return finish
+
+    def _gather_rows_as_one(self, rows: torch.Tensor, values: torch.Tensor, sizes: list[int], m: int,
+                            async_op: bool):
+        """`start_all_gather_rows` in one all_gather instead of two (one collective latency
+        less): each row is its int64 ID as two int32 words, then its 4-byte values bit for bit."""
+        n, d = len(rows), values.shape[1]
+        buf = torch.zeros(m, 2 + d, dtype=torch.int32, device=rows.device)
+        buf[:n, :2] = rows.contiguous().view(torch.int32).view(n, 2)
+        buf[:n, 2:] = values.contiguous().view(torch.int32)
+        got = [torch.empty_like(buf) for _ in range(self.world)]
+        h = dist.all_gather(got, buf, async_op=async_op)
+
+        def finish() -> tuple[torch.Tensor, torch.Tensor]:
+            if h is not None:
+                h.wait()
+            flat = torch.cat([g[:s] for g, s in zip(got, sizes)])
+            return flat[:, :2].contiguous().view(torch.int64).view(-1), flat[:, 2:].contiguous().view(values.dtype)
 
         return finish
 

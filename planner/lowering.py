@@ -523,11 +523,10 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             rows = pv.cold_unique * k * plan.world_size
             # applied at the memory rate (as any other op's hbm bytes), after the gathers
             applied = rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
-            # as the executor runs it: all_gathers of the rows and of their gradients (padded to
-            # the largest count, known from the step's sizes exchange): one ring latency more
-            gathers = (plan.world_size - 1) * count_steps
+            # as the executor runs it: one all_gather of the rows with their gradients (padded to
+            # the largest count, known from the step's sizes exchange; executor.comm)
             launched.append(_collective(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name], "all_gather",
-                                        pv.allgather_bytes(k), fixed_hbm_bytes=applied, lat_steps=gathers))
+                                        pv.allgather_bytes(k), fixed_hbm_bytes=applied))
         else:
             rows = pv.recv_ids * k
             touched = rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
@@ -541,11 +540,10 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                     hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
                                     flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
-            # the touched hot rows' gradients, all-gathered (rows and values: two gathers, sizes
-            # from the step's one sizes exchange), then applied by every replica
+            # the touched hot rows' gradients, all-gathered with their rows in one gather (sizes
+            # from the step's one sizes exchange; executor.comm), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
-            launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k),
-                                        lat_steps=(plan.world_size - 1) * count_steps))
+            launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k)))
             rows = pv.hot_unique * k * plan.world_size
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
                                         hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
@@ -620,8 +618,8 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
     """Predicted microseconds per iteration of each way to synchronise a pack's hot-row
     gradients, as build_program lowers them: "dense" adds the hot set's gradient to the dense
     all-reduce (its bandwidth term; the latency is paid by the dense gradients anyway), zeroes
-    it each step and updates every hot row; "sparse" all-gathers the touched rows (two
-    gathers: rows and values) and applies every rank's rows (`sparse_sync_row_us` each)."""
+    it each step and updates every hot row; "sparse" all-gathers the touched rows (one
+    gather of rows with their values) and applies every rank's rows (`sparse_sync_row_us` each)."""
     from simulator.cost import collective_cost
     from simulator.opgraph import Collective
 
@@ -634,7 +632,7 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
     _, ar_bw, _ = collective_cost(Collective("all_reduce", group, pv.hot_rows * pv.grad_row_bytes), hw)
     dense = ar_bw + pv.hot_rows * (pv.row_bytes * passes + pv.state_bytes * 2 + pv.grad_row_bytes) * hbm_us
     lat, _, _ = collective_cost(Collective("all_gather", group, pv.hot_sync_bytes(k)), hw)
-    sparse = 2 * lat + pv.hot_unique * k * sparse_sync_row_us(plan, pv, hw)
+    sparse = lat + pv.hot_unique * k * sparse_sync_row_us(plan, pv, hw)
     return {"dense": float(dense), "sparse": float(sparse)}
 
 
