@@ -199,6 +199,9 @@ def _own_lanes(ops: list[Op]) -> None:
 # ---- the search's layouts and --explain ----------------------------------------------------
 
 
+SMALL_PACK, ROWS_PACK = "small", "rows"  # layout's packs outside the group (names end so)
+
+
 def pooled_cost(t: Any, pooling: float) -> float:
     """Bytes per sample a table costs in the group's exchange: its pooled vector across
     nodes both ways (4 B per float) and its IDs (no dedup) to the owners."""
@@ -220,8 +223,8 @@ def layout(plan_tables: list[Any], pooling: dict[str, float], nodes: int, g: int
         load[i] += pooled_cost(t, pooling[t.name])
         bins[i].append(t.name)
     order = {t.name: i for i, t in enumerate(plan_tables)}
-    packs = [PackPlan(f"{prefix}small", list(small), Sharding.ROW_WISE)] if small else []
-    packs += [PackPlan(f"{prefix}rows", list(rows), Sharding.ROW_WISE)] if rows else []
+    packs = [PackPlan(f"{prefix}{SMALL_PACK}", list(small), Sharding.ROW_WISE)] if small else []
+    packs += [PackPlan(f"{prefix}{ROWS_PACK}", list(rows), Sharding.ROW_WISE)] if rows else []
     packs += [PackPlan(f"{prefix}node{j}", sorted(b, key=order.__getitem__), Sharding.TABLE_ROW_WISE, list(range(j * g, j * g + g)),
                        exchange="pooled") for j, b in enumerate(bins) if b]
     return packs

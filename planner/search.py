@@ -64,7 +64,7 @@ HOT_SCALES = (0.0, 0.25, 0.5, 2.0, 4.0)
 REFINE_TOP = 3  # stage-1 structures whose hot-set size is refined
 FINAL_TOP = 10  # candidates re-simulated by the discrete-event engine (and given smaller buckets first)
 HOT_MEMORY_SHARE = 0.5  # at most this share of the free device memory goes to hot caches
-MAX_EXTRA_REPLICATED = 4  # fused pooled layouts with 1..4 more tables replicated (fused_pooled_stage)
+MAX_EXTRA_REPLICATED = 4  # fused pooled layouts with 1..4 more tables out of the group (fused_pooled_stage)
 
 
 @dataclass
@@ -217,6 +217,11 @@ def _hot_row_bytes(t: TableSpec) -> int:
     return 2 * t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0)
 
 
+def _small_enough_to_replicate(t: TableSpec, hbm: float) -> bool:
+    """A whole replica (weights, gradient, state) takes under 1% of a device's memory."""
+    return t.num_rows * _hot_row_bytes(t) < 0.01 * hbm
+
+
 def size_for_sparse_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], scale: float, budget: float,
                          c_a2a: float, c_ar: float, c_gather: dict[str, float]) -> None:
     """Re-size the hot sets of the packs that sync them sparsely (`plan.hot_rows` holds the
@@ -253,7 +258,7 @@ def replication_worthwhile(t: TableSpec, acc: TableAccess, batch: int, world: in
         return False
     ar_us = t.num_rows * t.bytes_per_row * c_ar
     a2a_us = acc.distinct(batch * acc.pooling) * (wire_id_bytes(t.num_rows) + 2 * t.bytes_per_row) * c_a2a
-    return ar_us < a2a_us and t.num_rows * _hot_row_bytes(t) < 0.01 * hbm
+    return ar_us < a2a_us and _small_enough_to_replicate(t, hbm)
 
 
 def balanced_split(tables: list[TableSpec], costs: dict[str, float], parts: int) -> list[list[str]]:
@@ -623,7 +628,7 @@ def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: 
     groups = attribute_groups(model)
     small = {t.name for t in model.tables
              if replication_worthwhile(t, access[t.name], batch, hw.world_size, c_a2a, c_ar, hbm)}
-    extra = sorted((t for t in model.tables if t.name not in small and t.num_rows * _hot_row_bytes(t) < 0.01 * hbm),
+    extra = sorted((t for t in model.tables if t.name not in small and _small_enough_to_replicate(t, hbm)),
                    key=lambda t: (t.num_rows * t.bytes_per_row, t.name))
     def packs_for(rep: set[str], rows: set[str]) -> list[PackPlan]:
         out: list[PackPlan] = []
@@ -644,11 +649,13 @@ def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
     """`plan` (from _fused_pooled_layouts) with its table-row-wise packs pooled in one fused
     exchange; with `data_parallel` its small tables' rows all hot (synchronised in the dense
     all-reduce, as TorchRec's data-parallel tables), else their hot sets as sized."""
+    from planner.pooled_twrw import SMALL_PACK
+
     plan.exchange = "fused_pooled"
     for p in plan.packs:
         if p.sharding == Sharding.TABLE_ROW_WISE:
             p.exchange = "pooled"
-        elif data_parallel and p.name.endswith("small"):  # the layout's replicated tables
+        elif data_parallel and p.name.endswith(SMALL_PACK):  # the layout's replicated tables
             p.exchange, p.hot_sync = "rows", "dense"
             plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
     return plan
