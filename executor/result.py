@@ -105,6 +105,10 @@ class RunResult:
     resumed: dict[str, Any] | None = None  # checkpoint, data_position, the checkpoint's last_eval
     # per rank: mean ms per timed step waiting for input, and that share of the step
     input_wait: dict[str, list[float]] | None = None
+    # per pack: cold and hot rows per micro-batch and rank against the plan's prediction
+    # (executor.exchange_check), and the note naming packs that exchanged far more than planned
+    exchange: dict[str, dict[str, float]] | None = None
+    exchange_note: str | None = None
 
     def iteration_us(self) -> float:
         """The median timed step in microseconds (0 when no step was timed)."""

@@ -24,6 +24,7 @@ from executor.batches import Batch
 from executor.comm import Comm
 from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
+from executor.exchange_check import ExchangeCounts
 from executor.optim import DenseOptimizer
 from executor.pooled_twrw import make_packs
 from executor.precision import apply_global, dense_precision
@@ -156,6 +157,7 @@ class Trainer:
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
         self.steps_done = 0
         self._ahead: _Inputs | None = None  # the next step's lookups, gone ahead (input pipeline)
+        self.exchanged = ExchangeCounts()  # cold/hot rows per pack and micro-batch (executor.exchange_check)
         if plan.pipelines_inputs:
             comm.open_input_group()
         # grad_bucket_mb: the buckets launched during the last micro-batch's backward, as
@@ -385,7 +387,9 @@ class Trainer:
         off = 0
         for e, (p, lk) in enumerate(entries):
             n = p.num_owners + 1
-            p.place(lk, host[off : off + n], [recv_h[src * n_cols + e] for src in range(world)])
+            counts = host[off : off + n]  # cold rows per owner, then the hot ones
+            self.exchanged.add(p.name, sum(counts[:-1]), counts[-1])
+            p.place(lk, counts, [recv_h[src * n_cols + e] for src in range(world)])
             off += n
         # per sparse hot pack: each rank's touched hot rows (set on the pack by the step they are for)
         return {j: [recv_h[src * n_cols + e_n + x] for src in range(world)] for x, (j, _) in enumerate(sparse)}

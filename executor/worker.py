@@ -36,6 +36,7 @@ from executor.batches import (
     to_batch,
 )
 from executor.comm import Comm
+from executor.exchange_check import exchange_report
 from executor.memory import peak_bytes
 from executor.process_tree import die_with_parent
 from executor.rendezvous import join_store
@@ -320,11 +321,11 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     peak = peak_bytes(device)  # training's peak, before --verify's reference adds its own
     gathered = [None] * world
     if world > 1:
-        dist.all_gather_object(gathered, (events, times, peak, waits, (bad.count, bad.first)))
+        dist.all_gather_object(gathered, (events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb()))
     else:
-        gathered = [(events, times, peak, waits, (bad.count, bad.first))]
+        gathered = [(events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb())]
     if ranges is not None:  # each rank counted the malformed rows of its own byte range
-        bad = BadRows(sum(c for *_, (c, _) in gathered), next((f for *_, (_, f) in gathered if f), ""))
+        bad = BadRows(sum(c for *_, (c, _), _ in gathered), next((f for *_, (_, f), _ in gathered if f), ""))
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if evaluator is not None:
         _report_eval(rank, evaluator.run(start_step + args.steps), timer)
@@ -386,6 +387,12 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "mean_ms_per_rank": [1e3 * sum(x[3]) / max(1, len(x[3])) for x in gathered],
         "fraction_of_step_per_rank": [sum(x[3]) / sum(x[1]) if sum(x[1]) > 0 else 0.0 for x in gathered],
     }
+    if any(x[5] for x in gathered):  # ranks that exchanged: their cold rows against the plan's
+        assumed = any(src.startswith("zipf") for src in plan.provenance.access_source)
+        result["exchange"], note = exchange_report([x[5] for x in gathered],
+                                                   plan.prediction.cold_per_mb if plan.prediction else {}, assumed)
+        if note:
+            result["exchange_note"] = note
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it
         "measure": "cuda max_memory_allocated" if device.type == "cuda" else "process RSS high-water mark",
         "measured_bytes_per_rank": [pk["device"] for pk in peaks],

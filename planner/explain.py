@@ -249,6 +249,12 @@ class Explanation:
         return {name: (ev.iteration_us / mine if ev.iteration_us and mine else None)
                 for name, ev in self.baselines.items()}
 
+    def cold_per_mb(self) -> dict[str, float]:
+        """Per pack: the cold rows (a pooled exchange: cold IDs) each rank sends per
+        micro-batch, as planner.volumes has them (Prediction.cold_per_mb; a run counts them)."""
+        lo = self.evaluation.lowered
+        return {} if lo is None else {pv.name: float(pv.cold_unique) for pv in lo.packs}
+
     # ---- outputs -----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         ev = self.evaluation

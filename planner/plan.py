@@ -108,7 +108,7 @@ def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
 
 @dataclass
 class Provenance:
-    """Where a plan came from. Reports and `picasso simulate`'s defaults read it; training does not."""
+    """Where a plan came from. Reports (a run's too) and `picasso simulate`'s defaults read it; training does not."""
 
     planner: str | None = None  # "picasso.search" for the search's own choice
     baseline: str | None = None  # naive, torchrec-like, dp-hot-only, torchrec
@@ -131,6 +131,9 @@ class Prediction:
     engine: str | None = None  # simpy or fast
     fast_iteration_us: float | None = None  # the fast evaluator's figure, when the engine was simpy
     speedups: dict[str, float | None] = field(default_factory=dict)  # over each baseline
+    # per pack: cold rows (a pooled exchange: cold IDs) each rank sends per micro-batch
+    # (planner.volumes' cold_unique); a run counts the same and sets its figure beside it
+    cold_per_mb: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -550,6 +553,8 @@ def _prediction(d: object) -> Prediction:
         speedups={fields.text(k, "prediction.speedups"):
                   None if v is None else fields.real(v, f"prediction.speedups.{k}", 0.0, float("inf"))
                   for k, v in speedups.items()},
+        cold_per_mb={fields.text(k, "prediction.cold_per_mb"): fields.real(v, f"prediction.cold_per_mb.{k}", 0.0, float("inf"))
+                     for k, v in fields.mapping(d.get("cold_per_mb", {}), "prediction.cold_per_mb").items()},
     )
 
 

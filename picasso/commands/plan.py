@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     fast = plan.prediction.fast_iteration_us if plan.prediction else None
     plan.prediction = Prediction(ex.evaluation.iteration_us, plan.global_batch / ex.evaluation.iteration_us * 1e6,
-                                 ex.evaluation.engine, fast, ex.speedups())
+                                 ex.evaluation.engine, fast, ex.speedups(), ex.cold_per_mb())
     plan.save(args.output, hot_ids=hot_ids if hot_ids else None)
     out = {"plan": str(args.output), **ex.to_dict()}
     if search_info:

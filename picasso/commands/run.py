@@ -98,10 +98,11 @@ def run(args: argparse.Namespace) -> int:
 
         attach_measured(res, pred)
     failed = verify_failure(res)
-    if res.data.note:  # e.g. a gzip log every rank had to read whole
-        import sys
+    for note in (res.data.note, res.exchange_note):  # a gzip log every rank read whole; a missed hot set
+        if note:
+            import sys
 
-        print(res.data.note, file=sys.stderr)
+            print(note, file=sys.stderr)
     if args.json:
         print(res.to_json(), end="")
         return _fail(failed)
@@ -122,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     if res.predicted_samples_per_s is not None:
         print(f"prediction   {res.predicted_samples_per_s:,.0f} samples/s "
               f"(measured/predicted {res.measured_over_predicted_samples:.2f})")
+    for name, x in (res.exchange or {}).items():
+        want = x.get("predicted_cold_per_mb")
+        print(f"exchange     {name}: {x['cold_per_mb']:,.0f} cold rows per micro-batch and rank"
+              + (f" (predicted {want:,.0f})" if want is not None else "") + f", {x['hot_per_mb']:,.0f} hot")
     pm = res.peak_memory
     if pm.predicted_bytes_per_rank is not None:
         print("peak memory  " + ", ".join(
