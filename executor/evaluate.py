@@ -65,7 +65,7 @@ def forward_logits(trainer: Trainer, local: Batch) -> torch.Tensor:
         p.prepare(lk)
         lks.append(lk)
     if trainer.comm.world > 1:
-        trainer._exchange_sizes([lks])
+        trainer._exchange_sizes([lks], count=False)  # not training's exchange counts
     for p, lk in zip(trainer.packs, lks):
         p.hot_gather(lk)
         if not p.local_only:

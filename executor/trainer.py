@@ -370,9 +370,10 @@ class Trainer:
         p.send_ids(lk, async_op=async_op)
         T.end_when_done(tok, lk.handle)
 
-    def _exchange_sizes(self, lks: list[list[Lookup]]) -> dict[int, list[int]]:
+    def _exchange_sizes(self, lks: list[list[Lookup]], count: bool = True) -> dict[int, list[int]]:
         """Every lookup's rows per destination go to the destinations in one all-to-all, and the
-        counts plus what each rank will send here come back to the host in one read."""
+        counts plus what each rank will send here come back to the host in one read. `count`:
+        training lookups, added to `exchanged` (an evaluation's are not)."""
         entries = [(p, lk) for row in lks for p, lk in zip(self.packs, row)]
         world = self.comm.world
         cols = [p.send_counts(lk) for p, lk in entries]  # per lookup: rows to each rank
@@ -388,7 +389,8 @@ class Trainer:
         for e, (p, lk) in enumerate(entries):
             n = p.num_owners + 1
             counts = host[off : off + n]  # cold rows per owner, then the hot ones
-            self.exchanged.add(p.name, sum(counts[:-1]), counts[-1])
+            if count:
+                self.exchanged.add(p.name, sum(counts[:-1]), counts[-1])
             p.place(lk, counts, [recv_h[src * n_cols + e] for src in range(world)])
             off += n
         # per sparse hot pack: each rank's touched hot rows (set on the pack by the step they are for)

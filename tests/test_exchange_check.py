@@ -49,12 +49,12 @@ def test_report_names_a_pack_over_its_prediction_and_says_why():
     assert note is None and "predicted_cold_per_mb" not in rows["a"]
 
 
-def _tsv(path, rows: int) -> None:
-    """Criteo TSV rows whose categories cycle through eight IDs, 1..8, row by row: any
+def _tsv(path, rows: int, first: int = 1) -> None:
+    """Criteo TSV rows whose categories cycle through eight IDs, first..first+7, row by row: any
     micro-batch of eight or more consecutive rows looks up exactly eight rows of every table."""
     lines = []
     for i in range(rows):
-        v = f"{1 + i % 8:08x}"
+        v = f"{first + i % 8:08x}"
         lines.append("\t".join([str(i % 2)] + ["1"] * 13 + [v] * 26))
     path.write_text("\n".join(lines) + "\n")
 
@@ -68,7 +68,9 @@ def test_run_counts_the_cold_rows_and_names_a_missed_hot_set(tmp_path, capsys):
                 kernel_interleaving=True, provenance=Provenance(access_source=["zipf(1.05)"]),
                 prediction=Prediction(cold_per_mb={"pack0": 10.0}))
     plan.save(tmp_path / "miss.json", hot_ids={"C1": np.arange(1, 9)})
-    rc = main(["run", str(tmp_path / "miss.json"), "--data", str(tmp_path / "d.tsv"), "--steps", "3", "--json"])
+    _tsv(tmp_path / "eval.tsv", 100, first=9)  # held-out rows of other IDs: not counted as training's
+    rc = main(["run", str(tmp_path / "miss.json"), "--data", str(tmp_path / "d.tsv"), "--steps", "3", "--json",
+               "--eval-data", str(tmp_path / "eval.tsv"), "--eval-every", "1", "--eval-batch", "50"])
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     res = json.loads(cap.out)
