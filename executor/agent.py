@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from executor.process_tree import die_with_parent
-from executor.rendezvous import HOSTED, free_port, host_store, socket_env
+from executor.rendezvous import HOSTED, free_port, host_store, listen_socket, socket_env
 
 GRACE_S = 5.0
 STORE_TIMEOUT_S = 300.0  # the host's own waits; each worker joins with its --timeout
@@ -181,10 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()  # `picasso run` killed outright: stop the ranks all the same
     try:
         store = None  # kept referenced: the store serves until the agent ends
-        if args.node_rank == 0:
-            store = host_store(args.master_addr, args.master_port, world, STORE_TIMEOUT_S)
+        # node 0 binds the store's address first, starts its ranks, and only then loads torch
+        # to serve the store there: the ranks import torch meanwhile, and a rank that connects
+        # before the store serves waits in the socket's backlog
+        sock = listen_socket(args.master_addr, args.master_port) if args.node_rank == 0 else None
         procs.update(start_ranks(["executor", *worker_args], args.nproc, args.nnodes, args.node_rank,
                                  args.master_addr, args.master_port, dict(os.environ)))
+        if sock is not None:
+            store = host_store(args.master_addr, args.master_port, world, STORE_TIMEOUT_S, sock=sock)
         rc = supervise(procs)
         del store
         return rc

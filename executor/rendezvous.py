@@ -17,8 +17,10 @@ import ipaddress
 import os
 import socket
 import struct
+from typing import TYPE_CHECKING
 
-import torch.distributed as dist
+if TYPE_CHECKING:  # torch is imported where a store is made: the agent starts its ranks first
+    import torch.distributed as dist
 
 HOSTED = "PICASSO_RENDEZVOUS"  # set by the agent: join the store at MASTER_ADDR:MASTER_PORT as a client
 SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
@@ -54,9 +56,13 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def host_store(addr: str, port: int, world: int, timeout_s: float) -> dist.TCPStore:
-    """The run's store on node 0, listening on (addr, port) and nowhere else."""
-    sock = listen_socket(addr, port)
+def host_store(addr: str, port: int, world: int, timeout_s: float,
+               sock: socket.socket | None = None) -> dist.TCPStore:
+    """The run's store on node 0, listening on (addr, port) and nowhere else (on `sock` when
+    given: a socket listen_socket bound there already, whose early clients wait in its backlog)."""
+    import torch.distributed as dist
+
+    sock = sock if sock is not None else listen_socket(addr, port)
     fd = sock.detach()  # the store owns the descriptor from here on
     try:
         return dist.TCPStore(addr, port, world, True, datetime.timedelta(seconds=timeout_s),
@@ -70,6 +76,8 @@ def join_store(timeout_s: float) -> dist.TCPStore | None:
     """The agent's store as a client (None outside an agent: init_process_group's env:// then)."""
     if os.environ.get(HOSTED) != "1":
         return None
+    import torch.distributed as dist
+
     return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                          int(os.environ["WORLD_SIZE"]), False, datetime.timedelta(seconds=timeout_s))
 
@@ -111,6 +119,8 @@ def socket_env(master_addr: str) -> dict[str, str]:
 def init_loopback_group(rank: int, world: int, port: int, timeout_s: float = 60.0, backend: str = "gloo") -> None:
     """Join a one-machine process group whose store rank 0 hosts on 127.0.0.1:`port` only
     (init_method="tcp://..." would have rank 0 listen on every interface)."""
+    import torch.distributed as dist
+
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     timeout = datetime.timedelta(seconds=timeout_s)
     if rank == 0:
