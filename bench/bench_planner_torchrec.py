@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from planner.access import table_access  # noqa: E402
 from planner.bounds import embedding_free_us  # noqa: E402
 from planner.builders import baseline_plan  # noqa: E402
+from planner.explain import Explanation  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from planner.search import evaluate, full_symmetry, search  # noqa: E402
 from simulator.hardware import load_hardware  # noqa: E402
@@ -52,6 +53,8 @@ def case(model_name: str, cluster: str, batch: int, budget: float) -> dict:
     like_ev = evaluate(like, hw, acc, "simpy", full_symmetry(like), "torchrec-like", fuse_table_wise=True)
     free = embedding_free_us(res.plan, hw, acc)
     ours = res.best.iteration_us
+    # why no plan of this shape is faster: the busiest resource and the ops that load it
+    neck = Explanation(res.plan, res.best, hw=hw, access=acc).bottleneck()
     out = {
         "model": model_name, "cluster": cluster, "hardware": hw_name, "overrides": over, "world": hw.world_size,
         "batch_per_rank": batch, "ours_us": ours, "ours_label": res.best.label, "ours_planning_s": round(ours_s, 3),
@@ -59,6 +62,9 @@ def case(model_name: str, cluster: str, batch: int, budget: float) -> dict:
         "torchrec_planning_s": tr.provenance.torchrec["planning_s"],
         "torchrec_sharding_types": tr.provenance.torchrec["sharding_types"],
         "torchrec_like_us": like_ev.iteration_us, "embedding_free_us": free,
+        "ours_bottleneck": None if neck is None else {
+            "resource": neck["resource"], "share_of_iteration": round(neck["share_of_iteration"], 3),
+            "ops": {o["op"]: round(o["share"], 3) for o in neck["ops"]}},
     }
     for name in ("torchrec", "torchrec_like"):
         base = out[f"{name}_us"]
