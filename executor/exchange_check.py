@@ -37,18 +37,28 @@ class ExchangeCounts:
 
 
 def exchange_report(per_rank: list[dict[str, tuple[float, float]]], predicted: dict[str, float],
-                    assumed_access: bool) -> tuple[dict[str, dict[str, float]], str | None]:
+                    assumed_access: bool, order: list[str] | None = None,
+                    ) -> tuple[dict[str, dict[str, float]], str | None]:
     """(per pack: measured cold and hot rows per micro-batch and rank, the mean over ranks, with
     the prediction and their ratio where the plan has one; a one-line note naming the packs that
     exchanged over OVER times their prediction, else None). `assumed_access`: the plan's access
-    statistics were assumed (no profile), which the note then says."""
-    packs = sorted({p for r in per_rank for p in r})
+    statistics were assumed (no profile), which the note then says. A prediction for a fused
+    run of packs, "first..last" (planner.volumes.fuse_table_wise, how TorchRec's plans are
+    scored), is set beside the sum of those packs of `order` (the plan's packs, in order)."""
+    mean = {}
+    for p in sorted({p for r in per_rank for p in r}):
+        got = [r[p] for r in per_rank if p in r]
+        mean[p] = (sum(c for c, _ in got) / len(got), sum(h for _, h in got) / len(got))
+    for name in predicted:
+        first, sep, last = name.partition("..")
+        if sep and order and first in order and last in order:
+            members = order[order.index(first) : order.index(last) + 1]
+            if all(m in mean for m in members):
+                mean[name] = (sum(mean[m][0] for m in members), sum(mean[m][1] for m in members))
     out: dict[str, dict[str, float]] = {}
     over = []
-    for p in packs:
-        got = [r[p] for r in per_rank if p in r]
-        cold = sum(c for c, _ in got) / len(got)
-        row = {"cold_per_mb": cold, "hot_per_mb": sum(h for _, h in got) / len(got)}
+    for p, (cold, hot) in mean.items():
+        row = {"cold_per_mb": cold, "hot_per_mb": hot}
         want = predicted.get(p)
         if want is not None:
             row["predicted_cold_per_mb"] = want

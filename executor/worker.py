@@ -390,7 +390,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     if any(x[5] for x in gathered):  # ranks that exchanged: their cold rows against the plan's
         assumed = any(src.startswith("zipf") for src in plan.provenance.access_source)
         result["exchange"], note = exchange_report([x[5] for x in gathered],
-                                                   plan.prediction.cold_per_mb if plan.prediction else {}, assumed)
+                                                   plan.prediction.cold_per_mb if plan.prediction else {}, assumed,
+                                                   [p.name for p in plan.packs])
         if note:
             result["exchange_note"] = note
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it

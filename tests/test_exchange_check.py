@@ -49,6 +49,17 @@ def test_report_names_a_pack_over_its_prediction_and_says_why():
     assert note is None and "predicted_cold_per_mb" not in rows["a"]
 
 
+def test_a_fused_prediction_is_set_beside_the_sum_of_its_packs():
+    # TorchRec's table-wise packs are scored as one fused exchange, "first..last"
+    ranks = [{"t0": (500.0, 0.0), "t1": (300.0, 0.0), "t2": (200.0, 0.0), "x": (7.0, 1.0)}]
+    rows, note = exchange_report(ranks, {"t0..t2": 1000.0}, False, ["x", "t0", "t1", "t2"])
+    assert rows["t0..t2"] == {"cold_per_mb": 1000.0, "hot_per_mb": 0.0, "predicted_cold_per_mb": 1000.0,
+                              "measured_over_predicted": 1.0}
+    assert rows["t1"] == {"cold_per_mb": 300.0, "hot_per_mb": 0.0} and note is None
+    rows, note = exchange_report(ranks, {"t0..t1": 100.0}, False, ["x", "t0", "t1", "t2"])
+    assert rows["t0..t1"]["cold_per_mb"] == 800.0 and "t0..t1 800 against 100" in note
+
+
 def _tsv(path, rows: int, first: int = 1) -> None:
     """Criteo TSV rows whose categories cycle through eight IDs, first..first+7, row by row: any
     micro-batch of eight or more consecutive rows looks up exactly eight rows of every table."""
