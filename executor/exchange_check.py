@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.volumes import fused_members
+
 # a pack is named when it exchanged this much more than predicted, and at least MIN_EXTRA
 # rows more per micro-batch (a few rows over a tiny prediction are noise, not a missed hot set)
 OVER = 1.5
@@ -50,11 +52,9 @@ def exchange_report(per_rank: list[dict[str, tuple[float, float]]], predicted: d
         got = [r[p] for r in per_rank if p in r]
         mean[p] = (sum(c for c, _ in got) / len(got), sum(h for _, h in got) / len(got))
     for name in predicted:
-        first, sep, last = name.partition("..")
-        if sep and order and first in order and last in order:
-            members = order[order.index(first) : order.index(last) + 1]
-            if all(m in mean for m in members):
-                mean[name] = (sum(mean[m][0] for m in members), sum(mean[m][1] for m in members))
+        members = fused_members(name, order or [])
+        if members and all(m in mean for m in members):
+            mean[name] = (sum(mean[m][0] for m in members), sum(mean[m][1] for m in members))
     out: dict[str, dict[str, float]] = {}
     over = []
     for p, (cold, hot) in mean.items():

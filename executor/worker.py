@@ -55,6 +55,7 @@ from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
 from foundation.files import atomic_write_bytes
+from planner.access import assumed
 from planner.plan import Plan
 from traces.dataset import Dataset, is_dataset
 
@@ -388,9 +389,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "fraction_of_step_per_rank": [sum(x[3]) / sum(x[1]) if sum(x[1]) > 0 else 0.0 for x in gathered],
     }
     if any(x[5] for x in gathered):  # ranks that exchanged: their cold rows against the plan's
-        assumed = any(src.startswith("zipf") for src in plan.provenance.access_source)
         result["exchange"], note = exchange_report([x[5] for x in gathered],
-                                                   plan.prediction.cold_per_mb if plan.prediction else {}, assumed,
+                                                   plan.prediction.cold_per_mb if plan.prediction else {},
+                                                   assumed(plan.provenance.access_source),
                                                    [p.name for p in plan.packs])
         if note:
             result["exchange_note"] = note

@@ -30,6 +30,13 @@ from planner.model_spec import ModelSpec, TableSpec
 from planner.presets import DEFAULT_ZIPF_ALPHA
 from traces.coverage import presence
 
+MEASURED = "profile"  # TableAccess.source of statistics read from a profile; any other is assumed
+
+
+def assumed(sources: list[str]) -> bool:
+    """Some table's statistics were assumed, not measured (a plan's Provenance.access_source)."""
+    return any(src != MEASURED for src in sources)
+
 
 class TableAccess(Protocol):
     name: str
@@ -163,7 +170,7 @@ class ProfileAccess:
     """Access statistics of one table from a traces FeatureProfile (raw IDs hashed to rows)."""
 
     def __init__(self, name: str, num_rows: int, feature: Any, pooling_fallback: float) -> None:
-        self.name, self.num_rows, self.source = name, int(num_rows), "profile"
+        self.name, self.num_rows, self.source = name, int(num_rows), MEASURED
         self.feature = feature
         pooling = float(getattr(feature, "pooling", 0.0) or 0.0)
         self.pooling = pooling if pooling > 0 else pooling_fallback

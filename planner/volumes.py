@@ -333,6 +333,18 @@ def pack_volumes(
     )
 
 
+FUSED = ".."  # a fused run of packs is named first..last
+
+
+def fused_members(name: str, order: list[str]) -> list[str] | None:
+    """The packs of `order` (a plan's pack names, in order) a fuse_table_wise name stands for;
+    None when `name` is not such a name."""
+    first, sep, last = name.partition(FUSED)
+    if not sep or first not in order or last not in order:
+        return None
+    return order[order.index(first) : order.index(last) + 1]
+
+
 def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
     """Table-wise (or table-row-wise) packs of one attribute group lowered as one exchange
     (TorchRec's fused sharding: one collective in which each rank owns its own tables)."""
@@ -344,7 +356,7 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
     for p in packs:
         cov.update(p.coverage)
     return PackVolumes(
-        name=f"{first.name}..{packs[-1].name}" if len(packs) > 1 else first.name,
+        name=f"{first.name}{FUSED}{packs[-1].name}" if len(packs) > 1 else first.name,
         tables=[t for p in packs for t in p.tables], sharding=first.sharding,
         ranks=sorted({r for p in packs for r in p.ranks}), placement=first.placement, dim=first.dim,
         row_bytes=first.row_bytes, state_bytes=first.state_bytes, samples=first.samples,
