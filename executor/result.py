@@ -109,6 +109,9 @@ class RunResult:
     # (executor.exchange_check), and the note naming packs that exchanged far more than planned
     exchange: dict[str, dict[str, float]] | None = None
     exchange_note: str | None = None
+    # per rank: the process's CPU ms (all its threads) per timed step; on shared cores, what a
+    # step costs, steadier than its wall time when ranks take turns on the cores
+    cpu_ms_per_step_per_rank: list[float] | None = None
 
     def iteration_us(self) -> float:
         """The median timed step in microseconds (0 when no step was timed)."""

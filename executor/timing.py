@@ -137,8 +137,14 @@ class StepClock:
         self.cuda = device.type == "cuda"
         self._spans: list[tuple] = []
         self._t0: object = None
+        # this process's CPU time (all threads: gloo's, the loader's) from the first timed step's
+        # start to the last one's end, and at the start of the step under way
+        self._cpu_first: float | None = None
+        self._cpu_last: float | None = None
+        self._cpu_start = 0.0
 
     def start(self) -> None:
+        self._cpu_start = time.process_time()
         if self.cuda:
             self._t0 = torch.cuda.Event(enable_timing=True)
             self._t0.record()
@@ -148,12 +154,21 @@ class StepClock:
     def stop(self, timed: bool = True) -> None:
         if not timed:
             return
+        if self._cpu_first is None:
+            self._cpu_first = self._cpu_start
+        self._cpu_last = time.process_time()
         if self.cuda:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
             self._spans.append((self._t0, end))
         else:
             self._spans.append((self._t0, time.perf_counter()))
+
+    def cpu_seconds_per_step(self) -> float | None:
+        """CPU seconds this process spent per timed step, between steps included (None: none timed)."""
+        if self._cpu_first is None or self._cpu_last is None or not self._spans:
+            return None
+        return (self._cpu_last - self._cpu_first) / len(self._spans)
 
     def seconds(self) -> list[float]:
         """Every timed step's duration (GPU: waits for the device once)."""

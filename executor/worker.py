@@ -322,11 +322,13 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     peak = peak_bytes(device)  # training's peak, before --verify's reference adds its own
     gathered = [None] * world
     if world > 1:
-        dist.all_gather_object(gathered, (events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb()))
+        dist.all_gather_object(gathered, (events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb(),
+                                          clock.cpu_seconds_per_step()))
     else:
-        gathered = [(events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb())]
+        gathered = [(events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb(),
+                     clock.cpu_seconds_per_step())]
     if ranges is not None:  # each rank counted the malformed rows of its own byte range
-        bad = BadRows(sum(c for *_, (c, _), _ in gathered), next((f for *_, (_, f), _ in gathered if f), ""))
+        bad = BadRows(sum(x[4][0] for x in gathered), next((x[4][1] for x in gathered if x[4][1]), ""))
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if evaluator is not None:
         _report_eval(rank, evaluator.run(start_step + args.steps), timer)
@@ -388,6 +390,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "mean_ms_per_rank": [1e3 * sum(x[3]) / max(1, len(x[3])) for x in gathered],
         "fraction_of_step_per_rank": [sum(x[3]) / sum(x[1]) if sum(x[1]) > 0 else 0.0 for x in gathered],
     }
+    if all(x[6] is not None for x in gathered):  # CPU time per step: what the step costs where compute is shared
+        result["cpu_ms_per_step_per_rank"] = [1e3 * x[6] for x in gathered]
     if any(x[5] for x in gathered):  # ranks that exchanged: their cold rows against the plan's
         result["exchange"], note = exchange_report([x[5] for x in gathered],
                                                    plan.prediction.cold_per_mb if plan.prediction else {},

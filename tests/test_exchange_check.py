@@ -100,3 +100,6 @@ def test_run_counts_the_cold_rows_and_names_a_missed_hot_set(tmp_path, capsys):
     assert rc == 0, cap.err
     res = json.loads(cap.out)
     assert res["exchange"]["pack0"]["measured_over_predicted"] == 1.0 and "exchange_note" not in res
+    # each rank's CPU time per timed step comes back beside the wall time
+    cpu = res["cpu_ms_per_step_per_rank"]
+    assert len(cpu) == 2 and all(0 < c < 60_000 for c in cpu)

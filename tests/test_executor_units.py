@@ -187,3 +187,27 @@ def test_diverging_run_exits_nonzero_naming_the_step(tmp_path, capsys):
     rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "6", "--check-every", "2"])
     err = capsys.readouterr().err
     assert rc == 1 and "the loss became" in err and "at step" in err, err
+
+
+def test_step_clock_counts_cpu_time_of_timed_steps_only():
+    """CPU seconds per timed step: a busy timed step counts, an untimed (warm-up) one does not."""
+    import time
+
+    from executor.timing import StepClock
+
+    def busy(seconds: float) -> None:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    clock = StepClock(torch.device("cpu"))
+    assert clock.cpu_seconds_per_step() is None
+    clock.start()
+    busy(0.3)
+    clock.stop(timed=False)
+    for _ in range(2):
+        clock.start()
+        busy(0.05)
+        clock.stop(timed=True)
+    per_step = clock.cpu_seconds_per_step()
+    assert 0.045 <= per_step < 0.15

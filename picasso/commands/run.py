@@ -113,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
         print(resume_line(res.resumed))
     print(f"throughput   {res.samples_per_s:,.0f} samples/s over {res.timed_steps} timed steps")
     print(f"iteration    p50 {it['p50']:.2f} ms  p90 {it['p90']:.2f} ms  p99 {it['p99']:.2f} ms")
+    if res.cpu_ms_per_step_per_rank:
+        cpu = sum(res.cpu_ms_per_step_per_rank) / len(res.cpu_ms_per_step_per_rank)
+        if it.get("mean"):  # under 1 core per rank with the ranks busy: they share the cores
+            print(f"cpu          {cpu:.1f} ms per step and rank ({cpu / it['mean']:.2f} of a core "
+                  f"over the {it['mean']:.1f} ms mean step)")
     if res.input_wait:
         w = res.input_wait
         worst = max(range(len(w["fraction_of_step_per_rank"])), key=lambda r: w["fraction_of_step_per_rank"][r])
