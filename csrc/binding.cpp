@@ -187,6 +187,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids
           cold_local.narrow(0, 0, cold).to(ids_in.scalar_type()), counts};
 }
 
+at::Tensor bag_owner_counts(const at::Tensor& ids_in, const at::Tensor& offsets_in,
+                            const std::optional<at::Tensor>& hot_map_in, int64_t num_owners) {
+  TORCH_CHECK_VALUE(ids_in.dim() == 1 && offsets_in.dim() == 1 && offsets_in.numel() >= 1,
+                    "picasso native: ids and offsets must be 1-D (offsets with at least one entry)");
+  TORCH_CHECK_VALUE(num_owners >= 1, "picasso native: num_owners must be >= 1, got ", num_owners);
+  TORCH_CHECK_VALUE(!ids_in.is_cuda(), "picasso native: bag_owner_counts runs on the CPU");
+  const at::Tensor ids = as_long(ids_in), offsets = as_long(offsets_in);
+  std::optional<at::Tensor> hot_map;
+  bool is_int32 = false;
+  if (hot_map_in) {
+    TORCH_CHECK_VALUE(hot_map_in->dim() == 1, "picasso native: hot_map must be 1-D");
+    is_int32 = hot_map_in->scalar_type() == at::kInt;
+    hot_map = is_int32 ? hot_map_in->contiguous() : as_long(*hot_map_in);
+  }
+  const int64_t num_bags = offsets.numel() - 1;
+  at::Tensor counts = at::empty({num_owners + 1, num_bags}, ids.options());
+  {
+    pybind11::gil_scoped_release nogil;
+    cpu::bag_owner_counts(ids.data_ptr<int64_t>(), ids.numel(), offsets.data_ptr<int64_t>(), num_bags,
+                          hot_map ? hot_map->data_ptr() : nullptr, is_int32, hot_map ? hot_map->numel() : 0,
+                          num_owners, counts.data_ptr<int64_t>());
+  }
+  return counts;
+}
+
 // Row-wise Adagrad's state: one value per weight row, contiguous, of the weight's dtype.
 void check_state(const std::optional<at::Tensor>& state, const at::Tensor& weight, Optim opt) {
   if (opt != Optim::RowwiseAdagrad) return;
@@ -296,6 +321,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("unique", &picasso::unique, "sorted unique with inverse and counts", pybind11::arg("ids"));
   m.def("route_ids", &picasso::route_ids, "hot/cold split and owner grouping", pybind11::arg("ids"),
         pybind11::arg("hot_map"), pybind11::arg("num_owners"));
+  m.def("bag_owner_counts", &picasso::bag_owner_counts, "per bag: cold IDs per owner, then hot IDs",
+        pybind11::arg("ids"), pybind11::arg("offsets"), pybind11::arg("hot_map"), pybind11::arg("num_owners"));
   m.def("sparse_update", &picasso::sparse_update, "in-place sparse SGD / row-wise Adagrad", pybind11::arg("weight"),
         pybind11::arg("state"), pybind11::arg("rows"), pybind11::arg("grads"), pybind11::arg("optimizer"),
         pybind11::arg("lr"), pybind11::arg("eps") = 1e-8);

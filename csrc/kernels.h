@@ -40,6 +40,12 @@ int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_m
                   int64_t hot_map_size, int64_t num_owners, int64_t* hot_pos, int64_t* hot_slot,
                   int64_t* cold_pos, int64_t* cold_local, int64_t* counts);
 
+// Per bag of the CSR (offsets: num_bags + 1), how many of its IDs are cold for each owner
+// (owner = id % num_owners) and how many are hot (hot_map[id] >= 0, hot_map as in route_ids):
+// counts [(num_owners + 1) * num_bags], row o = owner o, row num_owners = hot.
+void bag_owner_counts(const int64_t* ids, int64_t n, const int64_t* offsets, int64_t num_bags, const void* hot_map,
+                      bool hot_map_is_int32, int64_t hot_map_size, int64_t num_owners, int64_t* counts);
+
 // In-place SGD / row-wise Adagrad after summing duplicate rows (sparse_update_ref semantics).
 // state (same dtype as weight, one value per row) is only read for RowwiseAdagrad.
 void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,

@@ -512,6 +512,40 @@ int64_t route_ids_impl(const int64_t* ids, int64_t n, const H* hot_map, int64_t 
   return hot;
 }
 
+// ---- 2b. per-bag owner counts (the pooled exchange's lengths) ----------------------------
+template <class H>
+void bag_owner_counts_impl(const int64_t* ids, int64_t n, const int64_t* offsets, int64_t num_bags, const H* hot_map,
+                           int64_t hot_map_size, int64_t num_owners, int64_t* counts) {
+  std::fill(counts, counts + (num_owners + 1) * num_bags, int64_t{0});
+  std::atomic<int64_t> bad{-1}, bad_bag{-1};
+  // Each bag writes only its own column, so bags split across threads without conflicts.
+#pragma omp parallel for schedule(static) if (n > kParallelGrain)
+  for (int64_t b = 0; b < num_bags; ++b) {
+    const int64_t start = offsets[b], end = offsets[b + 1];
+    if (start < 0 || end < start || end > n) {
+      bad_bag.store(b, std::memory_order_relaxed);
+      continue;
+    }
+    int64_t* col = counts + b;
+    for (int64_t i = start; i < end; ++i) {
+      const int64_t id = ids[i];
+      if (id < 0 || (hot_map && id >= hot_map_size)) {
+        bad.store(i, std::memory_order_relaxed);
+        break;
+      }
+      const int64_t row = (hot_map && hot_map[id] >= 0) ? num_owners : id % num_owners;
+      ++col[row * num_bags];
+    }
+  }
+  const int64_t b = bad_bag.load();
+  if (b >= 0)
+    throw std::out_of_range("picasso native: offsets of bag " + std::to_string(b) + " are [" +
+                            std::to_string(offsets[b]) + ", " + std::to_string(offsets[b + 1]) +
+                            "), expected non-decreasing offsets within [0, " + std::to_string(n) + "]");
+  const int64_t pos = bad.load();
+  if (pos >= 0) throw_index("id", pos, ids[pos], hot_map ? hot_map_size : INT64_MAX);
+}
+
 }  // namespace
 
 void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, const int64_t* indices,
@@ -573,6 +607,16 @@ int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_m
                           hot_slot, cold_pos, cold_local, counts);
   return route_ids_impl(ids, n, static_cast<const int64_t*>(hot_map), hot_map_size, num_owners, hot_pos,
                         hot_slot, cold_pos, cold_local, counts);
+}
+
+void bag_owner_counts(const int64_t* ids, int64_t n, const int64_t* offsets, int64_t num_bags, const void* hot_map,
+                      bool hot_map_is_int32, int64_t hot_map_size, int64_t num_owners, int64_t* counts) {
+  if (num_owners < 1) throw std::invalid_argument("picasso native: num_owners must be >= 1");
+  if (hot_map_is_int32)
+    return bag_owner_counts_impl(ids, n, offsets, num_bags, static_cast<const int32_t*>(hot_map), hot_map_size,
+                                 num_owners, counts);
+  bag_owner_counts_impl(ids, n, offsets, num_bags, static_cast<const int64_t*>(hot_map), hot_map_size, num_owners,
+                        counts);
 }
 
 void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,

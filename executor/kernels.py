@@ -94,6 +94,22 @@ def route_ids_ref(ids: torch.Tensor, hot_map: torch.Tensor | None, num_owners: i
     return Routing(hot_pos, slot[hot_pos], cold_pos, cold_local, counts)
 
 
+def bag_owner_counts_ref(ids: torch.Tensor, offsets: torch.Tensor, hot_map: torch.Tensor | None,
+                         num_owners: int) -> torch.Tensor:
+    """Per bag of the CSR `offsets`: its cold IDs per owner (owner = id % num_owners), then its
+    hot IDs (`hot_map[id] >= 0`), as [num_owners + 1, num_bags] int64 (the pooled exchange's
+    lengths). Sizes come from shapes: nothing is read back from the device."""
+    nbags = len(offsets) - 1
+    lengths = offsets[1:] - offsets[:-1]
+    bag = torch.repeat_interleave(torch.arange(nbags, device=ids.device), lengths, output_size=len(ids))
+    owner = ids % num_owners
+    if hot_map is not None:
+        owner = torch.where(hot_map[ids] >= 0, num_owners, owner)
+    cnt = torch.zeros((num_owners + 1) * nbags, dtype=torch.int64, device=ids.device)
+    cnt.scatter_add_(0, owner * nbags + bag, torch.ones_like(owner))
+    return cnt.view(num_owners + 1, nbags)
+
+
 def unique_ref(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(unique sorted, inverse, counts): dedup before sending IDs to their owners."""
     return torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)
@@ -234,6 +250,14 @@ def route_ids_native(ids: torch.Tensor, hot_map: torch.Tensor | None, num_owners
     return Routing(*_lib.route_ids(ids, hot_map, num_owners))
 
 
+def bag_owner_counts_native(ids: torch.Tensor, offsets: torch.Tensor, hot_map: torch.Tensor | None,
+                            num_owners: int) -> torch.Tensor:
+    if ids.dtype.is_floating_point or any(t is not None and t.device.type != "cpu" for t in (ids, offsets, hot_map)):
+        return bag_owner_counts_ref(ids, offsets, hot_map, num_owners)
+    assert _lib is not None
+    return _lib.bag_owner_counts(ids, offsets, hot_map, num_owners)
+
+
 def unique_native(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if ids.dtype.is_floating_point or ids.dtype == torch.bool or not _lib_handles(ids):
         return unique_ref(ids)
@@ -298,6 +322,7 @@ _REF = {
     "bag_forward": bag_forward_ref,
     "bag_backward": bag_backward_ref,
     "route_ids": route_ids_ref,
+    "bag_owner_counts": bag_owner_counts_ref,
     "unique": unique_ref,
     "sparse_update": sparse_update_ref,
     "sparse_update_indexed": sparse_update_indexed_ref,
@@ -307,6 +332,7 @@ _NATIVE = {
     "bag_forward": bag_forward_native,
     "bag_backward": bag_backward_native,
     "route_ids": route_ids_native,
+    "bag_owner_counts": bag_owner_counts_native,
     "unique": unique_native,
     "sparse_update": sparse_update_native,
     "sparse_update_indexed": sparse_update_indexed_native,
@@ -395,6 +421,7 @@ def _lazy(name: str) -> Any:
 bag_forward = _lazy("bag_forward")
 bag_backward = _lazy("bag_backward")
 route_ids = _lazy("route_ids")
+bag_owner_counts = _lazy("bag_owner_counts")
 unique = _lazy("unique")
 sparse_update = _lazy("sparse_update")
 sparse_update_indexed = _lazy("sparse_update_indexed")

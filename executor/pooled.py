@@ -36,6 +36,8 @@ class PooledLookup(Lookup):
     nbags: int = 0
     lengths: torch.Tensor | None = None  # IDs per bag (all of them: hot and cold)
     owner_lengths: torch.Tensor | None = None  # [owners, nbags] cold IDs each bag sends each owner
+    hot_lengths: torch.Tensor | None = None  # hot IDs per bag
+    hot_offsets: torch.Tensor | None = None  # their CSR offsets (hot lookups stay in bag order)
     hot_bag: torch.Tensor | None = None  # bag of every hot lookup
     recv_lengths: torch.Tensor | None = None  # owner: [sources * nbags] lengths received
     recv_bag: torch.Tensor | None = None  # owner: (source, bag) row of every received ID
@@ -72,23 +74,17 @@ class PooledPack(ShardedPack):
 
     # ---- forward, requester ---------------------------------------------------------------
     def dedup(self, indices: torch.Tensor, offsets: torch.Tensor) -> PooledLookup:
-        """No dedup: each lookup's bag, from the offsets (sizes from shapes, no read)."""
+        """No dedup: the lookups as they are, their bags from the offsets (no read)."""
         nbags = len(offsets) - 1
-        lengths = offsets[1:] - offsets[:-1]
-        bag = torch.repeat_interleave(torch.arange(nbags, device=indices.device), lengths,
-                                      output_size=len(indices))
-        return PooledLookup(indices, offsets, indices, bag, None, nbags=nbags, lengths=lengths)
+        return PooledLookup(indices, offsets, indices, None, None, nbags=nbags, lengths=offsets[1:] - offsets[:-1])
 
     def prepare(self, lk: PooledLookup) -> None:
-        """Send order (cold by owner, bag order kept; then hot) and each bag's IDs per owner."""
+        """Send order (cold by owner, bag order kept; then hot) and each bag's IDs per owner and
+        hot IDs (on the CPU both are single passes of the native kernels, no sort)."""
         n = self.num_owners
-        lk.route = syncfree.route_fixed(lk.indices, None, self.hot_map, n)
-        owner = lk.indices % n
-        if self.hot_map is not None:
-            owner = torch.where(self.hot_map[lk.indices] >= 0, n, owner)
-        cnt = torch.zeros((n + 1) * lk.nbags, dtype=torch.int64, device=self.dev)
-        cnt.scatter_add_(0, owner * lk.nbags + lk.inverse, torch.ones_like(owner))
-        lk.owner_lengths = cnt.view(n + 1, lk.nbags)[:n]
+        lk.route = syncfree.route(lk.indices, None, self.hot_map, n)
+        per_bag = kernels.bag_owner_counts(lk.indices, lk.offsets, self.hot_map, n)
+        lk.owner_lengths, lk.hot_lengths = per_bag[:n], per_bag[n]
 
     def place(self, lk: PooledLookup, counts: list[int], recv: list[int]) -> None:
         """Slice the route with its host counts; per owner the segment is its cold IDs, and
@@ -98,7 +94,10 @@ class PooledPack(ShardedPack):
         n_cold = sum(owners)
         order, value = lk.route.order, lk.route.value
         lk.hot_pos, lk.hot_slot = order[n_cold : n_cold + n_hot], value[n_cold : n_cold + n_hot]
-        lk.hot_bag = lk.inverse.index_select(0, lk.hot_pos)
+        # hot lookups keep their order, so they form bags in bag order: CSR offsets and bag of each
+        lk.hot_offsets = torch.zeros(lk.nbags + 1, dtype=torch.int64, device=self.dev)
+        torch.cumsum(lk.hot_lengths, 0, out=lk.hot_offsets[1:])
+        lk.hot_bag = torch.repeat_interleave(torch.arange(lk.nbags, device=self.dev), lk.hot_lengths, output_size=n_hot)
         starts = np.concatenate([[0], np.cumsum(owners)]).astype(int)
         splits = [0] * L.world
         parts, lens = [], []
@@ -168,10 +167,14 @@ class PooledPack(ShardedPack):
 
     # ---- forward, requester again ---------------------------------------------------------
     def hot_gather(self, lk: PooledLookup) -> torch.Tensor:
-        """The bags' hot part, pooled from the replicated cache (fp32)."""
-        part = torch.zeros(lk.nbags, self.layout.dim, device=self.dev)
-        if len(lk.hot_pos):
-            part.index_add_(0, lk.hot_bag, self.hot_weight.index_select(0, lk.hot_slot).float())
+        """The bags' hot part, pooled from the replicated cache (fp32): an fp32 cache is pooled
+        in place by bag_forward (the same adds in the same order as gathering, then adding)."""
+        if self.hot_weight.dtype == torch.float32:
+            part = syncfree.bag_forward(self.hot_weight, lk.hot_slot, lk.hot_offsets, "sum")
+        else:
+            part = torch.zeros(lk.nbags, self.layout.dim, device=self.dev)
+            if len(lk.hot_pos):
+                part.index_add_(0, lk.hot_bag, self.hot_weight.index_select(0, lk.hot_slot).float())
         lk.unique_emb = part
         return part
 

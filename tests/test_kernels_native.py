@@ -127,6 +127,30 @@ def test_route_ids_matches_reference(native, case):
 
 
 @SETTINGS
+@given(routing_cases(), st.data())
+def test_bag_owner_counts_matches_reference(native, case, data):
+    """The pooled exchange's per-bag lengths: cold IDs per owner, then hot IDs, for bags cut
+    anywhere in the IDs (empty bags included)."""
+    ids, hot_map, num_owners = case
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(ids)), max_size=8)))
+    offsets = torch.tensor([0, *cuts, len(ids)], dtype=torch.int64)
+    got = native.bag_owner_counts(ids, offsets, hot_map, num_owners)
+    want = K.bag_owner_counts_ref(ids, offsets, hot_map, num_owners)
+    assert got.dtype == want.dtype == torch.int64
+    assert torch.equal(got, want)
+    assert int(got.sum()) == len(ids)
+
+
+def test_bag_owner_counts_refuses_bad_input(native):
+    with pytest.raises(IndexError, match="id at position 1 is 7"):
+        native.bag_owner_counts(torch.tensor([0, 7]), torch.tensor([0, 2]), torch.full((5,), -1), 2)
+    with pytest.raises(IndexError, match="id at position 0 is -1"):
+        native.bag_owner_counts(torch.tensor([-1]), torch.tensor([0, 1]), None, 2)
+    with pytest.raises(IndexError, match="offsets of bag 1 are"):
+        native.bag_owner_counts(torch.tensor([0, 1, 2]), torch.tensor([0, 2, 1, 3]), None, 2)
+
+
+@SETTINGS
 @given(
     st.integers(1, 30),
     st.sampled_from([1, 4, 16, 17]),
