@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "binding.h"
@@ -153,6 +154,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique(const at::Tensor& ids_in) 
   return {uniq.narrow(0, 0, u).to(ids_in.scalar_type()), inverse.view(ids_in.sizes()), counts.narrow(0, 0, u)};
 }
 
+// A hot map as the CPU kernels read it: 1-D, contiguous, int32 kept (else int64); none stays none.
+std::pair<std::optional<at::Tensor>, bool> hot_map_arg(const std::optional<at::Tensor>& hot_map_in) {
+  if (!hot_map_in) return {std::nullopt, false};
+  TORCH_CHECK_VALUE(hot_map_in->dim() == 1, "picasso native: hot_map must be 1-D");
+  const bool is_int32 = hot_map_in->scalar_type() == at::kInt;
+  return {is_int32 ? hot_map_in->contiguous() : as_long(*hot_map_in), is_int32};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids(
     const at::Tensor& ids_in, const std::optional<at::Tensor>& hot_map_in, int64_t num_owners) {
   TORCH_CHECK_VALUE(ids_in.dim() == 1, "picasso native: ids must be 1-D");
@@ -162,13 +171,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids
     return cuda_ops::route_ids(ids_in, hot_map_in, num_owners);
   }
   const at::Tensor ids = as_long(ids_in);
-  std::optional<at::Tensor> hot_map;
-  bool is_int32 = false;
-  if (hot_map_in) {
-    TORCH_CHECK_VALUE(hot_map_in->dim() == 1, "picasso native: hot_map must be 1-D");
-    is_int32 = hot_map_in->scalar_type() == at::kInt;
-    hot_map = is_int32 ? hot_map_in->contiguous() : as_long(*hot_map_in);
-  }
+  const auto [hot_map, is_int32] = hot_map_arg(hot_map_in);
   const int64_t n = ids.numel();
   const auto opts = ids.options();
   at::Tensor hot_pos = at::empty({n}, opts), hot_slot = at::empty({n}, opts);
@@ -194,13 +197,7 @@ at::Tensor bag_owner_counts(const at::Tensor& ids_in, const at::Tensor& offsets_
   TORCH_CHECK_VALUE(num_owners >= 1, "picasso native: num_owners must be >= 1, got ", num_owners);
   TORCH_CHECK_VALUE(!ids_in.is_cuda(), "picasso native: bag_owner_counts runs on the CPU");
   const at::Tensor ids = as_long(ids_in), offsets = as_long(offsets_in);
-  std::optional<at::Tensor> hot_map;
-  bool is_int32 = false;
-  if (hot_map_in) {
-    TORCH_CHECK_VALUE(hot_map_in->dim() == 1, "picasso native: hot_map must be 1-D");
-    is_int32 = hot_map_in->scalar_type() == at::kInt;
-    hot_map = is_int32 ? hot_map_in->contiguous() : as_long(*hot_map_in);
-  }
+  const auto [hot_map, is_int32] = hot_map_arg(hot_map_in);
   const int64_t num_bags = offsets.numel() - 1;
   at::Tensor counts = at::empty({num_owners + 1, num_bags}, ids.options());
   {

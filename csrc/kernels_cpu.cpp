@@ -107,6 +107,12 @@ constexpr int64_t kParallelGrain = 1 << 15;
                           " is " + std::to_string(value) + ", expected 0 <= value < " + std::to_string(limit));
 }
 
+[[noreturn]] void throw_bad_bag(const int64_t* offsets, int64_t b, int64_t num_indices) {
+  throw std::out_of_range("picasso native: offsets of bag " + std::to_string(b) + " are [" +
+                          std::to_string(offsets[b]) + ", " + std::to_string(offsets[b + 1]) +
+                          "), expected non-decreasing offsets within [0, " + std::to_string(num_indices) + "]");
+}
+
 // ---- grouping of int64 keys (the core of unique, bag backward and sparse update) ---------
 // Groups hold the distinct keys ascending, where each group starts in `perm` (positions sorted
 // by key, ties kept in position order so sums run in the same order as index_add_).
@@ -329,10 +335,7 @@ void bag_forward_impl(const T* weight, int64_t num_rows, int64_t dim_rt, const i
     }
   }
   const int64_t b = bad_bag.load();
-  if (b >= 0)
-    throw std::out_of_range("picasso native: offsets of bag " + std::to_string(b) + " are [" +
-                            std::to_string(offsets[b]) + ", " + std::to_string(offsets[b + 1]) +
-                            "), expected non-decreasing offsets within [0, " + std::to_string(num_indices) + "]");
+  if (b >= 0) throw_bad_bag(offsets, b, num_indices);
   const int64_t pos = bad.load();
   if (pos >= 0) throw_index("index", pos, indices[pos], num_rows);
 }
@@ -538,10 +541,7 @@ void bag_owner_counts_impl(const int64_t* ids, int64_t n, const int64_t* offsets
     }
   }
   const int64_t b = bad_bag.load();
-  if (b >= 0)
-    throw std::out_of_range("picasso native: offsets of bag " + std::to_string(b) + " are [" +
-                            std::to_string(offsets[b]) + ", " + std::to_string(offsets[b + 1]) +
-                            "), expected non-decreasing offsets within [0, " + std::to_string(n) + "]");
+  if (b >= 0) throw_bad_bag(offsets, b, n);
   const int64_t pos = bad.load();
   if (pos >= 0) throw_index("id", pos, ids[pos], hot_map ? hot_map_size : INT64_MAX);
 }
