@@ -7,7 +7,9 @@ the plan is this checkout's planner's for each (dim, batch), saved once and run 
 checkouts' `picasso run --preload` (alternating which goes first; median of --repeats runs).
 With --plan and --data (and --nproc) it runs that plan instead (e.g. bench_pooled_gloo's
 4-rank DLRM-DCNv2 plan from its --work folder). Environment variants (--variant NAME=K=V) run
-this checkout again with K=V set.
+this checkout again with K=V set. Each run records samples/s, the CPU ms per step summed over
+the ranks (`picasso run` reports it; older checkouts do not) and the largest rank's peak RSS.
+Session 30 measured the heap trimmer with it (bench/results/heap_trim_*.json).
 
     python bench/bench_grad_overlap.py --baseline /work/main [--dims 64] [--batches 2048] [--repeats 3]
     python bench/bench_grad_overlap.py --baseline /work/main --plan W/plan-picasso.json --data W/mh-ds --nproc 4
@@ -33,7 +35,8 @@ from torchrec_side import run_env  # noqa: E402
 
 
 def run(root: Path, plan: Path, data: Path, steps: int, warmup: int, extra_env: dict[str, str],
-        nproc: int = 2) -> float:
+        nproc: int = 2) -> dict:
+    """One `picasso run` of `root`: samples/s, CPU ms per step summed over the ranks, peak RSS (MiB)."""
     cmd = [sys.executable, "-m", "picasso", "run", str(plan), "--data", str(data), "--nproc", str(nproc), "--steps",
            str(steps + warmup), "--warmup", str(warmup), "--json"]
     if data.is_file():  # a text file is parsed up front (a dataset folder is read as it goes)
@@ -42,7 +45,10 @@ def run(root: Path, plan: Path, data: Path, steps: int, warmup: int, extra_env: 
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env)
     if p.returncode != 0:
         raise SystemExit(f"picasso run ({root}) failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    return float(json.loads(p.stdout[p.stdout.index("{"):])["samples_per_s"])
+    res = json.loads(p.stdout[p.stdout.index("{"):])
+    cpu = res.get("cpu_ms_per_step_per_rank")  # absent from checkouts before it was reported
+    return {"samples_per_s": float(res["samples_per_s"]), "cpu_ms_per_step": sum(cpu) if cpu else None,
+            "peak_mib": max(res["peak_memory"]["measured_bytes_per_rank"]) / 2**20}
 
 
 def main() -> int:
@@ -73,17 +79,30 @@ def main() -> int:
     from validation.validate import machine
 
     def compare(plan: Path, data: Path, nproc: int, key: dict) -> dict:
-        got: dict[str, list[float]] = {n: [] for n in variants}
+        runs: dict[str, list[dict]] = {n: [] for n in variants}
         for r in range(args.repeats):
             order = list(variants) if r % 2 == 0 else list(reversed(variants))
             for n in order:
                 root, env = variants[n]
-                got[n].append(run(root, plan, data, args.steps, args.warmup, env, nproc))
-            print(f"{key} run {r + 1}: " + "  ".join(f"{n} {got[n][-1]:,.0f}" for n in variants), flush=True)
+                runs[n].append(run(root, plan, data, args.steps, args.warmup, env, nproc))
+            print(f"{key} run {r + 1}: " + "  ".join(
+                f"{n} {runs[n][-1]['samples_per_s']:,.0f}"
+                + (f" (cpu {runs[n][-1]['cpu_ms_per_step']:.1f} ms/step)" if runs[n][-1]["cpu_ms_per_step"] else "")
+                for n in variants), flush=True)
+        got = {n: [x["samples_per_s"] for x in v] for n, v in runs.items()}
         med = {n: statistics.median(v) for n, v in got.items()}
+        # CPU per step (all ranks) where both sides report it: steadier than samples/s on shared cores
+        cpu = {n: statistics.median([x["cpu_ms_per_step"] for x in v]) for n, v in runs.items()
+               if all(x["cpu_ms_per_step"] for x in v)}
+        peak = {n: max(x["peak_mib"] for x in v) for n, v in runs.items()}
         print(f"{key}: " + "  ".join(f"{n} {med[n]:,.0f}" for n in variants)
-              + f"  after/before {med['after'] / med['before']:.3f}", flush=True)
+              + f"  after/before {med['after'] / med['before']:.3f}"
+              + (f"  cpu after/before {cpu['after'] / cpu['before']:.3f}" if {"after", "before"} <= set(cpu) else "")
+              + "  peak MiB " + " ".join(f"{n} {peak[n]:.0f}" for n in variants), flush=True)
         return {**key, "ranks": nproc, "samples_per_s": med, "runs": got, "after_over_before": med["after"] / med["before"],
+                "cpu_ms_per_step": cpu, "cpu_runs": {n: [x["cpu_ms_per_step"] for x in v] for n, v in runs.items()},
+                "peak_rss_mib": peak,
+                **({"cpu_after_over_before": cpu["after"] / cpu["before"]} if {"after", "before"} <= set(cpu) else {}),
                 **{f"{n}_over_before": med[n] / med["before"] for n in variants if n not in ("before", "after")}}
 
     rows = []
@@ -101,7 +120,8 @@ def main() -> int:
                     rows.append(compare(plan, data, 2, {"dim": dim, "batch_per_rank": b, "plan": label}))
     out = {"bench": "grad_overlap", "machine": machine(), "backend": "gloo", "steps": args.steps,
            "warmup": args.warmup, "repeats": args.repeats, "baseline": str(args.baseline),
-           "note": "samples/s, median of runs; timed runs alone on the machine (/work/bin/quiet-run)",
+           "note": "samples/s and CPU ms per step (summed over ranks), medians of runs; peak RSS the largest rank's "
+                   "highest; timed runs alone on the machine (/work/bin/quiet-run)",
            "held_lock": os.environ.get("PICASSO_BENCH_LOCK_HELD") == "1", "results": rows}
     Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.output}")

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from executor import kernels
-from executor.allocator import trim_heap
+from executor.allocator import HeapTrimmer
 from executor.batches import (
     BadRows,
     DataError,
@@ -276,6 +276,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
         evaluator = Evaluator(trainer, args.eval_data, args.eval_format or args.format, args.eval_batch or g)
     clock = StepClock(device)
+    trimmer = HeapTrimmer()
     losses = LossLog(start_step, max(1, args.check_every))
     comm.barrier()
     timer.reset_origin()
@@ -296,7 +297,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                 kept.append(keep)
             clock.start()
             losses.add(trainer.step(local, nxt[0] if nxt is not None else None))
-            trim_heap(s)  # freed buffers back to the system: peak RSS does not grow with the run's length
+            trimmer.after_step()  # freed buffers back to the system once RSS grows: not with the run's length
             clock.stop(timed=s >= warmup)
             if s >= warmup:
                 timer.flush(start_step + s)
