@@ -36,8 +36,7 @@ class PooledLookup(Lookup):
     nbags: int = 0
     lengths: torch.Tensor | None = None  # IDs per bag (all of them: hot and cold)
     owner_lengths: torch.Tensor | None = None  # [owners, nbags] cold IDs each bag sends each owner
-    hot_lengths: torch.Tensor | None = None  # hot IDs per bag
-    hot_offsets: torch.Tensor | None = None  # their CSR offsets (hot lookups stay in bag order)
+    hot_offsets: torch.Tensor | None = None  # CSR offsets of the hot lookups (they stay in bag order)
     hot_bag: torch.Tensor | None = None  # bag of every hot lookup
     recv_lengths: torch.Tensor | None = None  # owner: [sources * nbags] lengths received
     recv_bag: torch.Tensor | None = None  # owner: (source, bag) row of every received ID
@@ -84,7 +83,9 @@ class PooledPack(ShardedPack):
         n = self.num_owners
         lk.route = syncfree.route(lk.indices, None, self.hot_map, n)
         per_bag = kernels.bag_owner_counts(lk.indices, lk.offsets, self.hot_map, n)
-        lk.owner_lengths, lk.hot_lengths = per_bag[:n], per_bag[n]
+        lk.owner_lengths = per_bag[:n]
+        lk.hot_offsets = torch.zeros(lk.nbags + 1, dtype=torch.int64, device=self.dev)
+        torch.cumsum(per_bag[n], 0, out=lk.hot_offsets[1:])
 
     def place(self, lk: PooledLookup, counts: list[int], recv: list[int]) -> None:
         """Slice the route with its host counts; per owner the segment is its cold IDs, and
@@ -94,10 +95,8 @@ class PooledPack(ShardedPack):
         n_cold = sum(owners)
         order, value = lk.route.order, lk.route.value
         lk.hot_pos, lk.hot_slot = order[n_cold : n_cold + n_hot], value[n_cold : n_cold + n_hot]
-        # hot lookups keep their order, so they form bags in bag order: CSR offsets and bag of each
-        lk.hot_offsets = torch.zeros(lk.nbags + 1, dtype=torch.int64, device=self.dev)
-        torch.cumsum(lk.hot_lengths, 0, out=lk.hot_offsets[1:])
-        lk.hot_bag = torch.repeat_interleave(torch.arange(lk.nbags, device=self.dev), lk.hot_lengths, output_size=n_hot)
+        lk.hot_bag = torch.repeat_interleave(torch.arange(lk.nbags, device=self.dev), lk.hot_offsets.diff(),
+                                             output_size=n_hot)
         starts = np.concatenate([[0], np.cumsum(owners)]).astype(int)
         splits = [0] * L.world
         parts, lens = [], []

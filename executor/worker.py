@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -154,6 +155,18 @@ def _report_eval(rank: int, res: dict, timer: OpTimer) -> None:
 def _malformed(dataset, bad: BadRows) -> int:
     """Rows skipped as malformed: at conversion for a dataset, while reading for a log (so far)."""
     return int(dataset.manifest.get("malformed_rows", 0)) if dataset is not None else bad.count
+
+
+class RankReport(NamedTuple):
+    """What each rank hands rank 0 at the end of training (all-gathered as a plain tuple)."""
+
+    events: list  # its timeline events
+    times: list[float]  # its timed steps' seconds
+    peak: dict[str, int]  # executor.memory.peak_bytes
+    waits: list[float]  # seconds each timed step waited for its input
+    bad: tuple[int, str]  # malformed rows it skipped, the first of them
+    exchanged: dict[str, tuple[float, float]]  # per pack: cold, hot rows per micro-batch
+    cpu_s: float | None  # its CPU seconds per timed step
 
 
 def run_worker(args: argparse.Namespace) -> dict | None:
@@ -321,15 +334,16 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         tot = torch.tensor([tmax.item(), lsum.item()], dtype=torch.float64)
     events = [e for e in timer.timeline.events]
     peak = peak_bytes(device)  # training's peak, before --verify's reference adds its own
-    gathered = [None] * world
+    mine = RankReport(events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb(),
+                      clock.cpu_seconds_per_step())
+    gathered: list = [None] * world
     if world > 1:
-        dist.all_gather_object(gathered, (events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb(),
-                                          clock.cpu_seconds_per_step()))
+        dist.all_gather_object(gathered, tuple(mine))
+        gathered = [RankReport(*x) for x in gathered]
     else:
-        gathered = [(events, times, peak, waits, (bad.count, bad.first), trainer.exchanged.per_mb(),
-                     clock.cpu_seconds_per_step())]
+        gathered = [mine]
     if ranges is not None:  # each rank counted the malformed rows of its own byte range
-        bad = BadRows(sum(x[4][0] for x in gathered), next((x[4][1] for x in gathered if x[4][1]), ""))
+        bad = BadRows(sum(x.bad[0] for x in gathered), next((x.bad[1] for x in gathered if x.bad[1]), ""))
     verify = compare(trainer, kept, start=verify_start) if args.verify else None
     if evaluator is not None:
         _report_eval(rank, evaluator.run(start_step + args.steps), timer)
@@ -382,19 +396,19 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
     tl = Timeline(meta={"source": "measured", "plan": str(args.plan), "world_size": world,
                         "hardware": plan.hardware, "device": str(device)})
-    for evs, *_ in gathered:
-        tl.events.extend(evs)
+    for x in gathered:
+        tl.events.extend(x.events)
     for e in evaluator.history if evaluator is not None else []:  # AUC and logloss per evaluation
         tl.count(0, "eval", e["trace_us"], {"auc": e["auc"], "logloss": e["logloss"]}, step=e["step"], rows=e["rows"])
-    peaks = [x[2] for x in gathered]
+    peaks = [x.peak for x in gathered]
     result["input_wait"] = {  # time each rank's timed steps waited for their input, against their step time
-        "mean_ms_per_rank": [1e3 * sum(x[3]) / max(1, len(x[3])) for x in gathered],
-        "fraction_of_step_per_rank": [sum(x[3]) / sum(x[1]) if sum(x[1]) > 0 else 0.0 for x in gathered],
+        "mean_ms_per_rank": [1e3 * sum(x.waits) / max(1, len(x.waits)) for x in gathered],
+        "fraction_of_step_per_rank": [sum(x.waits) / sum(x.times) if sum(x.times) > 0 else 0.0 for x in gathered],
     }
-    if all(x[6] is not None for x in gathered):  # CPU time per step: what the step costs where compute is shared
-        result["cpu_ms_per_step_per_rank"] = [1e3 * x[6] for x in gathered]
-    if any(x[5] for x in gathered):  # ranks that exchanged: their cold rows against the plan's
-        result["exchange"], note = exchange_report([x[5] for x in gathered],
+    if all(x.cpu_s is not None for x in gathered):  # CPU time per step: what the step costs where compute is shared
+        result["cpu_ms_per_step_per_rank"] = [1e3 * x.cpu_s for x in gathered]
+    if any(x.exchanged for x in gathered):  # ranks that exchanged: their cold rows against the plan's
+        result["exchange"], note = exchange_report([x.exchanged for x in gathered],
                                                    plan.prediction.cold_per_mb if plan.prediction else {},
                                                    assumed(plan.provenance.access_source),
                                                    [p.name for p in plan.packs])
