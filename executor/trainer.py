@@ -126,6 +126,18 @@ def _unflat_grads(params: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
 
 
 @dataclass
+class _DenseForward:
+    """One micro-batch's dense forward, stage by stage: the bottom MLP's output and its
+    detached copy (the interaction's input), the interaction's likewise, and the loss."""
+
+    b: torch.Tensor
+    bd: torch.Tensor
+    z: torch.Tensor
+    zd: torch.Tensor
+    loss: torch.Tensor
+
+
+@dataclass
 class _Inputs:
     """A step's lookups once routed and sized: `source`, the rows they came from (the batch
     object the step is given), its micro-batches, each micro-batch's lookups per pack."""
@@ -240,36 +252,23 @@ class Trainer:
         # the next step's lookups are routed now, beside this step's exchanges
         if plan.pipelines_inputs and upcoming is not None:
             self._ahead = self._route(upcoming, self._split(upcoming))
-        # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange
+        # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange (a
+        # layered backward: every forward first, then the backward layer by layer)
         loss_sum = torch.zeros((), device=self.dev)
+        held: list[tuple[list, _DenseForward]] = []
         for i, mb in enumerate(mbs):
-            embs: dict = {}
-            seqs: dict = {}
-            leaves = []
-            for j, p in enumerate(self.packs):
-                lk = lks[i][j]
-                if p.local_only:  # a replica (or the only rank) reads its rows locally: cold_gather
-                    u = self._read_local(p, lk, i)
-                else:
-                    lk.handle.wait()
-                with T.op("fwd", p.name, "pool", i):
-                    if not p.local_only:
-                        u = p.assemble(lk)
-                    out = p.pool(lk, u)
-                leaves.append(dense_step_inputs(plan.model, p.layout.tables, out, mb, embs, seqs))
+            embs, seqs, leaves = self._pool(lks, i, mb)
             if i == plan.ids_launch_mb and self._ahead is not None:  # the next step's IDs go
                 self._send_ahead(self._ahead)
+            if plan.layered_backward:
+                f = self._dense_forward(mb, embs, seqs, i)
+                held.append((leaves, f))
+                loss_sum = loss_sum + f.loss.detach()
+                continue
             loss_sum = loss_sum + self._dense(mb, embs, seqs, i)
-            for j, p in enumerate(self.packs):
-                lk = lks[i][j]
-                with T.op("bwd", p.name, "pool", i):
-                    g = leaves_grad(leaves[j])
-                    gu = p.unique_grad(lk, g)
-                tok = None if p.local_only else T.start("bwd", p.name, p.op("a2a_grad"), i, lane="comm")
-                p.backward(lk, gu, async_op=ov)
-                if tok is not None:
-                    T.end_when_done(tok, p.grad_handles[-1][0])
-                lks[i][j] = None  # free the micro-batch's buffers
+            self._packs_backward(lks, leaves, i)
+        if held:
+            self._layered_backward(lks, held)
         # 6. gradient sync and updates (replicated packs' row gradients first: gloo runs
         # collectives in launch order, and the cold updates wait for them)
         rep_toks = {}
@@ -428,6 +427,40 @@ class Trainer:
         if not self.overlap:
             lk.handle.wait()
 
+    def _pool(self, lks: list[list[Lookup]], i: int, mb: Batch) -> tuple[dict, dict, list]:
+        """Micro-batch i's rows pooled per pack, as the dense model's inputs (embs, seqs) and
+        each pack's autograd leaves."""
+        T = self.timer
+        embs: dict = {}
+        seqs: dict = {}
+        leaves = []
+        for j, p in enumerate(self.packs):
+            lk = lks[i][j]
+            if p.local_only:  # a replica (or the only rank) reads its rows locally: cold_gather
+                u = self._read_local(p, lk, i)
+            else:
+                lk.handle.wait()
+            with T.op("fwd", p.name, "pool", i):
+                if not p.local_only:
+                    u = p.assemble(lk)
+                out = p.pool(lk, u)
+            leaves.append(dense_step_inputs(self.plan.model, p.layout.tables, out, mb, embs, seqs))
+        return embs, seqs, leaves
+
+    def _packs_backward(self, lks: list[list[Lookup]], leaves: list, i: int) -> None:
+        """Micro-batch i's pooled gradients back to the packs; launch their gradient exchange."""
+        T = self.timer
+        for j, p in enumerate(self.packs):
+            lk = lks[i][j]
+            with T.op("bwd", p.name, "pool", i):
+                g = leaves_grad(leaves[j])
+                gu = p.unique_grad(lk, g)
+            tok = None if p.local_only else T.start("bwd", p.name, p.op("a2a_grad"), i, lane="comm")
+            p.backward(lk, gu, async_op=self.overlap)
+            if tok is not None:
+                T.end_when_done(tok, p.grad_handles[-1][0])
+            lks[i][j] = None  # free the micro-batch's buffers
+
     def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> torch.Tensor:
         T, d = self.timer, self.dense
         last = i == self.plan.micro_batches - 1
@@ -437,7 +470,16 @@ class Trainer:
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
             loss.backward()
             return loss.detach()
-        # per-op timing: each stage is its own autograd graph, so each backward is timed apart
+        f = self._dense_forward(mb, embs, seqs, i)
+        self._top_backward(f, i, last)
+        self._interaction_backward(f, i, last)
+        self._bottom_backward(f, i)
+        return f.loss.detach()
+
+    def _dense_forward(self, mb: Batch, embs: dict, seqs: dict, i: int) -> _DenseForward:
+        """The dense forward with each stage its own autograd graph: each stage's backward is
+        run (and timed) apart, and the early buckets go as soon as their stage is done."""
+        T, d = self.timer, self.dense
         with T.op("fwd", "dense", "bottom_mlp", i), self.precision.autocast(self.dev):
             b = d.bottom(mb.dense)
             bd = b.detach().requires_grad_() if b.requires_grad else b
@@ -448,18 +490,39 @@ class Trainer:
             logit = d.top(zd)
         with T.op("fwd", "dense", "loss", i):
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
-        with T.op("bwd", "dense", "top_mlp", i):
-            loss.backward()
+        return _DenseForward(b, bd, z, zd, loss)
+
+    def _top_backward(self, f: _DenseForward, i: int, last: bool) -> None:
+        with self.timer.op("bwd", "dense", "top_mlp", i):
+            f.loss.backward()
         if last:
             self._launch_buckets("top_mlp")
-        with T.op("bwd", "dense", "interaction", i):
-            backward_with(z, zd.grad)
+
+    def _interaction_backward(self, f: _DenseForward, i: int, last: bool) -> None:
+        with self.timer.op("bwd", "dense", "interaction", i):
+            backward_with(f.z, f.zd.grad)
         if last:
             self._launch_buckets("interaction")
-        with T.op("bwd", "dense", "bottom_mlp", i):
-            if b.requires_grad:
-                backward_with(b, bd.grad)
-        return loss.detach()
+
+    def _bottom_backward(self, f: _DenseForward, i: int) -> None:
+        with self.timer.op("bwd", "dense", "bottom_mlp", i):
+            if f.b.requires_grad:
+                backward_with(f.b, f.bd.grad)
+
+    def _layered_backward(self, lks: list[list[Lookup]], held: list) -> None:
+        """Plan.backward_by_layer: every micro-batch's top MLP (its buckets go after the last),
+        then per micro-batch its interaction, its packs' gradient exchange and its bottom MLP.
+        Each parameter's gradient adds the micro-batches in the same order as micro-batch by
+        micro-batch, so the step is the same."""
+        k = len(held)
+        for i, (_, f) in enumerate(held):
+            self._top_backward(f, i, i == k - 1)
+        for i in range(k):
+            leaves, f = held[i]
+            self._interaction_backward(f, i, i == k - 1)
+            self._packs_backward(lks, leaves, i)
+            self._bottom_backward(f, i)
+            held[i] = None  # free the micro-batch's activations
 
     def _launch_buckets(self, stage: str) -> None:
         """All-reduce the buckets whose gradients `stage`'s backward completed (the last

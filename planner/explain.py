@@ -61,6 +61,13 @@ def _pipeline(d: dict[str, Any]) -> str:
     return f"on (next IDs after micro-batch {d['ids_after_mb']})"
 
 
+def _backward(d: dict[str, Any]) -> str:
+    """The backward's order over the micro-batches, for the header line (none for one)."""
+    if d["micro_batches"] == 1:
+        return ""
+    return f"backward {'layer by layer' if d['backward_by_layer'] else 'micro-batch by micro-batch'}, "
+
+
 def _buckets(mb: float) -> str:
     """How a plan all-reduces its dense gradients, for the header line."""
     return f"of {mb:g} MiB" if mb > 0 else "off (one all-reduce after the backward)"
@@ -264,6 +271,7 @@ class Explanation:
             "kernel_interleaving": self.plan.kernel_interleaving, "input_pipeline": self.plan.input_pipeline,
             "grad_bucket_mb": self.plan.grad_bucket_mb,
             "ids_after_mb": self.plan.ids_launch_mb if self.plan.pipelines_inputs else None,
+            "backward_by_layer": self.plan.layered_backward,
             "dense_dtype": ev.lowered.dense_dtype, "lowering_notes": list(ev.lowered.notes),
             "predicted_iteration_us": ev.iteration_us, "engine": ev.engine,
             "samples_per_s": (self.plan.global_batch / ev.iteration_us * 1e6) if ev.iteration_us else None,
@@ -295,6 +303,7 @@ class Explanation:
             f"/rank, {d['micro_batches']} micro-batch(es), kernel interleaving "
             f"{'on' if d['kernel_interleaving'] else 'off'}, input pipeline {_pipeline(d)}, "
             f"gradient buckets {_buckets(d['grad_bucket_mb'])}, "
+            f"{_backward(d)}"
             f"dense layers in {d['dense_dtype']})",
             *(f"note: {n}" for n in d["lowering_notes"]),
             f"predicted iteration: {d['predicted_iteration_us']:.1f} us ({d['engine']}), "

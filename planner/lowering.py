@@ -364,6 +364,56 @@ def _grad_buckets(dense: DenseCost, layout: list[tuple[str, tuple[str, ...]]], s
     return names
 
 
+def _bottom_bwd(dense: DenseCost, samples: float, mb: int | None, after: str, dtype: str) -> Op | None:
+    bottom = dense.ops["bottom_mlp"]
+    if not bottom.flops:
+        return None
+    op = _compute(on.op_name("bwd", "dense", "bottom_mlp", mb), [after], flops=2 * samples * bottom.flops,
+                  eff_key="gemm", hbm=2 * bottom.params * 4 + samples * bottom.act_bytes * ACT_BYTES_SCALE[dtype])
+    op.dtype = dtype
+    return op
+
+
+def _layered_backward(plan: Plan, packs: list[PackVolumes], dense: DenseCost, samples: float, ddt: str,
+                      mbs: list[int | None], pools: dict, dense_ops: dict, layout: list, bucket_lane: str,
+                      ops: list[Op], bwd_by_pack: dict, grads_by_pack: dict, early: list[str],
+                      dense_grads: list[str]) -> None:
+    """Every micro-batch's forward, then the backward layer by layer over them, as the trainer
+    runs Plan.backward_by_layer: each one's top MLP (the top MLP's buckets go once the last is
+    done), then per micro-batch its interaction, its packs' backward (their gradient exchange)
+    and its bottom MLP; a bucket goes once the last micro-batch has done its last stage."""
+    for mb in mbs:
+        ops.extend(pools[mb])
+        ops.extend(dense_ops[mb])
+    heads = {mb: _dense_bwd_head(dense, samples, mb, dense_ops[mb][-1].name, ddt) for mb in mbs}
+    present = ["top_mlp", "interaction"] + (["bottom_mlp"] if dense.ops["bottom_mlp"].flops else [])
+
+    def done(stage: str, op: Op, mi: int) -> None:
+        if layout and mi == len(mbs) - 1:  # the stage's gradients are final
+            early.extend(_grad_buckets(dense, layout, stage, present, op.name, ops, bucket_lane))
+
+    for mi, mb in enumerate(mbs):
+        ops.append(heads[mb][0])
+        dense_grads.append(heads[mb][0].name)
+        done("top_mlp", heads[mb][0], mi)
+    for mi, mb in enumerate(mbs):
+        inter = heads[mb][1]
+        ops.append(inter)
+        done("interaction", inter, mi)
+        pack_bwd: list[tuple[tuple, Op]] = []
+        for pi, pv in enumerate(packs):
+            stages = _pack_bwd(plan, pv, mb, inter.name)
+            bwd_by_pack[pv.name].append(stages[0].name)
+            grads_by_pack[pv.name].append(stages[-1].name)
+            pack_bwd += [(_order_key(plan, op.args["stage"], mi, pi), op) for op in stages]
+        ops.extend(op for _, op in sorted(pack_bwd, key=lambda x: x[0]))
+        bottom = _bottom_bwd(dense, samples, mb, inter.name, ddt)
+        if bottom is not None:
+            ops.append(bottom)
+            dense_grads.append(bottom.name)
+            done("bottom_mlp", bottom, mi)
+
+
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
     if plan.overlapped:
         return (stage, mb, pack)
@@ -432,20 +482,19 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         bucket_lane = BUCKET_LANE
     early: list[str] = []  # picasso: the buckets launched during the backward
     dense_grads: list[str] = []  # picasso: the dense backward ops its one all-reduce waits for
-    for mi, mb in enumerate(mbs):
+    if plan.layered_backward and not tr:
+        _layered_backward(plan, packs, dense, samples, ddt, mbs, pools, dense_ops, layout, bucket_lane, ops,
+                          bwd_by_pack, grads_by_pack, early, dense_grads)
+    for mi, mb in enumerate([] if plan.layered_backward and not tr else mbs):
         ops.extend(pools[mb])
         head = dense_ops[mb]
         ops.extend(head)
         bwd_head = _dense_bwd_head(dense, samples, mb, head[-1].name, ddt)
         inter_bwd = bwd_head[-1].name
         stage_ops = dict(zip(("top_mlp", "interaction"), bwd_head))
-        bottom = dense.ops["bottom_mlp"]
-        if bottom.flops:
-            stage_ops["bottom_mlp"] = _compute(on.op_name("bwd", "dense", "bottom_mlp", mb), [inter_bwd],
-                                               flops=2 * samples * bottom.flops, eff_key="gemm",
-                                               hbm=2 * bottom.params * 4 + samples * bottom.act_bytes
-                                               * ACT_BYTES_SCALE[ddt])
-            stage_ops["bottom_mlp"].dtype = ddt
+        bottom = _bottom_bwd(dense, samples, mb, inter_bwd, ddt)
+        if bottom is not None:
+            stage_ops["bottom_mlp"] = bottom
         bucket_ops: list[Op] = []
         for stage, op in stage_ops.items():
             ops.append(op)

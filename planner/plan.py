@@ -159,6 +159,12 @@ class Plan:
     # group of its own, beside the packs' gradient exchange); 0: one all-reduce after the
     # backward, on the default group
     grad_bucket_mb: float = 0.0
+    # with several micro-batches: the backward runs layer by layer over all of them (every
+    # micro-batch's top MLP, then each one's interaction, gradient exchange and bottom MLP)
+    # instead of micro-batch by micro-batch, so a layer's dense gradients are final, and
+    # all-reduced, while the rest of the backward runs; every micro-batch's activations are
+    # held until then. The same sums in the same order: the weights do not change
+    backward_by_layer: bool = False
     optimizer: OptimizerPlan = field(default_factory=OptimizerPlan)
     hardware: str | None = None  # name of the hardware spec it was planned for
     seed: int = 0
@@ -227,6 +233,12 @@ class Plan:
         """The micro-batch after whose pooling the next step's IDs go (ids_after_mb, else the
         last). Lowering and the trainer follow this one rule."""
         return self.micro_batches - 1 if self.ids_after_mb is None else self.ids_after_mb
+
+    @property
+    def layered_backward(self) -> bool:
+        """The backward runs layer by layer over the micro-batches (backward_by_layer; one
+        micro-batch has no other order). Lowering, memory and the trainer follow this one rule."""
+        return self.backward_by_layer and self.micro_batches > 1
 
     @property
     def buckets_grads(self) -> bool:
@@ -440,7 +452,8 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
 MAX_WORLD = fields.MAX_RANKS
 MAX_BATCH = 1 << 26
 KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
-                "micro_batches", "kernel_interleaving", "input_pipeline", "ids_after_mb", "grad_bucket_mb", "optimizer", "hardware", "seed", "exchange", "provenance",
+                "micro_batches", "kernel_interleaving", "input_pipeline", "ids_after_mb", "grad_bucket_mb",
+                "backward_by_layer", "optimizer", "hardware", "seed", "exchange", "provenance",
                 "prediction", "notes")
 # plan files written before Provenance and Prediction kept both in a free-form "notes" object:
 # its keys, read into the typed fields (others, such as "_path", never described the plan)
@@ -489,6 +502,7 @@ def _plan_from_dict(d: object) -> Plan:
         input_pipeline=fields.boolean(d.get("input_pipeline", False), "input_pipeline"),
         ids_after_mb=None if d.get("ids_after_mb") is None else fields.integer(d["ids_after_mb"], "ids_after_mb", 0),
         grad_bucket_mb=fields.real(d.get("grad_bucket_mb", 0.0), "grad_bucket_mb", 0.0, 1e6),
+        backward_by_layer=fields.boolean(d.get("backward_by_layer", False), "backward_by_layer"),
         optimizer=OptimizerPlan(
             sparse=fields.text(opt.get("sparse", dflt.sparse), "optimizer.sparse", SPARSE_OPTIMIZERS),
             sparse_lr=fields.real(opt.get("sparse_lr", dflt.sparse_lr), "optimizer.sparse_lr", 0.0, 1e6, lo_open=True),

@@ -23,7 +23,10 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
    exchange cheaper pooled (long bags) are also packed apart from the others (layouts "+pool").
 6. The dense gradients' buckets: DDP's 25 MiB, then smaller caps (BUCKET_CAPS_MB) that send
    part of a small dense model's gradients during the backward (planner.grad_buckets).
-7. With the input pipeline and several micro-batches: the next step's IDs sent after the
+7. With several micro-batches and buckets sent during the backward: the backward layer by
+   layer over the micro-batches (Plan.backward_by_layer), so the top MLP's buckets go while
+   the interaction's backward runs, with each bucket cap again.
+8. With the input pipeline and several micro-batches: the next step's IDs sent after the
    first or middle micro-batch's pooling instead of the last (Plan.ids_after_mb).
 Every candidate is lowered and scored with the fast evaluator on a one-rank symmetric graph;
 the best few are re-simulated with the simpy engine and the best of those is returned.
@@ -31,7 +34,7 @@ the best few are re-simulated with the simpy engine and the best of those is ret
 In code the search is named stages over one state (`Candidates`): enumerate_layouts (1, 3),
 then STAGES: structure_stage (1-3 with closed-form hot sizes), hot_scale_stage (2's scale),
 fused_pooled_stage (several nodes: planner.pooled_twrw's fused pooled exchange), sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), bucket_stage (6),
-ids_stage (7), and final_stage (the discrete-event re-simulation).
+layer_stage (7), ids_stage (8), and final_stage (the discrete-event re-simulation).
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
 """
 
@@ -547,6 +550,22 @@ def bucket_stage(c: Candidates) -> None:
             c.consider(f"{ev.label} buckets={cap:g}MiB", replace(ev.plan, grad_bucket_mb=cap))
 
 
+def layer_stage(c: Candidates) -> None:
+    """For the best few candidates with several micro-batches, the backward layer by layer
+    over them (Plan.backward_by_layer), checked by simulation with each bucket cap: without
+    buckets sent during the backward it changes nothing worth its held activations."""
+    if c.world <= 1:
+        return
+    for ev in c.ranked()[:FINAL_TOP]:
+        if ev.plan.micro_batches == 1 or ev.plan.backward_by_layer:
+            continue
+        for cap in dict.fromkeys((ev.plan.grad_bucket_mb, DDP_BUCKET_CAP_MB, *BUCKET_CAPS_MB)):
+            if c.over_budget():
+                return
+            label = ev.label + " by-layer" + ("" if cap == ev.plan.grad_bucket_mb else f" buckets={cap:g}MiB")
+            c.consider(label, replace(ev.plan, backward_by_layer=True, grad_bucket_mb=cap))
+
+
 def ids_stage(c: Candidates) -> None:
     """For the best few candidates with the input pipeline and several micro-batches, the next
     step's IDs sent after the first (or middle) micro-batch's pooling instead of the last
@@ -573,7 +592,7 @@ def final_stage(c: Candidates, top_k: int) -> Evaluation:
 # the stages after enumeration, in order (each improves on `Candidates.best`)
 STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_stage, fused_pooled_stage,
                                                      sharding_stage, table_row_wise_stage, exchange_stage,
-                                                     bucket_stage, ids_stage)
+                                                     bucket_stage, layer_stage, ids_stage)
 
 
 def search(
@@ -678,7 +697,7 @@ def _as_table_row_wise(plan: Plan, i: int, g: int, access: dict[str, TableAccess
 def _plan_key(plan: Plan) -> str:
     packs = tuple((p.sharding, tuple(p.tables), tuple(p.ranks or ()), p.placement, p.exchange) for p in plan.packs)
     return repr((packs, sorted(plan.hot_rows.items()), plan.micro_batches, plan.kernel_interleaving, plan.exchange,
-                 plan.grad_bucket_mb, plan.input_pipeline, plan.ids_after_mb))
+                 plan.grad_bucket_mb, plan.input_pipeline, plan.ids_after_mb, plan.backward_by_layer))
 
 
 def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:

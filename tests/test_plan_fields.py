@@ -82,6 +82,7 @@ def renamed_table(d: dict) -> dict:
 # field -> (base plan, changed plan, hot-ID file of the changed plan's run)
 B = base()
 PIPED = changed(changed(B, "micro_batches", 2), "input_pipeline", True)
+K2 = changed(B, "micro_batches", 2)
 CHANGES = {
     "Plan.model": (B, changed(B, "model.bottom_mlp", [32, 8])),
     "Plan.world_size": (B, changed(B, "world_size", 1)),  # refused: the run has 2 ranks
@@ -95,6 +96,8 @@ CHANGES = {
     "Plan.grad_bucket_mb": (B, changed(B, "grad_bucket_mb", 1e-6)),
     # the next step's IDs sent after the first micro-batch's pooling instead of the last
     "Plan.ids_after_mb": (PIPED, changed(PIPED, "ids_after_mb", 0)),
+    # the backward layer by layer over two micro-batches: the timeline's order changes
+    "Plan.backward_by_layer": (K2, changed(K2, "backward_by_layer", True)),
     "Plan.optimizer": (B, changed(B, "optimizer.dense", "sgd")),
     "Plan.seed": (B, changed(B, "seed", 3)),
     "Plan.version": (B, changed(B, "version", 99)),  # refused
@@ -182,7 +185,7 @@ def test_every_field_is_run_or_listed():
 
 @pytest.mark.dist
 def test_a_changed_field_changes_the_run():
-    bases = [B, base(din()), PIPED]
+    bases = [B, base(din()), PIPED, K2]
     plans = bases + [c for _, c in CHANGES.values()]
     per_rank = run_ranks(observe, WORLD, plans)
     seen = [tuple(r[i] for r in per_rank) for i in range(len(plans))]

@@ -21,7 +21,7 @@ def test_the_stages_by_hand_are_the_search():
         stage(c)
         bests.append(c.best.iteration_us)
     assert [s.__name__ for s in STAGES] == ["structure_stage", "hot_scale_stage", "fused_pooled_stage", "sharding_stage",
-                                            "table_row_wise_stage", "exchange_stage", "bucket_stage", "ids_stage"]
+                                            "table_row_wise_stage", "exchange_stage", "bucket_stage", "layer_stage", "ids_stage"]
     assert bests == sorted(bests, reverse=True)  # a stage never makes the best worse
     chosen = final_stage(c, top_k=FINAL_TOP)
     res = search(model, hw, None, 1024, access=access, time_budget_s=600.0, micro_batch_options=(1, 2, 4))
