@@ -556,12 +556,18 @@ def layer_stage(c: Candidates) -> None:
     buckets sent during the backward it changes nothing worth its held activations."""
     if c.world <= 1:
         return
+    dense = dense_cost(c.model)
     for ev in c.ranked()[:FINAL_TOP]:
         if ev.plan.micro_batches == 1 or ev.plan.backward_by_layer:
             continue
+        seen = set()
         for cap in dict.fromkeys((ev.plan.grad_bucket_mb, DDP_BUCKET_CAP_MB, *BUCKET_CAPS_MB)):
+            layout = tuple(early_buckets(dense, cap))
             if c.over_budget():
                 return
+            if layout in seen:
+                continue
+            seen.add(layout)
             label = ev.label + " by-layer" + ("" if cap == ev.plan.grad_bucket_mb else f" buckets={cap:g}MiB")
             c.consider(label, replace(ev.plan, backward_by_layer=True, grad_bucket_mb=cap))
 
@@ -582,9 +588,20 @@ def ids_stage(c: Candidates) -> None:
 
 
 def final_stage(c: Candidates, top_k: int) -> Evaluation:
-    """The best few re-simulated with the discrete-event engine; the best of those."""
+    """The best few re-simulated with the discrete-event engine; the best of those.
+
+    Plans that differ only in their step's schedule (buckets, the IDs' launch point, the
+    backward's order) count as one of the few, so that variants of one plan do not crowd out
+    the others; of each, the best of either backward order is re-simulated: with three flows
+    or more on a link the fast evaluator approximates their shares and ranks the two either way."""
+    groups: dict[str, dict[bool, Evaluation]] = {}
+    for ev in c.ranked():
+        p = ev.plan
+        key = _plan_key(replace(p, backward_by_layer=False, ids_after_mb=None, grad_bucket_mb=0.0))
+        groups.setdefault(key, {}).setdefault(p.backward_by_layer, ev)
+    few = list(groups.values())[: max(1, top_k if not c.over_budget() else 1)]
     finals = [evaluate(ev.plan, c.hw, c.access, "simpy", full_symmetry(ev.plan), ev.label)
-              for ev in c.ranked()[: max(1, top_k if not c.over_budget() else 1)]]
+              for group in few for ev in group.values()]
     finals = [f for f in finals if f.iteration_us is not None] or finals
     return min(finals, key=lambda e: (e.iteration_us if e.iteration_us is not None else math.inf, e.label))
 
