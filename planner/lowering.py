@@ -400,18 +400,29 @@ def _layered_backward(plan: Plan, packs: list[PackVolumes], dense: DenseCost, sa
         inter = heads[mb][1]
         ops.append(inter)
         done("interaction", inter, mi)
-        pack_bwd: list[tuple[tuple, Op]] = []
-        for pi, pv in enumerate(packs):
-            stages = _pack_bwd(plan, pv, mb, inter.name)
-            bwd_by_pack[pv.name].append(stages[0].name)
-            grads_by_pack[pv.name].append(stages[-1].name)
-            pack_bwd += [(_order_key(plan, op.args["stage"], mi, pi), op) for op in stages]
-        ops.extend(op for _, op in sorted(pack_bwd, key=lambda x: x[0]))
+        ops.extend(_packs_bwd(plan, packs, mb, mi, inter.name, False, bwd_by_pack, grads_by_pack))
         bottom = _bottom_bwd(dense, samples, mb, inter.name, ddt)
         if bottom is not None:
             ops.append(bottom)
             dense_grads.append(bottom.name)
             done("bottom_mlp", bottom, mi)
+
+
+def _packs_bwd(plan: Plan, packs: list[PackVolumes], mb: int | None, mi: int, after: str, tr: bool,
+               bwd_by_pack: dict, grads_by_pack: dict) -> list[Op]:
+    """One micro-batch's backward of every pack (after op `after`, the interaction's backward)
+    in issue order; each pack's first and last op are noted in bwd_by_pack and grads_by_pack."""
+    pack_bwd: list[tuple[tuple, Op]] = []
+    prev_last: str | None = None
+    for pi, pv in enumerate(packs):
+        stages = (_tr_pack_bwd if tr else _pack_bwd)(plan, pv, mb, after)
+        if prev_last is not None and not plan.overlapped:
+            stages[0].deps.append(prev_last)
+        prev_last = stages[-1].name
+        bwd_by_pack[pv.name].append(stages[0].name)
+        grads_by_pack[pv.name].append(stages[-1].name)
+        pack_bwd += [(_order_key(plan, op.args["stage"], mi, pi), op) for op in stages]
+    return [op for _, op in sorted(pack_bwd, key=lambda x: x[0])]
 
 
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
@@ -482,10 +493,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
         bucket_lane = BUCKET_LANE
     early: list[str] = []  # picasso: the buckets launched during the backward
     dense_grads: list[str] = []  # picasso: the dense backward ops its one all-reduce waits for
-    if plan.layered_backward and not tr:
+    layered = plan.layered_backward and not tr
+    if layered:
         _layered_backward(plan, packs, dense, samples, ddt, mbs, pools, dense_ops, layout, bucket_lane, ops,
                           bwd_by_pack, grads_by_pack, early, dense_grads)
-    for mi, mb in enumerate([] if plan.layered_backward and not tr else mbs):
+    for mi, mb in enumerate([] if layered else mbs):
         ops.extend(pools[mb])
         head = dense_ops[mb]
         ops.extend(head)
@@ -504,19 +516,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                                          bucket_ops if stage == "bottom_mlp" else ops, bucket_lane)
                 (buckets if tr else early).extend(launched)
         dense_grads += [stage_ops[s].name for s in ("top_mlp", "bottom_mlp") if s in stage_ops]
-        pack_bwd: list[tuple[tuple, Op]] = []
-        prev_last: str | None = None
-        for pi, pv in enumerate(packs):
-            stages = (_tr_pack_bwd if tr else _pack_bwd)(plan, pv, mb, inter_bwd)
-            if prev_last is not None and not plan.overlapped:
-                stages[0].deps.append(prev_last)
-            prev_last = stages[-1].name
-            bwd_by_pack[pv.name].append(stages[0].name)
-            grads_by_pack[pv.name].append(stages[-1].name)
-            for op in stages:
-                pack_bwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
-        pack_bwd.sort(key=lambda x: x[0])
-        ops.extend(op for _, op in pack_bwd)
+        ops.extend(_packs_bwd(plan, packs, mb, mi, inter_bwd, tr, bwd_by_pack, grads_by_pack))
         # issued after the embeddings' gradient exchange: autograd runs the sparse arch's
         # backward (made after the dense arch in the forward) before the bottom MLP's, whose
         # gradients complete the bucket (DDP's 1 MiB first bucket, launched earlier, is left out)

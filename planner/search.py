@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from planner.access import TableAccess, table_access
-from planner.dense import dense_cost
+from planner.dense import DenseCost, dense_cost
 from planner.errors import PlanError
 from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.grad_buckets import DDP_BUCKET_CAP_MB, early_buckets
@@ -541,13 +541,21 @@ def bucket_stage(c: Candidates) -> None:
         return
     dense = dense_cost(c.model)
     for ev in c.ranked()[:FINAL_TOP]:
-        seen = {tuple(early_buckets(dense, ev.plan.grad_bucket_mb))}
-        for cap in BUCKET_CAPS_MB:
-            layout = tuple(early_buckets(dense, cap))
-            if c.over_budget() or layout in seen:
-                continue
-            seen.add(layout)
+        for cap in _distinct_caps(dense, (ev.plan.grad_bucket_mb, *BUCKET_CAPS_MB))[1:]:
+            if c.over_budget():
+                return
             c.consider(f"{ev.label} buckets={cap:g}MiB", replace(ev.plan, grad_bucket_mb=cap))
+
+
+def _distinct_caps(dense: DenseCost, caps: tuple[float, ...]) -> list[float]:
+    """The bucket caps, in order, that each give another bucket layout than those before."""
+    seen, out = set(), []
+    for cap in caps:
+        layout = tuple(early_buckets(dense, cap))
+        if layout not in seen:
+            seen.add(layout)
+            out.append(cap)
+    return out
 
 
 def layer_stage(c: Candidates) -> None:
@@ -560,14 +568,9 @@ def layer_stage(c: Candidates) -> None:
     for ev in c.ranked()[:FINAL_TOP]:
         if ev.plan.micro_batches == 1 or ev.plan.backward_by_layer:
             continue
-        seen = set()
-        for cap in dict.fromkeys((ev.plan.grad_bucket_mb, DDP_BUCKET_CAP_MB, *BUCKET_CAPS_MB)):
-            layout = tuple(early_buckets(dense, cap))
+        for cap in _distinct_caps(dense, (ev.plan.grad_bucket_mb, DDP_BUCKET_CAP_MB, *BUCKET_CAPS_MB)):
             if c.over_budget():
                 return
-            if layout in seen:
-                continue
-            seen.add(layout)
             label = ev.label + " by-layer" + ("" if cap == ev.plan.grad_bucket_mb else f" buckets={cap:g}MiB")
             c.consider(label, replace(ev.plan, backward_by_layer=True, grad_bucket_mb=cap))
 
