@@ -48,9 +48,7 @@ def _slope_rate(kind: str) -> float:
 @pytest.mark.parametrize("sizes", [COLL_BYTES, COLL_BYTES_QUICK], ids=["full", "quick"])
 @pytest.mark.parametrize("kind", ["all_reduce", "all_to_all"])
 def test_the_fitted_bandwidth_is_the_one_large_collectives_show(kind, sizes):
-    measured_sizes = {int(line.split()[1]) for line in MEASURED_W4.strip().splitlines()}
-    sizes = set(sizes) & measured_sizes
-    fit = fit_collectives(_rows(sizes), launch_us=33.7)[kind]
+    fit = fit_collectives(_rows(set(sizes)), launch_us=33.7)[kind]  # sizes not measured here are left out
     truth = _slope_rate(kind)
     assert 0.5 < fit.rate / truth < 2.0, (kind, fit.rate / 1e9, truth / 1e9, sorted(sizes))
 
