@@ -252,6 +252,8 @@ class Trainer:
         # the next step's lookups are routed now, beside this step's exchanges
         if plan.pipelines_inputs and upcoming is not None:
             self._ahead = self._route(upcoming, self._split(upcoming))
+        # every micro-batch's bottom MLP reads the dense features only: run while rows fly
+        bottoms = [self._bottom_forward(mb, i) for i, mb in enumerate(mbs)]
         # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange (a
         # layered backward: every forward first, then the backward layer by layer)
         loss_sum = torch.zeros((), device=self.dev)
@@ -260,12 +262,13 @@ class Trainer:
             embs, seqs, leaves = self._pool(lks, i, mb)
             if i == plan.ids_launch_mb and self._ahead is not None:  # the next step's IDs go
                 self._send_ahead(self._ahead)
+            b, bottoms[i] = bottoms[i], None
             if plan.layered_backward:
-                f = self._dense_forward(mb, embs, seqs, i)
+                f = self._dense_forward(mb, b, embs, seqs, i)
                 held.append((leaves, f))
                 loss_sum = loss_sum + f.loss.detach()
                 continue
-            loss_sum = loss_sum + self._dense(mb, embs, seqs, i)
+            loss_sum = loss_sum + self._dense(mb, b, embs, seqs, i)
             self._packs_backward(lks, leaves, i)
         if held:
             self._layered_backward(lks, held)
@@ -461,28 +464,33 @@ class Trainer:
                 T.end_when_done(tok, p.grad_handles[-1][0])
             lks[i][j] = None  # free the micro-batch's buffers
 
-    def _dense(self, mb: Batch, embs: dict, seqs: dict, i: int) -> torch.Tensor:
+    def _bottom_forward(self, mb: Batch, i: int) -> torch.Tensor:
+        """Micro-batch i's bottom MLP output, its autograd graph kept for the backward."""
+        with self.timer.op("fwd", "dense", "bottom_mlp", i), self.precision.autocast(self.dev):
+            return self.dense.bottom(mb.dense)
+
+    def _dense(self, mb: Batch, b: torch.Tensor, embs: dict, seqs: dict, i: int) -> torch.Tensor:
+        """Micro-batch i's dense forward and backward from its bottom MLP output `b`."""
         T, d = self.timer, self.dense
         last = i == self.plan.micro_batches - 1
-        if not T.enabled and not (self._early and last):  # one forward and one backward through the whole model
+        if not T.enabled and not (self._early and last):  # one backward through the whole model
             with self.precision.autocast(self.dev):
-                logit = d(mb.dense, embs, seqs)
+                logit = d.top(d.interaction(b, embs, seqs))
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
             loss.backward()
             return loss.detach()
-        f = self._dense_forward(mb, embs, seqs, i)
+        f = self._dense_forward(mb, b, embs, seqs, i)
         self._top_backward(f, i, last)
         self._interaction_backward(f, i, last)
         self._bottom_backward(f, i)
         return f.loss.detach()
 
-    def _dense_forward(self, mb: Batch, embs: dict, seqs: dict, i: int) -> _DenseForward:
-        """The dense forward with each stage its own autograd graph: each stage's backward is
-        run (and timed) apart, and the early buckets go as soon as their stage is done."""
+    def _dense_forward(self, mb: Batch, b: torch.Tensor, embs: dict, seqs: dict, i: int) -> _DenseForward:
+        """The dense forward after the bottom MLP (`b`), each stage its own autograd graph:
+        each stage's backward is run (and timed) apart, and the early buckets go as soon as
+        their stage is done."""
         T, d = self.timer, self.dense
-        with T.op("fwd", "dense", "bottom_mlp", i), self.precision.autocast(self.dev):
-            b = d.bottom(mb.dense)
-            bd = b.detach().requires_grad_() if b.requires_grad else b
+        bd = b.detach().requires_grad_() if b.requires_grad else b
         with T.op("fwd", "dense", "interaction", i), self.precision.autocast(self.dev):
             z = d.interaction(bd, embs, seqs)
             zd = z.detach().requires_grad_()

@@ -311,13 +311,14 @@ def _dense_fwd(dense: DenseCost, samples: float, mb: int | None, pools: list[str
     ops = []
     act = ACT_BYTES_SCALE[dtype]
     bottom = dense.ops["bottom_mlp"]
-    inter_deps = list(pools) + [on.op_name("fwd", "input", "h2d")]
-    if bottom.flops:
-        ops.append(_compute(on.op_name("fwd", "dense", "bottom_mlp", mb), list(inter_deps),
+    h2d = on.op_name("fwd", "input", "h2d")
+    inter_deps = list(pools) + [h2d]
+    if bottom.flops:  # needs the dense features only (build_program issues it ahead of the pools)
+        ops.append(_compute(on.op_name("fwd", "dense", "bottom_mlp", mb), [h2d],
                             flops=samples * bottom.flops, hbm=bottom.params * 4 + samples * bottom.act_bytes * act,
                             eff_key="gemm"))
         ops[-1].dtype = dtype
-        inter_deps = [ops[-1].name]
+        inter_deps.append(ops[-1].name)
     prev = None
     for op in ("interaction", "top_mlp", "loss"):
         c = dense.ops[op]
@@ -474,10 +475,19 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                 else:
                     fwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
     fwd.sort(key=lambda x: x[0])
-    ops.extend(op for _, op in fwd)
-    # as in the executor, a micro-batch's dense step starts once its embeddings are pooled
+    # as in the executor, a micro-batch's dense step starts once its embeddings are pooled;
+    # its bottom MLP reads the dense features only, so it is issued apart: by the executor
+    # once the step's exchanges are launched (it fills the wait for the rows), by TorchRec
+    # before the lookups (DLRM.forward runs its dense arch before its sparse arch)
     dense_ops = {mb: _dense_fwd(dense, samples, mb, [on.op_name("fwd", pv.name, "pool", mb) for pv in packs], ddt)
                  for mb in mbs}
+    bottoms = [dense_ops[mb].pop(0) for mb in mbs
+               if dense_ops[mb][0].name == on.op_name("fwd", "dense", "bottom_mlp", mb)]
+    if tr:
+        ops.extend(bottoms)
+    ops.extend(op for _, op in fwd)
+    if not tr:
+        ops.extend(bottoms)
 
     bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}

@@ -144,10 +144,12 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
         buffers += sum(k * (pv.lookups * ID_BYTES * 3 + (pv.cold_unique + pv.recv_ids) * ID_BYTES) for pv in packs)
     samples = plan.batch_size_per_rank
     width = sum(pv.pooled_width for pv in packs)
-    # pooled embeddings of every micro-batch wait for their dense step; dense activations
-    # live for one micro-batch at a time, or for all of them until a layered backward
+    # pooled embeddings of every micro-batch wait for their dense step, and so do the bottom
+    # MLP's activations (run for every micro-batch while the rows fly); the rest of the dense
+    # activations live for one micro-batch at a time, or for all of them until a layered backward
     held = samples if plan.layered_backward else samples / k
-    acts = samples * width * 4 * 2 + held * dense.act_bytes * 2
+    bottom = dense.ops["bottom_mlp"].act_bytes
+    acts = samples * width * 4 * 2 + samples * bottom * 2 + held * (dense.act_bytes - bottom) * 2
     # weights, gradients, optimizer state and the gradients' copy in the flat all-reduce
     dense_bytes = dense.params * 4 * (3 + DENSE_STATES.get(plan.optimizer.dense, 0))
     cpu = hw.kind == "cpu"
