@@ -14,30 +14,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from executor.spawn import run_ranks
-from planner.plan import Plan
 from tests.equivalence_cases import assert_cases_match
 from tests.test_executor_equivalence import TOL
 from tests.test_executor_grad_buckets import TINY, _lowered, dcn_plan
+from tests.test_layered_backward import DCN_HOT as HOT
+from tests.test_layered_backward import _issued_worker
 
-HOT = {"C2": np.arange(40) * 3}
 BOTTOM = "fwd/dense/bottom_mlp"
-
-
-def _issued_worker(rank: int, world: int, plan_d: dict) -> list[tuple[str, str]]:
-    from executor.comm import Comm
-    from executor.timing import OpTimer
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
-
-    plan = Plan.from_dict(plan_d)
-    timer = OpTimer(rank, Comm().device, enabled=True, micro_batches=plan.micro_batches)
-    tr = Trainer(plan, HOT, Comm(), timer)
-    tr.step(local_rows(synthetic_global_batches(plan, 1, seed=0)[0], plan, rank))
-    return [(e[0], e[1]) for e in timer._open]
 
 
 @pytest.mark.dist
