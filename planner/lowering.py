@@ -307,18 +307,26 @@ def _traffic(dense: DenseCost, op: str, backward: bool = False) -> float:
     return c.act_bytes + dense.feature_width * 4 * (op == "interaction")
 
 
+def _bottom_fwd(dense: DenseCost, samples: float, mb: int | None, dtype: str) -> Op | None:
+    """The bottom MLP's forward: it needs the dense features only (build_program issues it
+    ahead of the pools)."""
+    bottom = dense.ops["bottom_mlp"]
+    if not bottom.flops:
+        return None
+    op = _compute(on.op_name("fwd", "dense", "bottom_mlp", mb), [on.op_name("fwd", "input", "h2d")],
+                  flops=samples * bottom.flops, eff_key="gemm",
+                  hbm=bottom.params * 4 + samples * bottom.act_bytes * ACT_BYTES_SCALE[dtype])
+    op.dtype = dtype
+    return op
+
+
 def _dense_fwd(dense: DenseCost, samples: float, mb: int | None, pools: list[str], dtype: str) -> list[Op]:
+    """The dense forward after the bottom MLP: interaction, top MLP, loss."""
     ops = []
     act = ACT_BYTES_SCALE[dtype]
-    bottom = dense.ops["bottom_mlp"]
-    h2d = on.op_name("fwd", "input", "h2d")
-    inter_deps = list(pools) + [h2d]
-    if bottom.flops:  # needs the dense features only (build_program issues it ahead of the pools)
-        ops.append(_compute(on.op_name("fwd", "dense", "bottom_mlp", mb), [h2d],
-                            flops=samples * bottom.flops, hbm=bottom.params * 4 + samples * bottom.act_bytes * act,
-                            eff_key="gemm"))
-        ops[-1].dtype = dtype
-        inter_deps.append(ops[-1].name)
+    inter_deps = list(pools) + [on.op_name("fwd", "input", "h2d")]
+    if dense.ops["bottom_mlp"].flops:
+        inter_deps.append(on.op_name("fwd", "dense", "bottom_mlp", mb))
     prev = None
     for op in ("interaction", "top_mlp", "loss"):
         c = dense.ops[op]
@@ -481,13 +489,9 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     # before the lookups (DLRM.forward runs its dense arch before its sparse arch)
     dense_ops = {mb: _dense_fwd(dense, samples, mb, [on.op_name("fwd", pv.name, "pool", mb) for pv in packs], ddt)
                  for mb in mbs}
-    bottoms = [dense_ops[mb].pop(0) for mb in mbs
-               if dense_ops[mb][0].name == on.op_name("fwd", "dense", "bottom_mlp", mb)]
-    if tr:
-        ops.extend(bottoms)
-    ops.extend(op for _, op in fwd)
-    if not tr:
-        ops.extend(bottoms)
+    bottoms = [op for op in (_bottom_fwd(dense, samples, mb, ddt) for mb in mbs) if op is not None]
+    fwd_ops = [op for _, op in fwd]
+    ops.extend(bottoms + fwd_ops if tr else fwd_ops + bottoms)
 
     bwd_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
     grads_by_pack: dict[str, list[str]] = {pv.name: [] for pv in packs}
