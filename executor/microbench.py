@@ -1,10 +1,11 @@
 """Microbenchmarks of this machine for `picasso calibrate`.
 
 Every benchmark runs inside a group of `nproc` ranks (executor.spawn.run_ranks: gloo on
-loopback, threads per executor.threads), all ranks doing the same work at the same moment: that is the condition of
-a real `picasso run` with the same number of ranks, so the contention of ranks over the
-cores and the memory bus is in the numbers. Each sample is a plain dict
-`{"kind", <size features>, "us"}` (median over repetitions, slowest rank), which
+loopback, threads per executor.threads), all ranks doing the same work over the same
+window of time (WINDOW_US): that is the condition of a real `picasso run` with the same
+number of ranks, so the contention of ranks over the cores and the memory bus is in the
+numbers. Each sample is a plain dict `{"kind", <size features>, "us"}` (median over
+windows of the time per call, slowest rank), which
 `simulator.calibration` fits to the cost model's coefficients.
 """
 
@@ -32,17 +33,39 @@ GEMM_BATCHES = (128, 512, 2048)
 DEFAULT_MLP = ((13, 512), (512, 256), (256, 16), (367, 512), (512, 256), (256, 1))
 
 
-def _time_us(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None = None) -> float:
-    """Median wall time of `fn` in microseconds, after one warm-up call."""
+# Each compute sample times a run of calls at least this long, between barriers. One call
+# after a barrier mostly ran alone: 4 ranks on 2 cores do not start together, a short op is
+# done before the next rank is scheduled, and the 512-row GEMMs measured a whole core per
+# rank (84 GFLOP/s) where a run's ranks get half of one (~36 GFLOP/s, per-op timings of
+# the DCNv2 bench). Over a window longer than the scheduler's slices the ranks share the
+# cores as a run's ranks do, and a rank's time per call holds that share.
+WINDOW_US = 20_000.0
+
+
+def _time_us(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None = None,
+             window_us: float = 0.0, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median over `reps` windows of the wall time per call of `fn` in microseconds, after
+    one warm-up call; a window is one call, or as many as fill `window_us`."""
     fn()
     times = []
     for _ in range(reps):
         if barrier is not None:
             barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
+        calls = 0
+        t0 = clock()
+        while True:
+            fn()
+            calls += 1
+            elapsed = (clock() - t0) * 1e6
+            if elapsed >= window_us:
+                break
+        times.append(elapsed / calls)
     return statistics.median(times)
+
+
+def _windows(window_us: float, reps: int) -> int:
+    # a window holds many calls: three give a stable median
+    return min(reps, 3) if window_us > 0 else reps
 
 
 def _reps_for(work_bytes: float) -> int:
@@ -50,7 +73,8 @@ def _reps_for(work_bytes: float) -> int:
     return 3 if work_bytes > 8e6 else 7 if work_bytes > 5e5 else 15
 
 
-def bench_gather(barrier: Callable[[], Any] | None = None, quick: bool = False) -> list[Sample]:
+def bench_gather(barrier: Callable[[], Any] | None = None, quick: bool = False,
+                 window_us: float = WINDOW_US) -> list[Sample]:
     """Row gather (index_select) over ID counts and dims: `bytes` read + written."""
     import torch
 
@@ -62,12 +86,14 @@ def bench_gather(barrier: Callable[[], Any] | None = None, quick: bool = False) 
         for n in ids_list:
             ids = torch.randint(0, GATHER_ROWS, (n,), generator=g)
             nbytes = 2 * n * dim * 4 + n * 8  # rows read, rows written, ids read
-            us = _time_us(lambda t=table, i=ids: torch.index_select(t, 0, i), _reps_for(nbytes), barrier)
+            us = _time_us(lambda t=table, i=ids: torch.index_select(t, 0, i),
+                          _windows(window_us, _reps_for(nbytes)), barrier, window_us)
             out.append({"kind": "gather", "rows": GATHER_ROWS, "dim": dim, "n": n, "bytes": nbytes, "us": us})
     return out
 
 
-def bench_pool(barrier: Callable[[], Any] | None = None, quick: bool = False) -> list[Sample]:
+def bench_pool(barrier: Callable[[], Any] | None = None, quick: bool = False,
+               window_us: float = WINDOW_US) -> list[Sample]:
     """Sum pooling (embedding_bag) over bag counts and pooling factors."""
     import torch
     import torch.nn.functional as F
@@ -83,8 +109,8 @@ def bench_pool(barrier: Callable[[], Any] | None = None, quick: bool = False) ->
             offsets = torch.arange(0, n, L)
             nbytes = n * dim * 4 + bags * dim * 4 + n * 8
             us = _time_us(
-                lambda i=ids, o=offsets: F.embedding_bag(i, table, o, mode="sum"), _reps_for(nbytes), barrier
-            )
+                lambda i=ids, o=offsets: F.embedding_bag(i, table, o, mode="sum"),
+                _windows(window_us, _reps_for(nbytes)), barrier, window_us)
             out.append({"kind": "pool", "dim": dim, "bags": bags, "L": L, "n": n, "bytes": nbytes, "us": us})
     return out
 
@@ -93,6 +119,7 @@ def bench_gemm(
     shapes: tuple[tuple[int, int], ...] = DEFAULT_MLP,
     barrier: Callable[[], Any] | None = None,
     quick: bool = False,
+    window_us: float = WINDOW_US,
 ) -> list[Sample]:
     """Linear layers of the model's MLPs, forward (x @ W^T) and the two backward GEMMs."""
     import torch
@@ -105,9 +132,9 @@ def bench_gemm(
             gy = torch.randn(batch, n)
             flops = 2.0 * batch * k * n
             nbytes = 4.0 * (batch * k + k * n + batch * n)
-            reps = _reps_for(flops / 10)
-            fwd = _time_us(lambda x=x, w=w: torch.nn.functional.linear(x, w), reps, barrier)
-            bwd = _time_us(lambda x=x, w=w, gy=gy: (gy @ w, gy.t() @ x), reps, barrier)
+            reps = _windows(window_us, _reps_for(flops / 10))
+            fwd = _time_us(lambda x=x, w=w: torch.nn.functional.linear(x, w), reps, barrier, window_us)
+            bwd = _time_us(lambda x=x, w=w, gy=gy: (gy @ w, gy.t() @ x), reps, barrier, window_us)
             out.append({"kind": "gemm", "phase": "fwd", "m": batch, "k": k, "n": n,
                         "flops": flops, "bytes": nbytes, "us": fwd})
             out.append({"kind": "gemm", "phase": "bwd", "m": batch, "k": k, "n": n,
