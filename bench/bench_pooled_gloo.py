@@ -169,12 +169,14 @@ def main() -> int:
                    lock=["flock", "-x", str(LOCK)] if LOCK.exists() and not held() else None)
         got["torchrec_dmp"] = []
     dmp_kinds = None
+    dmp_failed: list[str] = []  # causes of DMP tries that failed and were run again
     for r in range(args.repeats):
         order = ("picasso", "torchrec", "torchrec_dmp", "embeddings_free")
         order = order if r % 2 == 0 else order[::-1]
         for side in (s for s in order if s in got):
             if side == "torchrec_dmp":
                 out = run_dmp(**dmp)
+                dmp_failed += out["failed_tries"]
                 got[side].append(out["samples_per_s"])
                 dmp_kinds = out["sharding_types"]
             else:
@@ -200,7 +202,7 @@ def main() -> int:
               "packs": packs, "predicted_iteration_us": predicted, "samples_per_s_runs": got,
               "samples_per_s_median": med, "picasso_over_torchrec_plan": ratio, "goal": 1.3, "met": ratio >= 1.3,
               "picasso_over_torchrec_dmp": (med["picasso"] / med["torchrec_dmp"]) if "torchrec_dmp" in med else None,
-              "torchrec_dmp_sharding": dmp_kinds, "picasso_profile": bool(args.profile),
+              "torchrec_dmp_sharding": dmp_kinds, "torchrec_dmp_failed_tries": dmp_failed, "picasso_profile": bool(args.profile),
               "bound_over_torchrec_plan": bound,
               "way_to_bound": ((ratio - 1) / (bound - 1)) if bound and bound > 1 else None}
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
