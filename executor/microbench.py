@@ -63,9 +63,9 @@ def _time_us(fn: Callable[[], Any], reps: int, barrier: Callable[[], Any] | None
     return statistics.median(times)
 
 
-def _windows(window_us: float, reps: int) -> int:
+def _windows(reps: int) -> int:
     # a window holds many calls: three give a stable median
-    return min(reps, 3) if window_us > 0 else reps
+    return min(reps, 3)
 
 
 def _reps_for(work_bytes: float) -> int:
@@ -73,8 +73,7 @@ def _reps_for(work_bytes: float) -> int:
     return 3 if work_bytes > 8e6 else 7 if work_bytes > 5e5 else 15
 
 
-def bench_gather(barrier: Callable[[], Any] | None = None, quick: bool = False,
-                 window_us: float = WINDOW_US) -> list[Sample]:
+def bench_gather(barrier: Callable[[], Any] | None = None, quick: bool = False) -> list[Sample]:
     """Row gather (index_select) over ID counts and dims: `bytes` read + written."""
     import torch
 
@@ -87,13 +86,12 @@ def bench_gather(barrier: Callable[[], Any] | None = None, quick: bool = False,
             ids = torch.randint(0, GATHER_ROWS, (n,), generator=g)
             nbytes = 2 * n * dim * 4 + n * 8  # rows read, rows written, ids read
             us = _time_us(lambda t=table, i=ids: torch.index_select(t, 0, i),
-                          _windows(window_us, _reps_for(nbytes)), barrier, window_us)
+                          _windows(_reps_for(nbytes)), barrier, WINDOW_US)
             out.append({"kind": "gather", "rows": GATHER_ROWS, "dim": dim, "n": n, "bytes": nbytes, "us": us})
     return out
 
 
-def bench_pool(barrier: Callable[[], Any] | None = None, quick: bool = False,
-               window_us: float = WINDOW_US) -> list[Sample]:
+def bench_pool(barrier: Callable[[], Any] | None = None, quick: bool = False) -> list[Sample]:
     """Sum pooling (embedding_bag) over bag counts and pooling factors."""
     import torch
     import torch.nn.functional as F
@@ -110,7 +108,7 @@ def bench_pool(barrier: Callable[[], Any] | None = None, quick: bool = False,
             nbytes = n * dim * 4 + bags * dim * 4 + n * 8
             us = _time_us(
                 lambda i=ids, o=offsets: F.embedding_bag(i, table, o, mode="sum"),
-                _windows(window_us, _reps_for(nbytes)), barrier, window_us)
+                _windows(_reps_for(nbytes)), barrier, WINDOW_US)
             out.append({"kind": "pool", "dim": dim, "bags": bags, "L": L, "n": n, "bytes": nbytes, "us": us})
     return out
 
@@ -119,7 +117,6 @@ def bench_gemm(
     shapes: tuple[tuple[int, int], ...] = DEFAULT_MLP,
     barrier: Callable[[], Any] | None = None,
     quick: bool = False,
-    window_us: float = WINDOW_US,
 ) -> list[Sample]:
     """Linear layers of the model's MLPs, forward (x @ W^T) and the two backward GEMMs."""
     import torch
@@ -132,9 +129,9 @@ def bench_gemm(
             gy = torch.randn(batch, n)
             flops = 2.0 * batch * k * n
             nbytes = 4.0 * (batch * k + k * n + batch * n)
-            reps = _windows(window_us, _reps_for(flops / 10))
-            fwd = _time_us(lambda x=x, w=w: torch.nn.functional.linear(x, w), reps, barrier, window_us)
-            bwd = _time_us(lambda x=x, w=w, gy=gy: (gy @ w, gy.t() @ x), reps, barrier, window_us)
+            reps = _windows(_reps_for(flops / 10))
+            fwd = _time_us(lambda x=x, w=w: torch.nn.functional.linear(x, w), reps, barrier, WINDOW_US)
+            bwd = _time_us(lambda x=x, w=w, gy=gy: (gy @ w, gy.t() @ x), reps, barrier, WINDOW_US)
             out.append({"kind": "gemm", "phase": "fwd", "m": batch, "k": k, "n": n,
                         "flops": flops, "bytes": nbytes, "us": fwd})
             out.append({"kind": "gemm", "phase": "bwd", "m": batch, "k": k, "n": n,

@@ -45,20 +45,16 @@ def test_a_call_longer_than_the_window_is_timed_once():
     assert clock.calls == 1 + 2
 
 
-def test_compute_benchmarks_time_windows_and_report_per_call():
+def test_compute_benchmarks_time_windows_and_report_per_call(monkeypatch):
     calls: list[tuple[float, int]] = []
-    real = microbench._time_us
 
     def spy(fn, reps, barrier=None, window_us=0.0, clock=None):
         calls.append((window_us, reps))
         return 1.0
 
-    microbench._time_us = spy
-    try:
-        samples = (microbench.bench_gather(quick=True) + microbench.bench_pool(quick=True)
-                   + microbench.bench_gemm(shapes=((8, 4),), quick=True))
-    finally:
-        microbench._time_us = real
+    monkeypatch.setattr(microbench, "_time_us", spy)
+    samples = (microbench.bench_gather(quick=True) + microbench.bench_pool(quick=True)
+               + microbench.bench_gemm(shapes=((8, 4),), quick=True))
     assert samples and calls
     assert all(w == microbench.WINDOW_US > 0 for w, _ in calls)
     assert all(1 <= r <= 3 for _, r in calls)
