@@ -58,6 +58,7 @@ class Lookup:
 
 class ShardedPack:
     exchange = "rows"  # PackPlan.exchange this class runs (executor.pooled: "pooled")
+    fused = False  # its collectives are shared with other packs' (executor.pooled_twrw, pooled_flat)
 
     def op(self, name: str) -> str:
         """The timed name of one of this pack's ops (planner.op_names.pack_op)."""

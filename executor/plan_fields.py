@@ -11,8 +11,6 @@ from __future__ import annotations
 PLANNING_ONLY: dict[str, str] = {
     "Plan.hardware": "the name of the hardware spec the plan was costed for; the executor runs on the "
                      "machine it is started on (validation compares measured with predicted times)",
-    "Plan.exchange": "how the planner scores the exchanges (fused as TorchRec runs them); the executor runs "
-                     "every pack's exchange on its own",
     "Plan.provenance": "where the plan came from (search, baseline, profile, overrides), for reports and "
                        "`picasso simulate`'s defaults; training reads none of it",
     "Plan.prediction": "the planner's predicted times, set beside the measured ones in the run's result",

@@ -241,14 +241,14 @@ class Trainer:
                     continue
                 if not inputs.sent:
                     self._send_ids(inputs, i, j, "comm", async_op=ov)
-                if not ov:
+                if not ov and not p.fused:
                     self._gather(p, lk, i)
-        # 4. owners gather and return rows (in overlap mode, while other exchanges fly)
-        if ov:
-            for i in range(k):
-                for j, p in enumerate(self.packs):
-                    if not p.local_only:
-                        self._gather(p, lks[i][j], i)
+        # 4. owners gather and return rows (in overlap mode, while other exchanges fly); the
+        # members of a fused exchange once all of them have sent their IDs, in any mode
+        for i in range(k):
+            for j, p in enumerate(self.packs):
+                if not p.local_only and (ov or p.fused):
+                    self._gather(p, lks[i][j], i)
         # the next step's lookups are routed now, beside this step's exchanges
         if plan.pipelines_inputs and upcoming is not None:
             self._ahead = self._route(upcoming, self._split(upcoming))
@@ -427,7 +427,7 @@ class Trainer:
                 p.gather(lk, async_op=True)
         tok = T.start("fwd", p.name, p.op("a2a_emb"), i, lane="comm")
         T.end_when_done(tok, lk.handle)
-        if not self.overlap:
+        if not self.overlap and not p.fused:  # a fused member's collective waits for the others
             lk.handle.wait()
 
     def _pool(self, lks: list[list[Lookup]], i: int, mb: Batch) -> tuple[dict, dict, list]:

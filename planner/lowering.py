@@ -64,7 +64,7 @@ from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.grad_buckets import early_buckets, grad_buckets
 from planner.memory import MemoryReport, memory_report
-from planner.plan import Plan, table_optimizer
+from planner.plan import PackPlan, Plan, fused_runs, table_optimizer
 from planner.pooled_twrw import bwd as group_bwd
 from planner.pooled_twrw import fuse as fuse_pooled
 from planner.pooled_twrw import fwd as group_fwd
@@ -140,7 +140,7 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
     tr = torchrec_exchange(plan)
     packs = [pack_volumes(plan, p, access, samples, hw.gpus_per_node, dedup=not tr) for p in plan.packs]
     if fuse_table_wise or tr:
-        packs = _fuse_runs(plan, packs, (Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE) if tr else (Sharding.TABLE_WISE,))
+        packs = _fuse_runs(packs, fused_runs(plan, "torchrec" if tr else "fused"))
     packs = fuse_pooled(plan, packs)  # Plan.exchange "fused_pooled": planner.pooled_twrw
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
@@ -151,26 +151,13 @@ def torchrec_exchange(plan: Plan) -> bool:
     return plan.exchange == "torchrec"
 
 
-def _fuse_runs(plan: Plan, packs: list[PackVolumes], kinds: tuple[str, ...] = (Sharding.TABLE_WISE,)) -> list[PackVolumes]:
-    """Consecutive packs of one sharding in `kinds` with equal attributes become one exchange."""
-    out: list[PackVolumes] = []
-    run: list[PackVolumes] = []
-
-    def key(pv: PackVolumes) -> tuple:
-        return plan.model.table(pv.tables[0]).attributes() + (pv.placement, pv.sharding)
-
-    for pv in packs + [None]:
-        if pv is not None and pv.sharding in kinds and (not run or key(run[0]) == key(pv)):
-            run.append(pv)
-            continue
-        if run:
-            out.append(fuse_table_wise(run))
-            run = []
-        if pv is not None and pv.sharding in kinds:
-            run = [pv]
-        elif pv is not None:
-            out.append(pv)
-    return out
+def _fuse_runs(packs: list[PackVolumes], runs: list[list[PackPlan]]) -> list[PackVolumes]:
+    """Each run of packs (planner.plan.fused_runs) becomes one exchange, in place of its first."""
+    by_name = {pv.name: pv for pv in packs}
+    first = {run[0].name: run for run in runs}
+    members = {p.name for run in runs for p in run}
+    return [fuse_table_wise([by_name[p.name] for p in first[pv.name]]) if pv.name in first else pv
+            for pv in packs if pv.name in first or pv.name not in members]
 
 
 # ---- the per-rank program ----------------------------------------------------------------

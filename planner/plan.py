@@ -100,6 +100,33 @@ def table_optimizer(plan: Plan, table: TableSpec) -> str:
 PLAN_EXCHANGES = ("per_pack", "fused", "torchrec", "fused_pooled")
 
 
+# Plan.exchange -> the shardings whose runs of packs exchange as one (TorchRec fuses a
+# sharding type's tables into one lookup and one collective)
+FUSED_SHARDINGS = {"torchrec": (Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE), "fused": (Sharding.TABLE_WISE,)}
+
+
+def fused_runs(plan: Plan, exchange: str | None = None) -> list[list[PackPlan]]:
+    """The runs of consecutive packs that exchange as one under `exchange` (default: the
+    plan's): packs of a sharding in FUSED_SHARDINGS whose sharding, placement and tables'
+    attributes are equal. A run may be one pack; packs of no run exchange on their own.
+    Lowering scores each run as one exchange; the executor runs a run of pooled packs so
+    (executor.pooled_flat)."""
+    kinds = FUSED_SHARDINGS.get(plan.exchange if exchange is None else exchange, ())
+    runs: list[list[PackPlan]] = []
+    key = None
+    for p in plan.packs:
+        k = plan.model.table(p.tables[0]).attributes() + (p.placement, p.sharding)
+        if p.sharding not in kinds:
+            key = None
+            continue
+        if k == key:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+            key = k
+    return runs
+
+
 def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
     """Whether a pack joins its plan's fused pooled exchange (Plan.exchange "fused_pooled",
     planner.pooled_twrw): a table-row-wise pack whose owners pool."""
@@ -168,8 +195,10 @@ class Plan:
     optimizer: OptimizerPlan = field(default_factory=OptimizerPlan)
     hardware: str | None = None  # name of the hardware spec it was planned for
     seed: int = 0
-    # how the plan's exchanges are scored: per pack, "fused" (TorchRec-like: the table-wise
-    # packs of a group in one exchange) or "torchrec" (TorchRec's own plan, planner.lowering)
+    # how the plan's exchanges are scored and run: per pack, "fused" (TorchRec-like: the
+    # table-wise packs of a group scored as one exchange, run pack by pack) or "torchrec"
+    # (TorchRec's own plan, planner.lowering; its runs of pooled packs are run fused too,
+    # executor.pooled_flat); "fused_pooled": planner.pooled_twrw
     exchange: str = "per_pack"
     provenance: Provenance = field(default_factory=Provenance)
     prediction: Prediction | None = None

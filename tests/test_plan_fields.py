@@ -83,6 +83,10 @@ def renamed_table(d: dict) -> dict:
 B = base()
 PIPED = changed(changed(B, "micro_batches", 2), "input_pipeline", True)
 K2 = changed(B, "micro_batches", 2)
+# two table-wise packs next to each other, pooled at their owners: a run TorchRec fuses
+TW = {**B, "packs": [B["packs"][0], B["packs"][2],
+                     {"name": "b", "tables": ["C3"], "sharding": "table_wise", "ranks": [0], "exchange": "pooled"},
+                     {**B["packs"][3], "exchange": "pooled"}]}
 CHANGES = {
     "Plan.model": (B, changed(B, "model.bottom_mlp", [32, 8])),
     "Plan.world_size": (B, changed(B, "world_size", 1)),  # refused: the run has 2 ranks
@@ -98,6 +102,8 @@ CHANGES = {
     "Plan.ids_after_mb": (PIPED, changed(PIPED, "ids_after_mb", 0)),
     # the backward layer by layer over two micro-batches: the timeline's order changes
     "Plan.backward_by_layer": (K2, changed(K2, "backward_by_layer", True)),
+    # run as TorchRec runs its plans: the table-wise run's exchanges fused (the ops' order)
+    "Plan.exchange": (TW, changed(TW, "exchange", "torchrec")),
     "Plan.optimizer": (B, changed(B, "optimizer.dense", "sgd")),
     "Plan.seed": (B, changed(B, "seed", 3)),
     "Plan.version": (B, changed(B, "version", 99)),  # refused
@@ -185,7 +191,7 @@ def test_every_field_is_run_or_listed():
 
 @pytest.mark.dist
 def test_a_changed_field_changes_the_run():
-    bases = [B, base(din()), PIPED, K2]
+    bases = [B, base(din()), PIPED, K2, TW]
     plans = bases + [c for _, c in CHANGES.values()]
     per_rank = run_ranks(observe, WORLD, plans)
     seen = [tuple(r[i] for r in per_rank) for i in range(len(plans))]
