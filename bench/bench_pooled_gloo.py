@@ -12,7 +12,10 @@ ranks (`picasso calibrate --nproc 4`, or --hardware), given to both planners.
   profile measured by `picasso analyze` on another sample of the same generator (--no-profile:
   an assumed Zipf, whose hot IDs 0..h-1 this generator's scrambled IDs miss);
 - TorchRec's: `picasso plan --baseline torchrec` (TorchRec's EmbeddingShardingPlanner, in
-  the Python of --torchrec-python), converted to a picasso plan and run by the same executor.
+  the Python of --torchrec-python), converted to a picasso plan and run by the same executor
+  as TorchRec runs it: the tables of one sharding type in one exchange per stage
+  (executor.pooled_flat; before session 35 it ran pack by pack, 4 exchanges per stage here,
+  which made TorchRec's plan ~15% slower than TorchRec runs it).
 
 - TorchRec's DMP (--dmp, default on): TorchRec 1.8's own DistributedModelParallel with its
   own planner, on the same model (TorchRec's DLRM_DCN: low-rank cross over [bottom output,
