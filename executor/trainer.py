@@ -26,7 +26,7 @@ from executor.dense import DenseArch, build_dense
 from executor.embedding import Lookup, ShardedPack, assemble_pieces
 from executor.exchange_check import ExchangeCounts
 from executor.optim import DenseOptimizer
-from executor.pooled_twrw import make_packs
+from executor.pack_groups import make_packs
 from executor.precision import apply_global, dense_precision
 from executor.timing import OpTimer
 from planner.dense import dense_cost

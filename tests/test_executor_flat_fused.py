@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor.pooled_twrw import flat_runs
+from executor.pack_groups import flat_runs
 from executor.spawn import run_ranks
 from planner.plan import PackPlan, Plan, fused_runs
 from tests.equivalence_cases import assert_cases_match
