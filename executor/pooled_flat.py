@@ -23,7 +23,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from executor.pooled import PooledLookup
 from executor.pooled_twrw import Fuser
 
 
@@ -38,26 +37,20 @@ class FlatFuser(Fuser):
         self.names = list(names)
         self.owners = [sorted(o) for o in owners]
         self.dims = list(dims)
-        self.packs = []
         self._open = {}
 
-    def _a2a(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
-             async_op: bool, group=None):
-        return dist.all_to_all_single(out, inp, out_splits, in_splits, group=group, async_op=async_op)
-
     @staticmethod
-    def _waiter(work):
-        def wait() -> None:
-            if work is not None:
-                work.wait()
-        return wait
+    def _a2a(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int], async_op: bool,
+             group=None):
+        """Launch one all-to-all; the returned wait() returns once it is done (at once if synchronous)."""
+        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=group, async_op=async_op)
+        return work.wait if work is not None else (lambda: None)
 
     # ---- IDs and lengths --------------------------------------------------------------------
     def _launch_ids(self, parts: list, async_op: bool, group=None):
         W = self.world
         send: list[list[torch.Tensor]] = [[] for _ in range(W)]
         for m, (lk, _) in enumerate(parts):
-            lk: PooledLookup
             ids = torch.split(lk.send_rows.to(self.id_dtype), lk.send_splits)
             lens = lk.cold_local.to(self.id_dtype)  # nbags per owner, owners ascending
             for d in range(W):
@@ -72,7 +65,7 @@ class FlatFuser(Fuser):
         out = torch.empty(sum(recv_splits), dtype=self.id_dtype, device=self.dev)
         flat = [t for row in send for t in row]
         inp = torch.cat(flat) if flat else torch.zeros(0, dtype=self.id_dtype, device=self.dev)
-        wait = self._waiter(self._a2a(out, inp, recv_splits, send_splits, async_op, group))
+        wait = self._a2a(out, inp, recv_splits, send_splits, async_op, group)
 
         def finish() -> list:
             wait()
@@ -94,7 +87,7 @@ class FlatFuser(Fuser):
         width = [parts[m][1] * self.dims[m] for m in range(len(parts))]
         recv_splits = [sum(width[m] for m in range(len(parts)) if o in self.owners[m]) for o in range(W)]
         out = torch.empty(sum(recv_splits), device=self.dev)
-        wait = self._waiter(self._a2a(out, torch.cat(send), recv_splits, send_splits, async_op))
+        wait = self._a2a(out, torch.cat(send), recv_splits, send_splits, async_op)
 
         def finish() -> list:
             wait()
@@ -129,7 +122,7 @@ class FlatFuser(Fuser):
         out = torch.empty(W * per_src, device=self.dev)
         flat = [t for row in send for t in row]
         inp = torch.cat(flat) if flat else self._empty()
-        wait = self._waiter(self._a2a(out, inp, [per_src] * W, send_splits, async_op))
+        wait = self._a2a(out, inp, [per_src] * W, send_splits, async_op)
 
         def finish() -> list:
             wait()

@@ -103,7 +103,6 @@ class Fuser:
         self.names = [p.name for p in members]
         self.node_of = [p.ranks[0] // g for p in members]
         self.groups = NodeGroups(world, rank, g)
-        self.packs: list[FusedPooledPack] = []
         self._open: dict[str, _Batch] = {}
 
     def _empty(self) -> torch.Tensor:
