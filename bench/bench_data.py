@@ -25,8 +25,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from executor.batches import dataset_batches, feature_map, global_batches, reader_chunks, to_batch
-from executor.text_ranges import TextRanges
+from executor.data.batches import dataset_batches, feature_map, global_batches, reader_chunks, to_batch
+from executor.data.text_ranges import TextRanges
 from planner.presets import get_model
 from traces.convert import convert
 from traces.dataset import Dataset

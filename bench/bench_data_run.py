@@ -93,7 +93,7 @@ def wait(args) -> None:
 LOADER_RSS = """
 import json, resource, sys
 from dataclasses import replace
-from executor.batches import Prefetcher, dataset_batches, feature_map, to_batch
+from executor.data.batches import Prefetcher, dataset_batches, feature_map, to_batch
 from planner.presets import get_model
 from traces.dataset import Dataset
 

@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executor.launch import launch  # noqa: E402
+from executor.process.launch import launch  # noqa: E402
 from planner.access import table_access  # noqa: E402
 from planner.builders import naive_plan  # noqa: E402
 from planner.plan import Prediction, atomic_write_bytes  # noqa: E402

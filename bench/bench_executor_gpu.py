@@ -56,7 +56,7 @@ class PlainDLRM(nn.Module):
 
     def __init__(self, model) -> None:
         super().__init__()
-        from executor.dense import build_dense
+        from executor.dense.model import build_dense
 
         self.spec = model
         self.bags = nn.ModuleList(nn.EmbeddingBag(t.num_rows, t.dim, mode="sum", include_last_offset=True)
@@ -70,14 +70,14 @@ class PlainDLRM(nn.Module):
 
 def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool) -> float:
     """samples/s of the plain PyTorch step on the plan's model and batch (events on CUDA)."""
-    from executor.batches import feature_map, reader_chunks, to_batch
+    from executor.data.batches import feature_map, reader_chunks, to_batch
     from planner.plan import Plan
 
     plan = Plan.from_dict(plan_d)
     model, b = plan.model, plan.batch_size_per_rank
     raw = next(iter(reader_chunks(str(data), "criteo")))
     while len(raw) < b:
-        from executor.batches import RawBatch
+        from executor.data.batches import RawBatch
 
         raw = RawBatch.concat([raw, raw])
     batch = to_batch(raw.slice(0, b), model, feature_map(model, raw.sparse)).to(device)

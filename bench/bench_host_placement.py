@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-from executor.process_tree import run_tree  # noqa: E402
+from executor.process.process_tree import run_tree  # noqa: E402
+from executor.process.threads import rank_env  # noqa: E402
 from executor.result import RunResult  # noqa: E402
-from executor.threads import rank_env  # noqa: E402
 from foundation.files import atomic_write_bytes, check_output_path  # noqa: E402
 from planner.op_names import op_class  # noqa: E402
 from simulator.measured import drop_warmup, host_gap, load_timeline  # noqa: E402
@@ -189,7 +189,7 @@ def compare(pred: Any, meas: Any) -> dict[str, Any]:
 def verify(path: Path, data: Path, world: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "picasso", "run", str(path), "--data", str(data), "--format", "criteo",
            "--nproc", str(world), "--steps", "6", "--verify", "--json"]
-    env = {**rank_env(world), **os.environ, "PYTHONUNBUFFERED": "1"}  # executor.threads' policy; the user's wins
+    env = {**rank_env(world), **os.environ, "PYTHONUNBUFFERED": "1"}  # executor.process.threads' policy; the user's wins
     rc, out, err = run_tree(cmd, env=env, timeout_s=300)
     tail = (err.strip().splitlines() or [""])[-1]
     try:

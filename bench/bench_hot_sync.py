@@ -36,7 +36,7 @@ from planner.sharding import Sharding
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executor.spawn import run_ranks  # noqa: E402
+from executor.process.spawn import run_ranks  # noqa: E402
 from planner.model_spec import ModelSpec, TableSpec  # noqa: E402
 from planner.plan import OptimizerPlan, PackPlan, Plan  # noqa: E402
 

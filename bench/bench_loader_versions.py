@@ -57,7 +57,7 @@ def rate(mod, path: str, steps: int, g: int) -> tuple[float, float]:
 def text_rates(path: str, batch: int, rounds: int) -> dict:
     import itertools
 
-    from executor.text_ranges import TextRanges
+    from executor.data.text_ranges import TextRanges
 
     rows = sum(1 for _ in open(path, "rb"))
     out = {}

@@ -14,7 +14,7 @@ ranks (`picasso calibrate --nproc 4`, or --hardware), given to both planners.
 - TorchRec's: `picasso plan --baseline torchrec` (TorchRec's EmbeddingShardingPlanner, in
   the Python of --torchrec-python), converted to a picasso plan and run by the same executor
   as TorchRec runs it: the tables of one sharding type in one exchange per stage
-  (executor.pooled_flat; before session 35 it ran pack by pack, 4 exchanges per stage here,
+  (executor.sparse.pooled_flat; before session 35 it ran pack by pack, 4 exchanges per stage here,
   which made TorchRec's plan ~15% slower than TorchRec runs it).
 
 - TorchRec's DMP (--dmp, default on): TorchRec 1.8's own DistributedModelParallel with its

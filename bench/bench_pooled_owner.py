@@ -1,6 +1,6 @@
 """A pooled pack's owner step: gather-then-sum and expanded gradients vs in place, same run.
 
-The owner of a pooled pack (executor.pooled) sums the lookups it receives per (source, bag)
+The owner of a pooled pack (executor.sparse.pooled) sums the lookups it receives per (source, bag)
 and, in the backward, applies each lookup its bag's gradient with row-wise Adagrad. Before,
 it gathered every looked-up row (index_select), summed them per bag (index_add_), expanded
 each bag's gradient to its lookups (index_select), concatenated the step's parts and ran the
@@ -58,7 +58,7 @@ def gathered(c: dict, w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 
 
 def in_place(c: dict, w: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """The owner step now (executor.pooled: owner_sums with no rows, apply_cold's indexed update)."""
+    """The owner step now (executor.sparse.pooled: owner_sums with no rows, apply_cold's indexed update)."""
     pooled = K.bag_forward(w, c["ids"], c["offsets"])
     K.sparse_update_indexed(w, s, c["ids"], c["bag_grad"], c["bag"], "rowwise_adagrad", 0.01, 1e-8)
     return pooled

@@ -33,7 +33,7 @@ from planner.sharding import Sharding
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executor.batches import RawBatch, chunk_from_reader, feature_map, to_batch  # noqa: E402
+from executor.data.batches import RawBatch, chunk_from_reader, feature_map, to_batch  # noqa: E402
 from executor.evaluate import auc, logloss  # noqa: E402
 from picasso.cli import main as picasso  # noqa: E402
 from planner.plan import PackPlan, Plan  # noqa: E402

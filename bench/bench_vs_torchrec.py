@@ -28,7 +28,7 @@ the same command. No fp32 executor, TorchRec's or picasso's, can pass it here.
 
 With --bf16, a third side runs the same picasso plan with dense_dtype bf16 (mixed precision:
 bf16 autocast for the dense layers on a CPU with bf16 instructions, fp32 master weights,
-gradients, optimizer state and tables; executor.precision). It is reported on its own line
+gradients, optimizer state and tables; executor.dense.precision). It is reported on its own line
 and never as the fp32 comparison: TorchRec runs fp32.
 
 TorchRec is a benchmark dependency only: it lives in its own virtual environment (--venv;

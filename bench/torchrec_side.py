@@ -46,7 +46,7 @@ def torchrec_rows(data: str, fmt: str, model, out: Path, rows: int | None = None
     file in file order. Returns N."""
     import numpy as np
 
-    from executor.batches import RawBatch, feature_map, reader_chunks, to_batch
+    from executor.data.batches import RawBatch, feature_map, reader_chunks, to_batch
 
     if fmt == "dataset":
         from traces.dataset import Dataset, EpochOrder
@@ -86,7 +86,7 @@ def run_dmp(py: Path, npz: Path, model, ranks: int, batch: int, steps: int, warm
     """One TorchRec DistributedModelParallel run (its own planner) of `model` on `ranks` gloo
     ranks; the worker's JSON line (samples_per_s, sharding_types, last_loss) with the causes of
     the failed tries before it (`failed_tries`)."""
-    from executor.spawn import free_port
+    from executor.process.spawn import free_port
 
     cmd = [str(ROOT / "bench" / "torchrec_worker.py"), "--data", str(npz),
            "--rows", ",".join(str(t.num_rows) for t in model.tables), "--dim", str(model.tables[0].dim),

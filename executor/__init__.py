@@ -1,14 +1,13 @@
-"""The torch.distributed runtime that executes a Plan.
+"""The torch.distributed runtime that executes a Plan, in four wings and the run itself.
 
-- `layout`: where each packed row lives (cyclic row-wise, table-wise, column-wise,
-  replicated) and the deterministic initial weights every rank and the reference share.
-- `embedding.ShardedPack`: one pack on one rank: hot cache, cold shard, the staged lookup
-  (dedup, route, all_to_all_single of IDs and rows, pool) and its backward/updates.
-- `dense`: the dense archs (dlrm, deepfm, dcn, wide_deep, din) in three timed stages.
-- `trainer.Trainer`: one rank's step (micro-batches, async collectives, updates).
-- `reference.Reference`: the single-process nn.EmbeddingBag reference; `verify`: the check.
-- `checkpoint`: save/load with manifest, resharding on load.
-- `worker` (`python -m executor`), `agent` (starts a node's ranks), `rendezvous` (the store, bound
-  to --master-addr only) and `launch` behind `picasso run`.
-- `kernels`: the hot-path functions (pure PyTorch reference, native versions from csrc).
+- `sparse/`: the embedding side: `layout` (where each packed row lives, the deterministic initial
+  weights), `embedding.ShardedPack` (one pack on one rank: hot cache, cold shard, the staged lookup
+  and its backward/updates), the pooled exchanges, the hot-path `kernels` and the sync-free primitives.
+- `dense/`: the dense archs (dlrm, deepfm, dcn, wide_deep, din) in three timed stages, the
+  interaction, dense optimizers and precision.
+- `data/`: global batches cut from logs or converted datasets, byte ranges of text logs.
+- `process/`: `agent` (starts a node's ranks), `rendezvous` (the store, bound to --master-addr
+  only), `launch`, spawning, process trees, threads and memory.
+- The run: `trainer.Trainer` (one rank's step), `worker` (`python -m executor`), `reference` and
+  `verify` (the single-process check), `checkpoint`, `timing`, `result`.
 """

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from executor.batches import (
+from executor.data.batches import (
     BadRows,
     Batch,
     DataError,

@@ -1,7 +1,7 @@
 """Microbenchmarks of this machine for `picasso calibrate`.
 
-Every benchmark runs inside a group of `nproc` ranks (executor.spawn.run_ranks: gloo on
-loopback, threads per executor.threads), all ranks doing the same work over the same
+Every benchmark runs inside a group of `nproc` ranks (executor.process.spawn.run_ranks: gloo on
+loopback, threads per executor.process.threads), all ranks doing the same work over the same
 window of time (WINDOW_US): that is the condition of a real `picasso run` with the same
 number of ranks, so the contention of ranks over the cores and the memory bus is in the
 numbers. Each sample is a plain dict `{"kind", <size features>, "us"}` (median over
@@ -196,7 +196,7 @@ def bench_cuda() -> list[Sample]:
 
 
 def _rank(rank: int, world: int, opts: dict[str, Any]) -> list[Sample]:
-    """One rank's samples (run by executor.spawn.run_ranks, process group set up)."""
+    """One rank's samples (run by executor.process.spawn.run_ranks, process group set up)."""
     import torch.distributed as dist
 
     quick = bool(opts.get("quick"))
@@ -222,11 +222,11 @@ def run_microbenchmarks(
 ) -> list[Sample]:
     """Run every microbenchmark in `nproc` gloo ranks; slowest rank per sample.
 
-    `threads` is the intra-op thread count per rank (default: executor.threads' share of
+    `threads` is the intra-op thread count per rank (default: executor.process.threads' share of
     the cores, as a run's ranks get).
     """
-    from executor.spawn import run_ranks
-    from executor.threads import threads_per_rank
+    from executor.process.spawn import run_ranks
+    from executor.process.threads import threads_per_rank
 
     if nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {nproc}")

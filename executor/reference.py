@@ -1,11 +1,11 @@
 """The plain single-process reference: nn.EmbeddingBag per table + the same dense model.
 
-Same initial weights (executor.layout), same global batches, mean BCE over the global
+Same initial weights (executor.sparse.layout), same global batches, mean BCE over the global
 batch, the same optimizers (kernels.sparse_update_ref for embeddings, torch.optim for
 dense). Any plan must end at the same weights up to floating-point rounding.
 
 A 16-bit table is stored in its dtype here too: each step pools an fp32 copy of it and
-updates the stored rows by the executor's stochastic rounding (executor.lowp), so the
+updates the stored rows by the executor's stochastic rounding (executor.sparse.lowp), so the
 reference has the same precision as the plan it checks.
 """
 
@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from executor import kernels, lowp
-from executor.batches import Batch
-from executor.dense import build_dense
-from executor.layout import init_table_rows
+from executor.data.batches import Batch
+from executor.dense.model import build_dense
+from executor.sparse import kernels, lowp
+from executor.sparse.layout import init_table_rows
 from executor.trainer import make_dense_optimizer, pad_sequences
 from planner.plan import Plan, table_optimizer
 from planner.sharding import Sharding
@@ -149,7 +149,7 @@ class Reference:
         would double the reference), or the state given to load_state."""
         if self._origin is not None:
             return self._moved_since_load()
-        from executor.collect import BLOCK_ROWS
+        from executor.sparse.collect import BLOCK_ROWS
 
         worst = 0.0
         for name in self.bags:

@@ -1,6 +1,6 @@
 """What a run returns: `RunResult`, written by rank 0 and read back by whoever started it.
 
-The workers write it as JSON (`RunResult.to_json`) to a file `executor.launch` names; launch
+The workers write it as JSON (`RunResult.to_json`) to a file `executor.process.launch` names; launch
 reads it back with `RunResult.from_json` and returns it, `picasso run --json` prints it and
 `picasso validate` measures with it. One schema, checked on both sides: a key the schema
 does not know is an error, not something a reader guesses at.
@@ -106,7 +106,7 @@ class RunResult:
     # per rank: mean ms per timed step waiting for input, and that share of the step
     input_wait: dict[str, list[float]] | None = None
     # per pack: cold and hot rows per micro-batch and rank against the plan's prediction
-    # (executor.exchange_check), and the note naming packs that exchanged far more than planned
+    # (executor.sparse.exchange_check), and the note naming packs that exchanged far more than planned
     exchange: dict[str, dict[str, float]] | None = None
     exchange_note: str | None = None
     # per rank: the process's CPU ms (all its threads) per timed step; on shared cores, what a

@@ -8,7 +8,7 @@ Overlap (on when the plan asks for kernel interleaving or micro_batches > 1): al
 exchanges are launched before any is waited on, the owners' gathers and row returns
 follow, and each micro-batch's gradient exchange is in flight while the next one
 computes; the one all-reduce of the dense and hot-row gradients overlaps the cold updates.
-The dense forward runs at the model's dense_dtype where the device has it (executor.precision).
+The dense forward runs at the model's dense_dtype where the device has it (executor.dense.precision).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from executor.batches import Batch
 from executor.comm import Comm
-from executor.dense import DenseArch, build_dense
-from executor.embedding import Lookup, ShardedPack, assemble_pieces
-from executor.exchange_check import ExchangeCounts
-from executor.optim import DenseOptimizer
-from executor.pack_groups import make_packs
-from executor.precision import apply_global, dense_precision
+from executor.data.batches import Batch
+from executor.dense.model import DenseArch, build_dense
+from executor.dense.optim import DenseOptimizer
+from executor.dense.precision import apply_global, dense_precision
+from executor.sparse.embedding import Lookup, ShardedPack, assemble_pieces
+from executor.sparse.exchange_check import ExchangeCounts
+from executor.sparse.pack_groups import make_packs
 from executor.timing import OpTimer
 from planner.dense import dense_cost
 from planner.grad_buckets import early_buckets
@@ -169,7 +169,7 @@ class Trainer:
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
         self.steps_done = 0
         self._ahead: _Inputs | None = None  # the next step's lookups, gone ahead (input pipeline)
-        self.exchanged = ExchangeCounts()  # cold/hot rows per pack and micro-batch (executor.exchange_check)
+        self.exchanged = ExchangeCounts()  # cold/hot rows per pack and micro-batch (executor.sparse.exchange_check)
         if plan.pipelines_inputs:
             comm.open_input_group()
         # grad_bucket_mb: the buckets launched during the last micro-batch's backward, as

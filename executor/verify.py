@@ -7,12 +7,12 @@ import copy
 import numpy as np
 import torch
 
-from executor.batches import Batch
 from executor.checkpoint import read_manifest, saved_tables
-from executor.collect import block_rel_diff, full_packs
 from executor.comm import Comm
-from executor.lowp import verify_tolerance
+from executor.data.batches import Batch
 from executor.reference import Reference, dense_state, max_rel_diff
+from executor.sparse.collect import block_rel_diff, full_packs
+from executor.sparse.lowp import verify_tolerance
 from executor.trainer import Trainer
 from planner.model_spec import ModelSpec
 from planner.plan import Plan
@@ -32,7 +32,7 @@ class VerifyError(RuntimeError):
 
 
 def default_tolerance(model: ModelSpec, dense_dtype: str) -> float:
-    """--verify's tolerance: the dense precision's, looser for 16-bit tables (executor.lowp)."""
+    """--verify's tolerance: the dense precision's, looser for 16-bit tables (executor.sparse.lowp)."""
     return max(TOLERANCE.get(dense_dtype, TOLERANCE["fp32"]), verify_tolerance(model))
 
 
@@ -59,7 +59,7 @@ def compare(trainer: Trainer, batches: list[Batch], start: Reference | None = No
     weights. Returns, on rank 0, the largest relative differences of embeddings and
     dense weights (max|a-b| / max|b| per tensor) and how far the reference moved from its
     start. Rank 0 builds the reference first, then takes the trained packs one at a time
-    (executor.collect): its cost is executor.reference.reference_bytes.
+    (executor.sparse.collect): its cost is executor.reference.reference_bytes.
     """
     plan, rank, world = trainer.plan, trainer.comm.rank, trainer.comm.world
     ref = None
@@ -101,7 +101,7 @@ def train_and_compare(plan: Plan, hot_ids: dict[str, np.ndarray], batches: list[
 
 def synthetic_global_batches(plan: Plan, steps: int, seed: int) -> list[Batch]:
     """`steps` global batches of skewed synthetic rows for the plan's model."""
-    from executor.batches import feature_map, synthetic_raw, to_batch
+    from executor.data.batches import feature_map, synthetic_raw, to_batch
 
     g = plan.global_batch
     raw = synthetic_raw(plan.model, g * steps, seed=seed)
@@ -110,7 +110,7 @@ def synthetic_global_batches(plan: Plan, steps: int, seed: int) -> list[Batch]:
 
 
 def equivalence_worker(rank: int, world: int, cases: list[tuple[dict, dict, int, int]]) -> list:
-    """For executor.spawn.run_ranks: each case (plan dict, hot ids, data seed, steps) -> result on rank 0."""
+    """For executor.process.spawn.run_ranks: each case (plan dict, hot ids, data seed, steps) -> result on rank 0."""
     out = []
     for plan_d, hot, seed, steps in cases:
         plan = Plan.from_dict(plan_d)

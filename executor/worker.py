@@ -1,4 +1,4 @@
-"""The worker a rank runs (`python -m executor ...`, started by executor.agent, torchrun or by hand).
+"""The worker a rank runs (`python -m executor ...`, started by executor.process.agent, torchrun or by hand).
 
 It reads the plan, joins the process group (NCCL with CUDA, gloo otherwise, with a
 timeout on collectives), streams its rows of each global batch from the data file in a
@@ -20,9 +20,8 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from executor import kernels
-from executor.allocator import HeapTrimmer
-from executor.batches import (
+from executor.comm import Comm
+from executor.data.batches import (
     BadRows,
     DataError,
     DeviceFeeder,
@@ -36,14 +35,7 @@ from executor.batches import (
     synthetic_raw,
     to_batch,
 )
-from executor.comm import Comm
-from executor.exchange_check import exchange_report
-from executor.memory import peak_bytes
-from executor.process_tree import die_with_parent
-from executor.rendezvous import join_store
-from executor.result import RunResult
-from executor.run_args import add_training_args
-from executor.text_ranges import (
+from executor.data.text_ranges import (
     TEXT_FORMATS,
     TextRanges,
     common_steps_per_epoch,
@@ -51,7 +43,15 @@ from executor.text_ranges import (
     range_chunks,
     splittable,
 )
-from executor.threads import set_rank_threads
+from executor.process.allocator import HeapTrimmer
+from executor.process.memory import peak_bytes
+from executor.process.process_tree import die_with_parent
+from executor.process.rendezvous import join_store
+from executor.process.threads import set_rank_threads
+from executor.result import RunResult
+from executor.run_args import add_training_args
+from executor.sparse import kernels
+from executor.sparse.exchange_check import exchange_report
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
 from executor.trainer import Trainer
 from executor.verify import compare, default_tolerance, start_state
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def setup(timeout: float) -> tuple[Comm, torch.device]:
-    """Join the process group from executor.agent's (or torchrun's) environment, or run alone."""
+    """Join the process group from executor.process.agent's (or torchrun's) environment, or run alone."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
@@ -162,7 +162,7 @@ class RankReport(NamedTuple):
 
     events: list  # its timeline events
     times: list[float]  # its timed steps' seconds
-    peak: dict[str, int]  # executor.memory.peak_bytes
+    peak: dict[str, int]  # executor.process.memory.peak_bytes
     waits: list[float]  # seconds each timed step waited for its input
     bad: tuple[int, str]  # malformed rows it skipped, the first of them
     exchanged: dict[str, tuple[float, float]]  # per pack: cold, hot rows per micro-batch
@@ -194,7 +194,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
     bad = BadRows()
     dataset = None if args.data == "synthetic" or not is_dataset(args.data) else Dataset(args.data)
-    # plain text: each rank reads its own byte range (executor.text_ranges); gzip: the whole log
+    # plain text: each rank reads its own byte range (executor.data.text_ranges); gzip: the whole log
     ranges = (TextRanges(args.data, args.format, world, rank, b, args.strict)
               if dataset is None and splittable(args.data, args.format) else None)
     note = gzip_note(args.data) if (dataset is None and ranges is None and world > 1
@@ -218,7 +218,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         def open_chunks():
             return iter([raw])
     elif args.preload and dataset is None:
-        from executor.batches import RawBatch
+        from executor.data.batches import RawBatch
 
         raw = RawBatch.concat(list(range_chunks(ranges.ranges[rank], args.format, args.strict, bad) if ranges
                                    else reader_chunks(args.data, args.format, args.strict, bad)))

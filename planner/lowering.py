@@ -442,7 +442,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     in_bytes = samples * (4 * model.num_dense + 4 + ID_BYTES * sum(pv.lookups for pv in packs) / samples)
     # as in the executor, the step's input is split in micro-batches and the gradient buffers
     # (dense parameters, hot rows) are zeroed for the step (fwd/input/h2d); the input itself
-    # crossed PCIe during the previous step, on a stream of its own (executor.batches.
+    # crossed PCIe during the previous step, on a stream of its own (executor.data.batches.
     # DeviceFeeder; TorchRec's pipelines copy a batch ahead too): fwd/input/h2d_next, on its
     # own lane, waited for by nothing
     h2d = on.op_name("fwd", "input", "h2d")

@@ -9,7 +9,7 @@ Components per rank (bytes, numpy arrays of length world_size):
   gloo: `runtime`);
 - while training: activations, exchange buffers, the input pipeline;
 - while starting: the packed-row index of the pack being initialised (int64 per local row;
-  the rows themselves are streamed in chunks, executor.layout).
+  the rows themselves are streamed in chunks, executor.sparse.layout).
 The peak is the larger of the two phases. On a CPU "device" (one worker process) the
 host components live in the same RAM, so the process's RSS peak is device + host.
 """

@@ -94,7 +94,7 @@ class ModelSpec:
         return replace(self, name=f"{self.name}@cap{cap}", tables=tables)
 
     # The dense architecture's settings in `extra`, with their defaults in one place: the
-    # planner costs (planner.dense) the layers the executor builds (executor.dense).
+    # planner costs (planner.dense) the layers the executor builds (executor.dense.model).
     @property
     def cross_layers(self) -> int:
         """DCN: cross layers (3, as DCN-v2 and MLPerf's DLRM-DCNv2)."""

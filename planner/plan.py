@@ -110,7 +110,7 @@ def fused_runs(plan: Plan, exchange: str | None = None) -> list[list[PackPlan]]:
     plan's): packs of a sharding in FUSED_SHARDINGS whose sharding, placement and tables'
     attributes are equal. A run may be one pack; packs of no run exchange on their own.
     Lowering scores each run as one exchange; the executor runs a run of pooled packs so
-    (executor.pooled_flat)."""
+    (executor.sparse.pooled_flat)."""
     kinds = FUSED_SHARDINGS.get(plan.exchange if exchange is None else exchange, ())
     runs: list[list[PackPlan]] = []
     key = None
@@ -198,7 +198,7 @@ class Plan:
     # how the plan's exchanges are scored and run: per pack, "fused" (TorchRec-like: the
     # table-wise packs of a group scored as one exchange, run pack by pack) or "torchrec"
     # (TorchRec's own plan, planner.lowering; its runs of pooled packs are run fused too,
-    # executor.pooled_flat); "fused_pooled": planner.pooled_twrw
+    # executor.sparse.pooled_flat); "fused_pooled": planner.pooled_twrw
     exchange: str = "per_pack"
     provenance: Provenance = field(default_factory=Provenance)
     prediction: Prediction | None = None

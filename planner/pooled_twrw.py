@@ -1,6 +1,6 @@
 """Table-row-wise packs pooled at the owners, reduced inside the node first, all fused.
 
-Plan.exchange "fused_pooled" (the executor: executor.pooled_twrw). Every table-row-wise pack
+Plan.exchange "fused_pooled" (the executor: executor.sparse.pooled_twrw). Every table-row-wise pack
 with PackPlan.exchange "pooled" (its tables row-wise over one node's g ranks) joins one
 exchange group; the group's packs of equal attributes exchange in one collective per stage,
 so the busiest rank of the whole group, not of each pack, sets each collective's time.

@@ -302,7 +302,7 @@ def pack_volumes(
     owned = np.zeros(world)
     width = sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs)
     if pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE):
-        # table-row-wise runs as row-wise over the node's ranks (executor.layout): no merge
+        # table-row-wise runs as row-wise over the node's ranks (executor.sparse.layout): no merge
         recv[idx] = world * (head_load + tail / n)
         shard[idx] = _cyclic_rows(rows, n)
         slice_bytes = float(row_bytes)

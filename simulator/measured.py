@@ -29,7 +29,7 @@ BUCKET_LANE = "grad_buckets"
 # ... and the step's last all-reduce of them (with the hot rows'), beside both
 SYNC_LANE = "grad_sync"
 # a fused pooled group's collectives inside the node and among peers: each process group is a
-# queue of its own (executor.pooled_twrw.NodeGroups), so one micro-batch's exchange across
+# queue of its own (executor.sparse.pooled_twrw.NodeGroups), so one micro-batch's exchange across
 # nodes runs beside the next one's reduce inside the node
 NODE_LANE = "node_group"
 PEERS_LANE = "peers_group"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from executor.verify import equivalence_worker
 
 

@@ -1,4 +1,4 @@
-"""The agent starts its ranks before it loads torch (executor.agent, executor.rendezvous): the
+"""The agent starts its ranks before it loads torch (executor.process.agent, executor.process.rendezvous): the
 ranks import torch meanwhile, and the store serves on the socket bound before they started."""
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 
 def test_the_agent_reaches_its_ranks_without_importing_torch():
-    code = ("import sys, executor.agent; "
+    code = ("import sys, executor.process.agent; "
             "sys.exit(1 if any(m == 'torch' or m.startswith('torch.') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
@@ -14,7 +14,7 @@ def test_the_agent_reaches_its_ranks_without_importing_torch():
 def test_a_store_hosted_on_a_socket_bound_earlier_serves_clients_that_came_first():
     code = """
 import datetime, threading
-from executor.rendezvous import free_port, host_store, listen_socket
+from executor.process.rendezvous import free_port, host_store, listen_socket
 import torch.distributed as dist
 port = free_port()
 sock = listen_socket("127.0.0.1", port)

@@ -1,8 +1,8 @@
-"""The worker hands freed heap pages back when a rank's resident set grows (executor/allocator.py)."""
+"""The worker hands freed heap pages back when a rank's resident set grows (executor/process/allocator.py)."""
 
 from __future__ import annotations
 
-import executor.allocator as allocator
+import executor.process.allocator as allocator
 
 MIB = 1 << 20
 

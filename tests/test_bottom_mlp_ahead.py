@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from tests.equivalence_cases import assert_cases_match
 from tests.test_executor_equivalence import TOL
 from tests.test_executor_grad_buckets import TINY, _lowered, dcn_plan

@@ -16,8 +16,8 @@ import torch
 from executor import checkpoint
 from executor.checkpoint import CheckpointError
 from executor.comm import Comm
+from executor.process.spawn import run_ranks
 from executor.reference import dense_state
-from executor.spawn import run_ranks
 from executor.trainer import Trainer
 from executor.verify import local_rows, synthetic_global_batches
 from planner.model_spec import ModelSpec, TableSpec

@@ -12,8 +12,8 @@ import torch
 
 from executor import checkpoint, verify
 from executor.comm import Comm
-from executor.embedding import ShardedPack
 from executor.reference import Reference, dense_state
+from executor.sparse.embedding import ShardedPack
 from executor.trainer import Trainer
 from executor.verify import synthetic_global_batches
 from planner.model_spec import ModelSpec, TableSpec

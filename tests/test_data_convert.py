@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from executor.batches import RawBatch, chunk_from_reader, dataset_batches
+from executor.data.batches import RawBatch, chunk_from_reader, dataset_batches
 from executor.evaluate import auc, global_ranges, logloss, share
 from picasso.cli import main
 from traces.convert import convert

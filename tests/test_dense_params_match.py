@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from executor.dense import build_dense
+from executor.dense.model import build_dense
 from planner.dense import dense_cost
 from planner.model_spec import ModelSpec, TableSpec
 from planner.presets import get_model

@@ -1,5 +1,5 @@
 """A run counts the cold rows each pack really exchanged and sets them beside the plan's
-prediction (executor.exchange_check); a hot set that misses the data is named, not silent."""
+prediction (executor.sparse.exchange_check); a hot set that misses the data is named, not silent."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from executor.exchange_check import exchange_report
+from executor.sparse.exchange_check import exchange_report
 from picasso.cli import main
 from planner.access import table_access
 from planner.lowering import analyze

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from executor.comm import Comm
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare
 from planner.builders import random_plan
 from planner.model_spec import ModelSpec, TableSpec

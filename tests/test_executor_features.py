@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from executor.comm import Comm
-from executor.lowp import VERIFY_TOL_16, VERIFY_TOL_FP32
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
+from executor.sparse.lowp import VERIFY_TOL_16, VERIFY_TOL_FP32
 from executor.trainer import Trainer
 from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare
 from planner.builders import random_plan
@@ -17,7 +17,7 @@ from planner.model_spec import DTYPES, ModelSpec, TableSpec
 from planner.plan import OptimizerPlan
 
 TOL = VERIFY_TOL_FP32  # fp32 plans: as tests/test_executor_equivalence.py
-# 16-bit tables, 20 steps: executor.lowp says why 1e-2. Adagrad with a tiny eps amplifies a
+# 16-bit tables, 20 steps: executor.sparse.lowp says why 1e-2. Adagrad with a tiny eps amplifies a
 # rounding flip step after step (lr * dg / eps; with eps 1e-4, lr 0.1 one 4-rank bf16 plan
 # drifted to 0.3 by step 20 while matching at step 2), so 16-bit cases use eps = 1e-2.
 TOL16 = VERIFY_TOL_16

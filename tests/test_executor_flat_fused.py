@@ -1,6 +1,6 @@
 """TorchRec's own plans (Plan.exchange "torchrec") run as TorchRec runs them: each run of
 pooled packs that lowering scores as one exchange (planner.plan.fused_runs) moves in one
-all-to-all per stage (executor.pooled_flat), not one per pack. The weights are the
+all-to-all per stage (executor.sparse.pooled_flat), not one per pack. The weights are the
 reference's, and bit for bit those of the same plan exchanged pack by pack: table-wise runs
 without overlap and with the input pipeline (TorchRec's own shape), a table-row-wise run,
 micro-batches with interleaving, hot rows, mean pooling and row-wise Adagrad, at 2 and 4
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor.pack_groups import flat_runs
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
+from executor.sparse.pack_groups import flat_runs
 from planner.plan import PackPlan, Plan, fused_runs
 from tests.equivalence_cases import assert_cases_match
 from tests.test_executor_pooled import ADAGRAD, HOT, SGD, TOL, model

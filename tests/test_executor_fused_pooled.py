@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import PackPlan, Plan
 from tests.equivalence_cases import assert_cases_match

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import PackPlan, Plan
 from simulator.measured import BUCKET_LANE, SYNC_LANE

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from executor.launch import first_error
+from executor.process.launch import first_error
 from picasso.cli import main
 from planner.op_names import split_name
 from planner.plan import PackPlan, Plan
@@ -89,8 +89,8 @@ def test_first_error_prefers_the_failing_rank():
 
 def test_real_criteo_sample_trains_like_the_reference(criteo_sample_dir):
     """The real Criteo head through traces.readers, hot rows from its counts, one rank in-process."""
-    from executor.batches import feature_map, global_batches, reader_chunks, to_batch
     from executor.comm import Comm
+    from executor.data.batches import feature_map, global_batches, reader_chunks, to_batch
     from executor.verify import train_and_compare
     from planner.plan import OptimizerPlan
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from executor.precision import apply_global, dense_precision
+from executor.dense.precision import apply_global, dense_precision
 
 
 def test_fp32_everywhere_and_fallbacks_say_why():

@@ -20,9 +20,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from executor import kernels
 from executor.comm import Comm
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
+from executor.sparse import kernels
 from executor.timing import OpTimer
 from executor.trainer import Trainer
 from executor.verify import local_rows, synthetic_global_batches
@@ -67,7 +67,7 @@ class counting:
     def __enter__(self) -> SyncCounter:
         self.mode = SyncCounter()
         self.saved = {}
-        from executor.embedding import ShardedPack
+        from executor.sparse.embedding import ShardedPack
 
         orig = ShardedPack.to_host
 
@@ -97,7 +97,7 @@ class counting:
 
     def __exit__(self, *exc) -> None:
         self.mode.__exit__(*exc)
-        from executor.embedding import ShardedPack
+        from executor.sparse.embedding import ShardedPack
 
         ShardedPack.to_host = self.to_host
         for name, orig in self.saved.items():

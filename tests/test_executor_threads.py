@@ -1,4 +1,4 @@
-"""One thread policy (executor.threads) and one spawner of function ranks (executor.spawn.run_ranks),
+"""One thread policy (executor.process.threads) and one spawner of function ranks (executor.process.spawn.run_ranks),
 used by the runs, the tests and the calibration microbenchmarks alike."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from executor.spawn import run_ranks
-from executor.threads import rank_env, threads_per_rank
+from executor.process.spawn import run_ranks
+from executor.process.threads import rank_env, threads_per_rank
 
 
 def _threads_seen(rank: int, world: int) -> tuple[int, str | None]:
@@ -32,7 +32,8 @@ def test_function_ranks_follow_the_policy(monkeypatch):
 
 
 def test_calibration_ranks_are_started_by_the_one_spawner(monkeypatch):
-    from executor import microbench, spawn
+    from executor import microbench
+    from executor.process import spawn
 
     calls = []
 
@@ -64,9 +65,9 @@ def _fails_on_rank1(rank: int, world: int, how: str) -> int:
 
 
 def test_function_ranks_are_started_by_the_one_launcher():
-    # executor.agent.start_ranks: ranks are `python -m executor.rank_call` told their rank and
+    # executor.process.agent.start_ranks: ranks are `python -m executor.process.rank_call` told their rank and
     # the store's address, as picasso run's workers are
-    assert run_ranks(_who, 2) == [("0", "1", "executor.rank_call"), ("1", "1", "executor.rank_call")]
+    assert run_ranks(_who, 2) == [("0", "1", "executor.process.rank_call"), ("1", "1", "executor.process.rank_call")]
 
 
 @pytest.mark.parametrize("how,expected", [("raise", "rank 1: ValueError: boom on rank 1"),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from executor.batches import (
+from executor.data.batches import (
     DataError,
     Prefetcher,
     RawBatch,
@@ -16,8 +16,8 @@ from executor.batches import (
     synthetic_raw,
     to_batch,
 )
-from executor.layout import init_packed_rows, init_table_rows, pack_layout
-from executor.optim import DenseOptimizer
+from executor.dense.optim import DenseOptimizer
+from executor.sparse.layout import init_packed_rows, init_table_rows, pack_layout
 from executor.trainer import pad_sequences
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import PackPlan, Plan
@@ -144,7 +144,7 @@ def test_synthetic_rows_fit_every_table():
 def test_lower_triangle_dots_gradient_matches_autograd():
     """DLRM's interaction with its own backward gives the generic formulation's values and
     gradients (gradcheck in float64, and against the indexing it replaces)."""
-    from executor.interaction import LowerTriangleDots, triangle_maps
+    from executor.dense.interaction import LowerTriangleDots, triangle_maps
 
     f = 5
     li, lj = torch.tril_indices(f, f, offset=-1)

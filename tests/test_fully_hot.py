@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from planner.access import table_access
 from planner.lowering import lower
 from planner.plan import PackPlan, Plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 
 
 def _worker(rank: int, world: int, dtype_name: str) -> tuple[int, list, list]:

@@ -122,7 +122,7 @@ def test_one_rank_host_gather_reads_only_cold_rows():
         return orig(t, dim, index, **kw)
 
     batch = local_rows(synthetic_global_batches(plan, 1, seed=3)[0], plan, 0)
-    torch.index_select = spy  # the host gather's index_select (executor.embedding calls torch's)
+    torch.index_select = spy  # the host gather's index_select (executor.sparse.embedding calls torch's)
     try:
         tr.step(batch)
     finally:

@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import Plan
 from tests.equivalence_cases import assert_cases_match

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executor import kernels as K
-from executor.interaction import dot_interaction_ref
-from executor.kernels import dot_interaction_native
+from executor.dense.interaction import dot_interaction_ref
+from executor.sparse.kernels import dot_interaction_native
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,7 +54,7 @@ def test_pairs_in_lower_triangle_order_and_first_input_passes_through() -> None:
 
 
 def test_dlrm_dispatches_to_the_native_kernel(monkeypatch) -> None:
-    from executor.dense import build_dense
+    from executor.dense.model import build_dense
     from planner.presets import get_model
 
     model = get_model("dlrm-criteo-kaggle").with_row_cap(100)

@@ -1,4 +1,4 @@
-"""executor.kernels dispatch: native swap, one warning on failure, PICASSO_NATIVE=0, doctor."""
+"""executor.sparse.kernels dispatch: native swap, one warning on failure, PICASSO_NATIVE=0, doctor."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Native CPU kernels against the pure-PyTorch reference of executor/kernels.py.
+"""Native CPU kernels against the pure-PyTorch reference of executor/sparse/kernels.py.
 
 Integer outputs must match bitwise; floats within 1e-6 of the magnitude of the summed terms
 (the summation order may differ). The library is built once per session; a build failure is a

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from executor.plan_fields import PLANNING_ONLY
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
 

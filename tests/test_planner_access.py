@@ -76,9 +76,9 @@ def test_table_access_falls_back_to_zipf_for_missing_features():
 
 
 def test_wide_tables_are_planned_from_the_features_they_train_on(tmp_path):
-    """Wide&Deep's wide tables W1..W26 read the Criteo columns C1..C26 (executor.batches): the
+    """Wide&Deep's wide tables W1..W26 read the Criteo columns C1..C26 (executor.data.batches): the
     planner takes their statistics from the same measured features, not an assumed Zipf."""
-    from executor.batches import feature_map
+    from executor.data.batches import feature_map
     from planner.access import ProfileAccess, table_access, unmatched_tables
     from planner.presets import get_model
     from traces.profile import profile_file

@@ -160,7 +160,7 @@ def test_sequence_features_widen_the_pooled_output():
 def test_tables_that_say_sgd_are_costed_with_the_plans_sparse_optimizer():
     """A plan training every table with row-wise Adagrad (tables declaring the default sgd)
     is costed with Adagrad's state bytes, as the executor runs it."""
-    from executor.layout import pack_layout
+    from executor.sparse.layout import pack_layout
     from planner.access import table_access
     from planner.model_spec import ModelSpec, TableSpec
     from planner.plan import OptimizerPlan, PackPlan, Plan

@@ -20,7 +20,7 @@ def test_one_input_copy_per_step_carries_every_micro_batch():
     one, four = lower(kaggle_plan(), hw), lower(kaggle_plan(micro_batches=4), hw)
     inputs = [o for o in four.ops if o.name.startswith("fwd/input/")]
     # the executor times one h2d per step (split and zeroed buffers); the copy of a batch ahead
-    # runs on a stream of its own (executor.batches.DeviceFeeder), waited for by nothing
+    # runs on a stream of its own (executor.data.batches.DeviceFeeder), waited for by nothing
     assert [o.name for o in inputs] == ["fwd/input/h2d", "fwd/input/h2d_next"]
     nxt = four.op("fwd/input/h2d_next")
     assert nxt.demand["pcie_bytes"] > 0

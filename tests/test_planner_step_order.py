@@ -6,7 +6,7 @@ collectives on a lane of its own.
   update waits for the all-reduce; issued before another pack's cold update, it held that
   update behind the all-reduce on the compute lane.
 - A fused pooled group reduces inside the node and exchanges among peers on two process
-  groups (executor.pooled_twrw.NodeGroups): one micro-batch's exchange across nodes runs
+  groups (executor.sparse.pooled_twrw.NodeGroups): one micro-batch's exchange across nodes runs
   beside the next one's reduce inside the node.
 """
 

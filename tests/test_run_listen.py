@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from executor.process_tree import descendants
+from executor.process.process_tree import descendants
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
 

@@ -43,7 +43,7 @@ def _no_launch(*a, **k):
 
 
 def test_plan_larger_than_the_machine_is_refused_before_any_rank(setup, capsys, monkeypatch):
-    monkeypatch.setattr("executor.launch.launch", _no_launch)
+    monkeypatch.setattr("executor.process.launch.launch", _no_launch)
     rc = main(["run", str(setup / "huge.json"), "--data", str(setup / "data.tsv"), "--nproc", "2"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
@@ -61,7 +61,7 @@ def test_verify_states_its_cost_and_refuses_rather_than_being_killed(setup, caps
     assert cost >= sum(t.num_rows * t.dim * 4 for t in plan.model.tables)  # it holds every full table
     # room for the two ranks, not for the reference as well
     monkeypatch.setattr(run_memory, "available_ram", lambda: int(need + cost / 2))
-    monkeypatch.setattr("executor.launch.launch", _no_launch)
+    monkeypatch.setattr("executor.process.launch.launch", _no_launch)
     rc = main(["run", str(setup / "plan.json"), "--data", str(setup / "data.tsv"), "--steps", "3", "--verify"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1, err
@@ -86,7 +86,7 @@ def test_streaming_reader_and_cpu_runtime_are_in_the_prediction(setup):
 def test_table_init_streams_in_chunks_and_stays_bit_identical():
     """A 10M-row table: no full-size numpy temporaries (numpy allocations are traced), and
     every row as the per-chunk generator gives it."""
-    from executor.layout import INIT_CHUNK, _chunk, init_table_rows
+    from executor.sparse.layout import INIT_CHUNK, _chunk, init_table_rows
 
     m = get_model("dlrm-criteo-kaggle")
     spec = m.table("C3")

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from executor.batches import RawBatch, global_batches
+from executor.data.batches import RawBatch, global_batches
 from executor.worker import resumed_batches
 from picasso.cli import main
 from planner.plan import PackPlan, Plan

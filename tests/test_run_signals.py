@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from executor.process_tree import descendants, running, stop_tree
+from executor.process.process_tree import descendants, running, stop_tree
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
 
@@ -57,7 +57,7 @@ def _wait_for(proc: subprocess.Popen, workers: int, limit_s: float = 90.0) -> di
     while time.monotonic() < deadline:
         tree = descendants(proc.pid)
         cmds = [_cmdline(p) for p in tree]
-        launcher = any("-m executor.agent " in c for c in cmds)
+        launcher = any("-m executor.process.agent " in c for c in cmds)
         ranks = sum("-m executor " in c for c in cmds)
         if launcher and ranks >= workers:
             return tree
@@ -94,7 +94,7 @@ def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, wo
 @pytest.mark.dist
 def test_a_killed_run_takes_its_agent_and_ranks_with_it(plan_path, tmp_path):
     """SIGKILL (or the OOM killer) gives `picasso run` no chance to stop its tree: the agent and
-    the ranks stop themselves when their parent ends (executor.process_tree.die_with_parent)."""
+    the ranks stop themselves when their parent ends (executor.process.process_tree.die_with_parent)."""
     proc = _start(plan_path, tmp_path / "tmp")
     tree = _wait_for(proc, 2)
     time.sleep(1.0)
@@ -125,7 +125,7 @@ def _children_running(proc: subprocess.Popen, marker: str, count: int, limit_s: 
 
 @pytest.mark.dist
 @pytest.mark.parametrize("command,marker,count", [
-    (["calibrate", "--quick", "-o", "{tmp}/hw.json"], "executor.rank_call", 2),
+    (["calibrate", "--quick", "-o", "{tmp}/hw.json"], "executor.process.rank_call", 2),
     (["validate", "--data", "{tmp}/data.tsv", "--hardware", "local-cpu", "--plans", "3", "--fit-plans", "2",
       "--nproc-max", "2", "--row-cap", "200", "-o", "{tmp}/validate"], "-m executor ", 1),
 ], ids=["calibrate", "validate"])
@@ -158,7 +158,7 @@ def test_a_stop_signal_while_the_child_starts_still_stops_it(monkeypatch):
     outlived `picasso run` stopped during its rendezvous)."""
     import subprocess as sp
 
-    from executor import process_tree
+    from executor.process import process_tree
     from picasso.cli import Interrupted, _stop_signals_raise
 
     started: list[int] = []

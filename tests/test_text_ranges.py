@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from executor.batches import RawBatch
-from executor.text_ranges import TextRanges, byte_ranges, range_chunks, splittable
+from executor.data.batches import RawBatch
+from executor.data.text_ranges import TextRanges, byte_ranges, range_chunks, splittable
 from picasso.cli import main
 from traces.errors import TraceError
 from traces.readers import _BlockSource, open_reader

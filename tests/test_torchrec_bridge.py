@@ -170,7 +170,7 @@ def test_torchrec_execution_pipelines_the_input_exchange():
 
 
 def test_dcnv2_preset_and_low_rank_cost_match_the_executor():
-    from executor.dense import build_dense
+    from executor.dense.model import build_dense
     from planner.dense import dense_cost
     from planner.presets import CRITEO_MULTIHOT_SIZES, get_model
 

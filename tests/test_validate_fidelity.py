@@ -303,8 +303,8 @@ def test_one_rank_step_times_what_lowering_names():
     """A one-rank step of a replicated and a row-wise pack: both read their rows locally,
     timed as cold_gather (lowering's op), with no exchange on one rank; the gradient buffers'
     zeroing is inside fwd/input/h2d, and every timed op has a lowered twin."""
-    from executor.batches import feature_map, synthetic_raw, to_batch
     from executor.comm import Comm
+    from executor.data.batches import feature_map, synthetic_raw, to_batch
     from executor.timing import OpTimer
     from executor.trainer import Trainer
     from planner.lowering import lower

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from executor.spawn import run_ranks
+from executor.process.spawn import run_ranks
 from planner.access import table_access
 from planner.plan import INT32_ROWS, PackPlan, Plan, wire_id_bytes
 from planner.volumes import pack_volumes

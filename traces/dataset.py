@@ -8,7 +8,7 @@ Layout of DIR (written by traces/convert.py):
   int64 [nnz] (raw IDs, row-major: row 0's IDs of every feature, then row 1's, ...).
 
 IDs are stored raw: the table size is the model's, not the data's, so the mapping ID -> row
-stays with the executor (executor/batches.py `to_batch`). Dense values are stored as read
+stays with the executor (executor/data/batches.py `to_batch`). Dense values are stored as read
 or already passed through `dlrm_dense` (manifest `dense_transform`: "none" or "log1p").
 Reads go through pread, not a memory map: the bytes a rank touched are copies it frees, so a
 rank's resident memory does not grow with the dataset (any `.npy` tool can still mmap them).

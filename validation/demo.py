@@ -147,7 +147,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         ctx["measured"] = measured
 
     with st.stage("quality", f"the plan trained {QUALITY_STEPS} steps, AUC on held-out rows every {QUALITY_EVERY}"):
-        from executor.launch import launch
+        from executor.process.launch import launch
 
         held_out = out / "held-out.tsv"
         generate_criteo(held_out, QUALITY_ROWS, seed=seed + 1)

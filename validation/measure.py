@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from executor.launch import LaunchError, launch
+from executor.process.launch import LaunchError, launch
 from executor.result import RunResult
 from simulator.measured import drop_warmup, load_timeline, mean_op_durations, merge_runs, step_times_us
 from simulator.timeline import Timeline
@@ -34,7 +34,7 @@ def run_measured(
     plan_path: Path, data: str, fmt: str, world: int, steps: int, warmup: int, out_dir: Path,
     timeout_s: float = 300.0, preload: bool = True, tag: str = "",
 ) -> Measured:
-    """Run one saved plan through the executor (`executor.launch`) and read its measurements.
+    """Run one saved plan through the executor (`executor.process.launch`) and read its measurements.
 
     The ranks run in their own processes; rank 0 writes the RunResult that launch returns.
     With `preload` every batch is read and prepared before the timed steps: the simulator

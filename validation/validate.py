@@ -1,6 +1,6 @@
 """`picasso validate`: run a sweep of plans for real and hold the simulator's predictions against them.
 
-Per plan: the executor runs it (a few steps after warm-up, executor.launch) and writes a
+Per plan: the executor runs it (a few steps after warm-up, executor.process.launch) and writes a
 measured Timeline; lowering + the simulator predict it with the calibrated spec (the
 factors of the plan's world size, `simulator.calibration.spec_for_world`). Compared:
 iteration time (median measured step against the simulated iteration) and, for the ops

@@ -29,7 +29,7 @@ def collect(load_native: bool = True) -> dict[str, Any]:
     import torch.distributed as dist
 
     from csrc import build
-    from executor import kernels
+    from executor.sparse import kernels
 
     cuda_available = torch.cuda.is_available()
     gpus = []

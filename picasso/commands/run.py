@@ -1,4 +1,4 @@
-"""`picasso run`: train a plan for real with torch.distributed workers (executor.agent starts them)."""
+"""`picasso run`: train a plan for real with torch.distributed workers (executor.process.agent starts them)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import math
 
-    from executor.launch import launch
+    from executor.process.launch import launch
     from foundation.files import check_output_path
 
     if args.keep < 1:

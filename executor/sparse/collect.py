@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
-from executor.embedding import ShardedPack
+from executor.sparse.embedding import ShardedPack
 from planner.sharding import Sharding
 
 BLOCK_ROWS = 1 << 18  # rows per block of the block-wise comparison (no table-size temporaries)

@@ -1,8 +1,8 @@
 """Run a function on N local gloo ranks: the tests, benchmarks and calibration microbenchmarks.
 
-Ranks are started by the one launcher, executor.agent (`start_ranks`, `wait_ranks`), as
-`python -m executor.rank_call`; the store is hosted here on loopback only
-(executor.rendezvous); threads per rank follow executor.threads.
+Ranks are started by the one launcher, executor.process.agent (`start_ranks`, `wait_ranks`), as
+`python -m executor.process.rank_call`; the store is hosted here on loopback only
+(executor.process.rendezvous); threads per rank follow executor.process.threads.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from executor.agent import start_ranks, stop_ranks, wait_ranks
-from executor.rendezvous import free_port, host_store, init_loopback_group
-from executor.threads import WAIT_ENV
+from executor.process.agent import start_ranks, stop_ranks, wait_ranks
+from executor.process.rendezvous import free_port, host_store, init_loopback_group
+from executor.process.threads import WAIT_ENV
 
 __all__ = ["free_port", "init_process_group", "run_ranks"]
-init_process_group = init_loopback_group  # the store on loopback only (executor.rendezvous)
+init_process_group = init_loopback_group  # the store on loopback only (executor.process.rendezvous)
 # a collective that failed because a peer went away (gloo's words), not a rank's own error
 BROKEN = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Socket closed|[Tt]imed out", re.I)
 
@@ -41,7 +41,7 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
     """fn(rank, world, *args) on `world` processes; returns the results in rank order.
 
     `fn` must be importable (a module-level function). `threads`: intra-op threads per
-    rank (None: executor.threads' share of the cores). Raises RuntimeError with the first
+    rank (None: executor.process.threads' share of the cores). Raises RuntimeError with the first
     rank's error when any rank fails; a failure, a timeout, Ctrl-C or SIGTERM stops every
     rank (none outlives the caller).
     """
@@ -52,7 +52,7 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
         torch.save((ref, args, timeout_s, threads), d / "call.pt")
         port = free_port()
         store = host_store("127.0.0.1", port, world, timeout_s)
-        procs = start_ranks(["executor.rank_call", folder], world, 1, 0, "127.0.0.1", port, base)
+        procs = start_ranks(["executor.process.rank_call", folder], world, 1, 0, "127.0.0.1", port, base)
         try:
             out = wait_ranks(procs, poll_s=0.02, grace_s=10.0, deadline_s=timeout_s * 3)
         except BaseException:  # Ctrl-C, SIGTERM (picasso.cli raises it here): stop them now
@@ -66,7 +66,7 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout_s: float =
 
 
 def _blame(d: Path, out: Any, wait_s: float) -> str:
-    """The failing rank's error, as executor.agent.first_error blames: a rank's own error
+    """The failing rank's error, as executor.process.agent.first_error blames: a rank's own error
     first, then a rank that died without one, then a broken collective, then the time-out."""
     files = sorted(d.glob("rank*.err"), key=lambda f: f.stat().st_mtime_ns)  # in the order they failed
     errors = {int(f.stem.removeprefix("rank")): f.read_text() for f in files}

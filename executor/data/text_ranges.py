@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
-from executor.batches import BadRows, DataError, RawBatch, chunk_from_reader, rebatch
+from executor.data.batches import BadRows, DataError, RawBatch, chunk_from_reader, rebatch
 from traces.dataset import expand_inputs
 
 TEXT_FORMATS = ("criteo", "avazu", "csv", "tsv", "libsvm", "libfm")

@@ -6,13 +6,13 @@ packs per sharding type, and planner.plan.fused_runs names the runs that lowerin
 as one exchange. A run of pooled packs runs here the same way: once every member has handed
 in its part of a stage, one all-to-all over all ranks carries every member's part:
 - IDs: per destination, each member's cold IDs for it and, where it owns rows of the member,
-  the member's bag lengths (executor.pooled's PooledPack prepares both per member);
+  the member's bag lengths (executor.sparse.pooled's PooledPack prepares both per member);
 - sums: each owner's per-(requester, bag) sums of every member it owns; the requester adds
   the owners' sums of a bag in owner order, as PooledPack.assemble does;
 - gradients: each requester's bag gradients of every member to each of its owners, which
   receive them source-major, as PooledPack's own exchange leaves them.
 The members stay ordinary packs (checkpoints, verify, updates), each the FusedPooledPack of
-executor.pooled_twrw with this module's Fuser; the numbers are those of the per-pack
+executor.sparse.pooled_twrw with this module's Fuser; the numbers are those of the per-pack
 exchange, in the same order, so the weights are the same bit for bit. Without overlap the
 trainer issues a fused run stage by stage all the same (it waits for a member only once the
 run's collective is launched).
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from executor.pooled_twrw import Fuser
+from executor.sparse.pooled_twrw import Fuser
 
 
 class FlatFuser(Fuser):

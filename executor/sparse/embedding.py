@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from executor import lowp, syncfree
 from executor.comm import Comm, wire_id_dtype
-from executor.layout import PackLayout, init_packed_rows, pack_layout
-from executor.syncfree import Route
+from executor.sparse import lowp, syncfree
+from executor.sparse.layout import PackLayout, init_packed_rows, pack_layout
+from executor.sparse.syncfree import Route
 from planner import op_names
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
@@ -32,7 +32,7 @@ from planner.sharding import Sharding
 class Lookup:
     """The in-flight state of one pack's lookup for one micro-batch.
 
-    `uniq` may be padded past its valid entries (see executor.syncfree); sizes that must
+    `uniq` may be padded past its valid entries (see executor.sparse.syncfree); sizes that must
     reach the host (rows per destination) are set by `place` from the step's one read.
     """
 
@@ -57,8 +57,8 @@ class Lookup:
 
 
 class ShardedPack:
-    exchange = "rows"  # PackPlan.exchange this class runs (executor.pooled: "pooled")
-    fused = False  # its collectives are shared with other packs' (executor.pooled_twrw, pooled_flat)
+    exchange = "rows"  # PackPlan.exchange this class runs (executor.sparse.pooled: "pooled")
+    fused = False  # its collectives are shared with other packs' (executor.sparse.pooled_twrw, pooled_flat)
 
     def op(self, name: str) -> str:
         """The timed name of one of this pack's ops (planner.op_names.pack_op)."""

@@ -7,7 +7,7 @@ Two implementations of the same function (exact to fp32 rounding):
   computes only the f(f-1)/2 pairs and writes the output (first input included) in one pass.
   On CPU, bmm of n tiny [f, d] matrices runs far below the GEMM rate: at d 64, batch 2048, the
   native forward + backward took 14 ms against bmm's 24 ms on one core of this machine.
-`executor.kernels` dispatches between them with the other native kernels (PICASSO_NATIVE=0,
+`executor.sparse.kernels` dispatches between them with the other native kernels (PICASSO_NATIVE=0,
 use_reference()); the native path takes CPU fp32 inputs and leaves the rest to the reference.
 """
 

@@ -1,7 +1,7 @@
-"""`python -m executor.rank_call FOLDER`: one rank of executor.spawn.run_ranks.
+"""`python -m executor.process.rank_call FOLDER`: one rank of executor.process.spawn.run_ranks.
 
 It reads the call (function, arguments, timeout, threads) that run_ranks saved in FOLDER,
-joins the process group through the store run_ranks hosts (executor.rendezvous), runs
+joins the process group through the store run_ranks hosts (executor.process.rendezvous), runs
 fn(rank, world, *args) and leaves its result in FOLDER/rank<r>.pt, or its error in
 FOLDER/rank<r>.err. A function of the caller's __main__ script is found by running that
 script again under another name, as multiprocessing's spawn does.
@@ -36,8 +36,8 @@ def main(folder: str) -> int:
         import torch
         import torch.distributed as dist
 
-        from executor.rendezvous import join_store
-        from executor.threads import set_rank_threads
+        from executor.process.rendezvous import join_store
+        from executor.process.threads import set_rank_threads
 
         ref, args, timeout_s, threads = torch.load(d / "call.pt", weights_only=False)  # written by our caller
         set_rank_threads(world, threads)

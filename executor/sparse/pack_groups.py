@@ -1,26 +1,26 @@
 """Which packs share their collectives, and every pack of a plan built as the executor runs it.
 
 Two kinds of fused exchange share one set of collectives among member packs: the
-table-row-wise groups of Plan.exchange "fused_pooled" (executor.pooled_twrw) and the runs of
-pooled packs of TorchRec's own plans (executor.pooled_flat); every other pack exchanges on
-its own (executor.pooled.make_pack).
+table-row-wise groups of Plan.exchange "fused_pooled" (executor.sparse.pooled_twrw) and the runs of
+pooled packs of TorchRec's own plans (executor.sparse.pooled_flat); every other pack exchanges on
+its own (executor.sparse.pooled.make_pack).
 """
 
 from __future__ import annotations
 
 from executor.comm import wire_id_dtype
-from executor.pooled import make_pack
-from executor.pooled_flat import FlatFuser
-from executor.pooled_twrw import FusedPooledPack, Fuser
+from executor.sparse.pooled import make_pack
+from executor.sparse.pooled_flat import FlatFuser
+from executor.sparse.pooled_twrw import FusedPooledPack, Fuser
 from planner.plan import PackPlan, Plan, fused_runs
 from planner.pooled_twrw import groups
 
 
 def make_packs(plan: Plan, hot_ids, comm) -> list:
-    """Every pack of the plan as the executor runs it (executor.pooled.make_pack), the members
+    """Every pack of the plan as the executor runs it (executor.sparse.pooled.make_pack), the members
     of a fused pooled group sharing one Fuser: a table-row-wise group's (Plan.exchange
     "fused_pooled"), or a run of pooled packs that TorchRec fuses (Plan.exchange "torchrec",
-    executor.pooled_flat)."""
+    executor.sparse.pooled_flat)."""
     member_of: dict[str, tuple[Fuser, int]] = {}
     if comm.world > 1:
         for grp in groups(plan):
@@ -45,7 +45,7 @@ def make_packs(plan: Plan, hot_ids, comm) -> list:
 
 
 def flat_runs(plan: Plan) -> list[list[PackPlan]]:
-    """The runs of planner.plan.fused_runs the executor fuses (executor.pooled_flat): those of
+    """The runs of planner.plan.fused_runs the executor fuses (executor.sparse.pooled_flat): those of
     TorchRec's own plans, of two packs or more, every member pooled at its owners. A run of
     the rows exchange (sequence tables) runs pack by pack; so do the torchrec-like baseline's
     runs (Plan.exchange "fused"), which explain scores both ways."""

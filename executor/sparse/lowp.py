@@ -93,7 +93,7 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Te
     [col0, col0 + width) of the rows (column-wise shards); `grads` are full rows (Adagrad's
     state needs them) or already those columns. Padding of the fixed-size dedup writes the
     first valid row's own new value again, so duplicates agree."""
-    from executor import syncfree
+    from executor.sparse import syncfree
 
     if rows.numel() == 0:
         return
@@ -120,7 +120,7 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Te
 def update_dense(weight: torch.Tensor, state: torch.Tensor | None, grads: torch.Tensor, keys: torch.Tensor,
                  optimizer: str, lr: float, eps: float, step: int, seed: int) -> None:
     """Every row of a 16-bit cache by its gradient row (zero rows stay exactly as they are)."""
-    from executor import syncfree
+    from executor.sparse import syncfree
 
     g = grads.float()
     if optimizer == "rowwise_adagrad":

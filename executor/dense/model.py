@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from executor import kernels
+from executor.sparse import kernels
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 

@@ -5,7 +5,7 @@ ranks (g: a member pack's ranks, one aligned block of the world); every member p
 row-wise over one node. Per micro-batch, once every member of the group has handed in its
 part, one collective per stage carries all of them:
 - IDs: one all-to-all over all ranks: per destination, each member's cold IDs for it and,
-  if it owns rows of the member, the member's bag lengths (executor.pooled's PooledPack
+  if it owns rows of the member, the member's bag lengths (executor.sparse.pooled's PooledPack
   prepares both per member);
 - sums: each owner pools its rows per (requester, bag) (PooledPack.send_back's sum), a
   reduce-scatter inside the node (an all-to-all on the node's group, then a local sum:
@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from executor.pooled import PooledLookup, PooledPack
+from executor.sparse.pooled import PooledLookup, PooledPack
 from planner.plan import PackPlan, Plan
 
 

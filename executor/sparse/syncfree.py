@@ -10,7 +10,7 @@ of a step in one transfer (`Trainer._exchange_sizes`), the only host synchronisa
 
 Where the native CPU library is live and the tensors are on the CPU, the same contracts
 are served by it (a CPU has nothing to synchronise, and the native kernels are faster);
-`executor.kernels.use_reference()` forces the torch versions everywhere, which is what the
+`executor.sparse.kernels.use_reference()` forces the torch versions everywhere, which is what the
 sync-budget test runs.
 """
 
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from executor import kernels
+from executor.sparse import kernels
 
 
 class Dedup(NamedTuple):

@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 from collections.abc import Callable
 
-from executor.memory import rss_bytes
+from executor.process.memory import rss_bytes
 
 TRIM_GROWTH = 1.10  # trim once the resident set is 10% over its level after the last trim ...
 TRIM_SLACK = 16 << 20  # ... and 16 MiB (small ranks: not for every allocator wobble)

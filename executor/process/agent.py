@@ -1,13 +1,13 @@
-"""`python -m executor.agent`: start this node's worker ranks, watch them, stop them together.
+"""`python -m executor.process.agent`: start this node's worker ranks, watch them, stop them together.
 
 The one launcher of ranks: `picasso run` starts its worker ranks through this command, and
-executor.spawn.run_ranks (tests, benchmarks, calibration) starts function ranks with the
+executor.process.spawn.run_ranks (tests, benchmarks, calibration) starts function ranks with the
 same `start_ranks` and `wait_ranks`.
 
 It replaces torchrun for `picasso run` so that the run listens only on --master-addr
-(executor.rendezvous: node 0's agent hosts the store there). Each worker gets RANK,
+(executor.process.rendezvous: node 0's agent hosts the store there). Each worker gets RANK,
 LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT and the socket interface.
-The workers share the agent's process group (executor.process_tree stops the whole
+The workers share the agent's process group (executor.process.process_tree stops the whole
 group). When one rank fails the agent stops the others (SIGTERM, a grace period,
 SIGKILL) and writes one line per rank that did not finish, which `first_error` reads
 to blame the right rank: one that failed on its own, else one that died (a crash, a
@@ -25,8 +25,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from executor.process_tree import die_with_parent
-from executor.rendezvous import HOSTED, free_port, host_store, listen_socket, socket_env
+from executor.process.process_tree import die_with_parent
+from executor.process.rendezvous import HOSTED, free_port, host_store, listen_socket, socket_env
 
 GRACE_S = 5.0
 STORE_TIMEOUT_S = 300.0  # the host's own waits; each worker joins with its --timeout
@@ -37,7 +37,7 @@ COLLECTIVE = "another rank probably died or hung"  # executor.worker's line for 
 def agent_command(worker_args: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,
                   master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[str]:
     """The command line that runs this node's `nproc` ranks of `python -m executor worker_args`."""
-    return [sys.executable, "-m", "executor.agent", "--nproc", str(nproc), "--nnodes", str(nnodes),
+    return [sys.executable, "-m", "executor.process.agent", "--nproc", str(nproc), "--nnodes", str(nnodes),
             "--node-rank", str(node_rank), "--master-addr", master_addr,
             "--master-port", str(master_port or free_port(master_addr)), "--", *worker_args]
 
@@ -122,8 +122,8 @@ def supervise(procs: dict[int, subprocess.Popen], poll_s: float = 0.1, grace_s: 
 def start_ranks(argv: list[str], nproc: int, nnodes: int, node_rank: int, master_addr: str, master_port: int,
                 base_env: dict[str, str]) -> dict[int, subprocess.Popen]:
     """This node's `nproc` ranks of `python -u -m <argv>`, each told its rank and the store's
-    address (executor.rendezvous.join_store). Started in the caller's process group, so that
-    executor.process_tree stops them with it."""
+    address (executor.process.rendezvous.join_store). Started in the caller's process group, so that
+    executor.process.process_tree stops them with it."""
     world = nproc * nnodes
     procs: dict[int, subprocess.Popen] = {}
     try:
@@ -162,7 +162,7 @@ def first_error(log: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m executor.agent", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m executor.process.agent", description=__doc__.splitlines()[0])
     p.add_argument("--nproc", type=int, required=True)
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)

@@ -1,7 +1,7 @@
 """The rendezvous store of a run, bound to --master-addr only, and the workers' way to join it.
 
 torchrun's static rendezvous creates its TCPStore on `*:PORT`: every interface of the
-machine, although one node needs loopback only. Here node 0's agent (executor.agent)
+machine, although one node needs loopback only. Here node 0's agent (executor.process.agent)
 binds a socket to (master_addr, port) itself and hands it to the store
 (`master_listen_fd`); the workers join as clients and pass the store to
 init_process_group. Gloo and NCCL listen on the interface named by *_SOCKET_IFNAME,

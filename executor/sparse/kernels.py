@@ -1,7 +1,7 @@
 """The embedding hot path as functions with a pure-PyTorch reference implementation.
 
 csrc/ provides native versions of the same functions (same signatures, same results);
-`executor.kernels` dispatches to them when they are loaded. Conventions: `indices` are
+`executor.sparse.kernels` dispatches to them when they are loaded. Conventions: `indices` are
 rows of the (packed, local) `weight`; `offsets` has B+1 entries (CSR), so bag b is
 `indices[offsets[b]:offsets[b+1]]`.
 
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from executor.interaction import dot_interaction_on, dot_interaction_ref
+from executor.dense.interaction import dot_interaction_on, dot_interaction_ref
 
 
 def bag_forward_ref(
@@ -312,7 +312,7 @@ def sparse_update_indexed_native(
 
 
 def dot_interaction_native(xs: list[torch.Tensor]) -> torch.Tensor:
-    """DLRM's dot interaction on the native CPU kernel (executor.interaction)."""
+    """DLRM's dot interaction on the native CPU kernel (executor.dense.interaction)."""
     assert _lib is not None
     return dot_interaction_on(_lib, xs)
 

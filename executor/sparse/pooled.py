@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from executor import kernels, syncfree
-from executor.embedding import Lookup, ShardedPack
+from executor.sparse import kernels, syncfree
+from executor.sparse.embedding import Lookup, ShardedPack
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
 

@@ -1,4 +1,4 @@
-"""Start the workers of a plan (executor.agent on each node) and collect rank 0's result."""
+"""Start the workers of a plan (executor.process.agent on each node) and collect rank 0's result."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from executor.agent import agent_command, first_error
-from executor.process_tree import run_tree
+from executor.process.agent import agent_command, first_error
+from executor.process.process_tree import run_tree
+from executor.process.threads import rank_env
 from executor.result import RunResult
-from executor.threads import rank_env
 from foundation.files import regular_file
 
 __all__ = ["LaunchError", "check_topology", "first_error", "launch"]
@@ -52,7 +52,7 @@ def launch(
 
     The workers' output goes to a log in a private temp folder (mode 0700), kept and
     named in the error when they fail, removed otherwise. An interrupt or timeout stops
-    every process the run started (executor.process_tree).
+    every process the run started (executor.process.process_tree).
     """
     from planner.plan import Plan
 
@@ -78,7 +78,7 @@ def launch(
         args = ["--plan", str(plan_path), "--data", str(data), "--format", fmt, "--steps", str(steps),
                 "--result", str(result_path), *(extra or [])]
         cmd = agent_command(args, nproc, nnodes, node_rank, master_addr, master_port)
-        defaults = rank_env(nproc)  # executor.threads: the policy; the agent sets the socket interface
+        defaults = rank_env(nproc)  # executor.process.threads: the policy; the agent sets the socket interface
         full_env = {**defaults, **os.environ, **(env or {})}
         try:
             rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log)
