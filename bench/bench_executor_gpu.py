@@ -2,11 +2,11 @@
 
 For each batch size: the planner's plan for one device (`picasso plan`, from a profile of
 synthetic Criteo rows) trained by `picasso run --preload` (whole steps timed, no per-op
-timing), its samples/s beside the planner's predicted samples/s; then the same model as
-plain PyTorch (one nn.EmbeddingBag per table, dense gradients, torch.optim.Adagrad for
-every parameter), timed the same way, in the same command. Issue 13's goals on one H100:
-measured >= 0.7 of predicted, >= 10M samples/s at batch 65536 (dlrm-criteo-kaggle, fp32),
->= 4.5M samples/s for dlrm-mlperf with bf16 dense, and >= 3x the PyTorch path.
+timing), its samples/s beside the planner's predicted samples/s; at the largest batch also
+with the torch kernels in place of the Triton ones (PICASSO_TRITON=0); then the same model
+as plain PyTorch (one nn.EmbeddingBag per table, dense gradients, torch.optim.Adagrad for
+every parameter), timed the same way, in the same command. dlrm-criteo-kaggle runs with
+tf32 dense, dlrm-mlperf with bf16 dense (rows capped at --mlperf-row-cap).
 
     python bench/bench_executor_gpu.py                      # on the GPU (bench/gpu_session.sh executor)
     python bench/bench_executor_gpu.py --quick              # CPU smoke run: small tables and batches
@@ -32,23 +32,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def picasso(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "picasso", *args], capture_output=True, text=True, cwd=ROOT)
+def picasso(*args: str, env: dict[str, str] | None = None) -> str:
+    out = subprocess.run([sys.executable, "-m", "picasso", *args], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, **(env or {})})
     if out.returncode:
         raise SystemExit(f"picasso {' '.join(args[:2])} failed: {out.stderr.strip()[-400:]}")
     return out.stdout
 
 
 def run_plan(d: Path, model: str, hardware: str, batch: int, steps: int, row_cap: int | None,
-             dense_dtype: str | None) -> dict:
+             dense_dtype: str | None, kernels: str = "triton") -> dict:
     plan = d / f"{model}-{batch}.json"
     picasso("plan", "--model", model, "--hardware", hardware, "--set", "gpus_per_node=1", "--profile",
             str(d / "profile.json"), "--batch-size", str(batch), "-o", str(plan),
             *(["--row-cap", str(row_cap)] if row_cap else []), *(["--dense-dtype", dense_dtype] if dense_dtype else []))
     res = json.loads(picasso("run", str(plan), "--data", str(d / "data.tsv"), "--format", "criteo", "--nproc", "1",
-                             "--steps", str(steps), "--preload", "--json"))
+                             "--steps", str(steps), "--preload", "--json",
+                             env={"PICASSO_TRITON": "0"} if kernels == "torch" else None))
     return {k: res.get(k) for k in ("samples_per_s", "predicted_samples_per_s", "measured_over_predicted_samples",
-                                    "iteration_ms", "dense_dtype", "device")} | {"plan": json.loads(plan.read_text())}
+                                    "iteration_ms", "dense_dtype", "device")} | {
+        "kernels": kernels, "plan": json.loads(plan.read_text())}
 
 
 class PlainDLRM(nn.Module):
@@ -68,8 +71,11 @@ class PlainDLRM(nn.Module):
         return self.dense(batch.dense, embs, {})
 
 
-def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool) -> float:
-    """samples/s of the plain PyTorch step on the plan's model and batch (events on CUDA)."""
+def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool, tf32: bool) -> float:
+    """samples/s of the plain PyTorch step on the plan's model and batch (events on CUDA), with
+    the same dense precision (TF32 matmuls, or bf16 autocast)."""
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     from executor.data.batches import feature_map, reader_chunks, to_batch
     from planner.plan import Plan
 
@@ -116,39 +122,48 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="CPU smoke run: row cap 20k, batches 256/512")
     ap.add_argument("--batches", default=None, help="per-device batch sizes (default 4096,16384,65536)")
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "executor_gpu.json"))
+    ap.add_argument("--mlperf-row-cap", type=int, default=1_000_000)
+    ap.add_argument("-o", "--output", help="default bench/results/executor_gpu/<gpu>.json")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    hardware = "dgx-h100" if cuda else "local-cpu"
+    gpu = torch.cuda.get_device_name(0) if cuda else "cpu"
+    hardware = ("h200" if "H200" in gpu else "dgx-h100") if cuda else "local-cpu"
+    machine_tag = "h200" if "H200" in gpu else "h100" if "H100" in gpu else "cpu"
+    output = Path(args.output or ROOT / "bench" / "results" / "executor_gpu" / f"{machine_tag}.json")
     batches = [int(x) for x in (args.batches or ("256,512" if args.quick else "4096,16384,65536")).split(",")]
     row_cap = 20_000 if args.quick else None
     steps = 4 if args.quick else args.steps
-    cases = [("dlrm-criteo-kaggle", None, batches)]
+    cases = [("dlrm-criteo-kaggle", "tf32", batches, row_cap)]
     if not args.quick:
-        cases.append(("dlrm-mlperf", "bf16", [batches[-1]]))
+        cases.append(("dlrm-mlperf", "bf16", [batches[-1]], args.mlperf_row_cap))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         n = max(batches) * (steps + 4)
         picasso("synth", "--preset", "criteo-kaggle", "--rows", str(n), "-o", str(d / "data.tsv"), "--seed", "0")
         picasso("analyze", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "profile.json"))
-        for model, ddt, bs in cases:
+        for model, ddt, bs, cap in cases:
             for b in bs:
-                r = run_plan(d, model, hardware, b, steps, row_cap, ddt)
-                plain = time_plain(r.pop("plan"), d / "data.tsv", steps, device, ddt == "bf16")
-                r.update(model=model, batch=b, plain_samples_per_s=plain,
-                         over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
-                rows.append(r)
-                print(f"{model:20s} batch {b:6d} {ddt or 'fp32':5s} picasso {r['samples_per_s']:12,.0f}/s "
-                      f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
-                      f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain:12,.0f}/s "
-                      f"x{r['over_plain'] or 0:5.2f}", flush=True)
+                plain = None
+                for kernels in ("triton", "torch") if b == bs[-1] and cuda else ("triton",):
+                    r = run_plan(d, model, hardware, b, steps, cap, ddt, kernels)
+                    plan_d = r.pop("plan")
+                    if plain is None:
+                        plain = time_plain(plan_d, d / "data.tsv", steps, device, ddt == "bf16", ddt == "tf32")
+                    r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
+                             over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
+                    rows.append(r)
+                    print(f"{model:20s} batch {b:6d} {ddt:5s} {kernels:6s} picasso {r['samples_per_s']:12,.0f}/s "
+                          f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
+                          f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain:12,.0f}/s "
+                          f"x{r['over_plain'] or 0:5.2f}", flush=True)
     machine = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
                "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
     out = {"machine": machine, "command": " ".join(["python", *sys.argv]), "quick": args.quick, "rows": rows}
-    Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {output}")
 
 
 if __name__ == "__main__":

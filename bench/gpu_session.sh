@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The GPU checks of a session with a lent GPU, in one command (device time is scarce):
-# build the CUDA kernels, run the `gpu` tests, the kernel bench, and one planned plan for
-# real on the GPU with --verify. JSON results go to $OUT (default ./gpu-out), logs to $LOGS.
+# The GPU checks of a session with a lent GPU, in one command (device time is scarce): the
+# Triton kernel tests compiled for CUDA, the executor bench (picasso against its prediction,
+# the torch kernels and plain PyTorch), a profile of one steady step, --verify for fp32 and
+# fp16 tables, and the simulator's calibration and validation on CUDA. JSON results go to
+# $OUT (default ./gpu-out), long logs to $LOGS.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info build diag test bench executor profile validate run
-#                                             (default: info build test bench executor run)
+#   bash bench/gpu_session.sh [stage ...]     stages: info test executor profile verify calibrate validate
+#                                             (default: info test executor profile verify)
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy plotly
@@ -23,7 +25,7 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
 fi
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 PY=python3
-stages=${*:-info build test bench executor run}
+stages=${*:-info test executor profile verify}
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -32,63 +34,60 @@ for s in $stages; do
   info)
     stamp info
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    $PY -c "import torch,sys;print('python',sys.version.split()[0],'torch',torch.__version__,'cuda',torch.version.cuda,torch.cuda.get_device_name(0))"
-    echo "CUDA_HOME=$CUDA_HOME"; nvcc --version | tail -2
-    ;;
-  build)
-    stamp build
-    $PY -m csrc.build -v >"$LOGS/build.log" 2>&1; rc=$?; tail -5 "$LOGS/build.log"; echo "build rc=$rc"
-    $PY -m picasso doctor --json >"$LOGS/doctor.json" 2>&1; cat "$LOGS/doctor.json"
+    $PY -c "import torch,sys,triton;print('python',sys.version.split()[0],'torch',torch.__version__,'triton',triton.__version__,'cuda',torch.version.cuda,torch.cuda.get_device_name(0))"
     ;;
   test)
     stamp test
-    $PY -m pytest -q -p no:cacheprovider tests/test_kernels_cuda.py tests/test_kernels_dispatch.py \
-      tests/test_kernels_native.py tests/test_executor_precision.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$LOGS/gpu_tests.log" | tail -25
+    timeout ${TEST_S:-150} $PY -m pytest -q -p no:cacheprovider -m "not dist" tests/test_kernels_triton.py \
+      tests/test_executor_precision.py ${GPU_TESTS:-} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$LOGS/gpu_tests.log" | tail -15
     ;;
-  bench)
-    stamp bench
-    $PY bench/bench_kernels.py --repeats 20 --threads 16 -o "$OUT/kernels_gpu.json" 2>&1 | tee "$LOGS/bench_kernels.log"
-    ;;
-  diag)  # native errors raised across the library boundary, each in its own process
-    stamp diag
-    for w in kernel_throw torch_check cuda_kernel_throw; do $PY bench/native_errors_check.py $w 2>&1 | tail -4; done
-    ldd csrc/_build/*/picasso_native_cuda.so | grep -E "stdc|gcc_s|gomp"; echo "CXX=${CXX:-} CC=${CC:-}"
-    /opt/gcc/bin/g++ --version | head -1; /usr/bin/g++ --version | head -1
-    $PY -c "import torch,glob,os;print(glob.glob(os.path.join(os.path.dirname(torch.__file__),'lib','libgomp*')))"
-    ;;
-  executor)  # issue 13's goals: the planner's plan vs its prediction and vs plain PyTorch
+  executor)
     stamp executor
-    $PY -m pytest -q -p no:cacheprovider tests/test_executor_sync_budget.py 2>&1 | tail -3
-    $PY bench/bench_executor_gpu.py -o "$OUT/executor_gpu.json" 2>&1 | tee "$LOGS/bench_executor_gpu.log"
+    timeout ${EXECUTOR_S:-240} $PY bench/bench_executor_gpu.py --steps ${STEPS:-20} -o "$OUT/executor_gpu.json" 2>&1 \
+      | tee "$LOGS/bench_executor_gpu.log" | grep -v "^$"
     ;;
   profile)
     stamp profile
-    $PY bench/profile_cuda_step.py --batch 4096 2>&1 | tee "$LOGS/profile_4k.log" | cut -c1-160 | head -80
+    d=$(mktemp -d)
+    $PY -m picasso synth --preset criteo-kaggle --rows 70000 -o "$d/data.tsv" --seed 1 >/dev/null
+    $PY -m picasso analyze "$d/data.tsv" --format criteo -o "$d/profile.json" >/dev/null
+    $PY -m picasso plan --model dlrm-criteo-kaggle --hardware ${HW:-h200} --set gpus_per_node=1 --profile "$d/profile.json" \
+      --batch-size 65536 --dense-dtype tf32 -o "$d/plan.json" >/dev/null
+    timeout 90 $PY bench/profile_gpu_step.py "$d/plan.json" --data "$d/data.tsv" -o "$OUT/profile_gpu_step.json" 2>&1 | cut -c1-150
+    ;;
+  verify)
+    stamp verify
+    d=$(mktemp -d)
+    $PY -m picasso synth --preset criteo-kaggle --rows 60000 -o "$d/data.tsv" --seed 1 >/dev/null
+    $PY -m picasso analyze "$d/data.tsv" --format criteo -o "$d/profile.json" >/dev/null
+    for tdt in fp32 fp16; do
+      $PY - "$tdt" "$d" <<'PY'
+import json, sys
+from planner.presets import get_model
+m = get_model("dlrm-criteo-kaggle").to_dict()
+for t in m["tables"]:
+    t["dtype"] = sys.argv[1]
+json.dump(m, open(f"{sys.argv[2]}/model-{sys.argv[1]}.json", "w"))
+PY
+      $PY -m picasso plan --model "$d/model-$tdt.json" --hardware ${HW:-h200} --set gpus_per_node=1 --row-cap 1000000 \
+        --profile "$d/profile.json" --batch-size 16384 -o "$d/plan-$tdt.json" >/dev/null 2>"$LOGS/plan-$tdt.err" || tail -2 "$LOGS/plan-$tdt.err"
+      timeout 90 $PY -m picasso run "$d/plan-$tdt.json" --data "$d/data.tsv" --format criteo --nproc 1 --steps 3 --verify \
+        --json >"$OUT/verify_$tdt.json" 2>"$LOGS/verify_$tdt.err"; echo "verify $tdt rc=$?"; tail -2 "$LOGS/verify_$tdt.err"
+      $PY -c "import json;d=json.load(open('$OUT/verify_$tdt.json'));print({k:v for k,v in d.items() if 'verif' in k})" 2>/dev/null
+    done
+    ;;
+  calibrate)
+    stamp calibrate
+    timeout ${CALIBRATE_S:-90} $PY -m picasso calibrate --nproc 1 --base ${HW:-h200} -o "$OUT/hw_calibrated.json" 2>&1 | tail -5
     ;;
   validate)
     stamp validate
     d=$(mktemp -d)
     $PY -m picasso synth --preset criteo-kaggle --rows 100000 -o "$d/data.tsv" --seed 0 >/dev/null
-    timeout 60 $PY -m picasso calibrate --nproc 1 --base dgx-h100 -o "$OUT/hw_h100.json" 2>&1 | tail -3
-    timeout ${VALIDATE_S:-300} $PY -m picasso validate --data "$d/data.tsv" --format criteo --hardware "$OUT/hw_h100.json" \
-      --row-cap 1000000 --plans ${VALIDATE_PLANS:-16} --fit-plans ${VALIDATE_FIT:-4} --nproc-max 1 --batch-sizes 1024,4096,16384 \
-      --steps 5 --warmup 2 -o "$d/val" --results "$OUT/validate_h100.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed"
+    timeout ${VALIDATE_S:-300} $PY -m picasso validate --data "$d/data.tsv" --format criteo --hardware "$OUT/hw_calibrated.json" \
+      --row-cap 1000000 --plans ${VALIDATE_PLANS:-16} --fit-plans ${VALIDATE_FIT:-4} --nproc-max 1 --batch-sizes 1024,4096,16384,65536 \
+      --steps 5 --warmup 2 -o "$d/val" --results "$OUT/validate_gpu.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed|MAPE"
     echo "validate rc=${PIPESTATUS[0]}"; tail -4 "$LOGS/validate.err"
-    ;;
-  run)
-    stamp run
-    d=$(mktemp -d)
-    $PY -m picasso synth --preset criteo-kaggle --rows 200000 -o "$d/data.tsv" --seed 1 >/dev/null
-    $PY -m picasso analyze "$d/data.tsv" --format criteo -o "$d/profile.json" >/dev/null
-    $PY -m picasso plan --model dlrm-criteo-kaggle --hardware dgx-h100 --set gpus_per_node=1 --row-cap 1000000 --profile "$d/profile.json" \
-      --batch-size 4096 -o "$d/plan.json" --explain 2>&1 | tail -30
-    $PY -m picasso run "$d/plan.json" --data "$d/data.tsv" --format criteo --nproc 1 --steps 4 --verify \
-      --json >"$LOGS/run_verify.json" 2>"$LOGS/run_verify.err"; echo "verify rc=$?"; tail -3 "$LOGS/run_verify.err"
-    $PY -c "import json;d=json.load(open('$LOGS/run_verify.json'));print({k:v for k,v in d.items() if 'verif' in k or k in ('backend','device','samples_per_s')})"
-    $PY -m picasso run "$d/plan.json" --data "$d/data.tsv" --format criteo --nproc 1 --steps 40 --preload \
-      --trace "$LOGS/run_trace.json" --json >"$LOGS/run.json" 2>"$LOGS/run.err"; echo "run rc=$?"
-    tail -3 "$LOGS/run.err"; head -c 2000 "$LOGS/run.json"; echo
-    cp "$d/plan.json" "$OUT/plan_gpu.json"
     ;;
   esac
 done

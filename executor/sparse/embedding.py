@@ -54,6 +54,7 @@ class Lookup:
     emb_recv: torch.Tensor | None = None
     handle: object = None
     unique_emb: torch.Tensor | None = None
+    dedup: syncfree.Dedup | None = None  # the sort behind uniq/inverse, for the backward's segment sums
 
 
 class ShardedPack:
@@ -200,6 +201,7 @@ class ShardedPack:
         self.hot_sizes = [0] * self.layout.world  # each rank's touched hot rows this step (sparse)
         self._hot_sync = None
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.fused_pending: list[tuple[syncfree.Dedup, torch.Tensor, torch.Tensor]] = []  # (dedup, offsets, grad)
         self.grad_handles: list[tuple[object, torch.Tensor, torch.Tensor]] = []
         self.replica_sizes = [0] * self.layout.world  # each rank's cold rows this step (replicated)
 
@@ -222,7 +224,7 @@ class ShardedPack:
 
     def dedup(self, indices: torch.Tensor, offsets: torch.Tensor) -> Lookup:
         d = syncfree.dedup(indices)
-        return Lookup(indices, offsets, d.uniq, d.inverse, d.n_valid)
+        return Lookup(indices, offsets, d.uniq, d.inverse, d.n_valid, dedup=d)
 
     def prepare(self, lk: Lookup) -> None:
         """Route the unique rows: on one rank, each row's hot slot; on several, the send order
@@ -356,18 +358,35 @@ class ShardedPack:
         return syncfree.bag_forward(u, lk.inverse, lk.offsets, self.layout.mode)
 
     # ---- backward -----------------------------------------------------------------
-    def unique_grad(self, lk: Lookup, grad_out: torch.Tensor) -> torch.Tensor:
-        mode = "sum" if self.layout.mode == "none" else self.layout.mode
-        return syncfree.bag_grad_rows(grad_out, lk.inverse, lk.offsets, mode, len(lk.uniq))
+    @property
+    def fuses_update(self) -> bool:
+        """One rank, one micro-batch, fp32 rows in device memory, no hot cache: the backward's
+        segment sums apply the optimizer to the rows themselves (Triton), so no gradient
+        buffer is built and the update sorts nothing again."""
+        return (self.single and self.plan.micro_batches == 1 and self.hot_map is None and not self.host
+                and not self.low and syncfree.fuses_update(self.weight))
 
-    def backward(self, lk: Lookup, gu: torch.Tensor, async_op: bool) -> None:
+    def unique_grad(self, lk: Lookup, grad_out: torch.Tensor) -> torch.Tensor | None:
+        """The unique rows' gradient; None when the update is fused (`fuses_update`): the pooled
+        gradient is kept and `apply_cold` sums and applies it in one pass."""
+        mode = "sum" if self.layout.mode == "none" else self.layout.mode
+        if self.fuses_update and lk.dedup is not None and lk.dedup.perm is not None:
+            self.fused_pending.append((lk.dedup, lk.offsets, grad_out))
+            return None
+        return syncfree.bag_grad_rows(grad_out, lk.inverse, lk.offsets, mode, len(lk.uniq), lk.dedup)
+
+    def backward(self, lk: Lookup, gu: torch.Tensor | None, async_op: bool) -> None:
         """Hot gradients into the local buffer; cold gradients launched to their owners."""
         L = self.layout
+        if gu is None:  # fused: applied by apply_cold
+            return
         if self.single:  # every unique row: hot ones to the cache's gradient, the rest pending
             if lk.slot is not None:
-                hot = (lk.slot >= 0).unsqueeze(1)
-                self.hot_grad.index_add_(0, lk.slot.clamp(min=0), torch.where(hot, gu, 0.0))
-                gu = torch.where(hot, 0.0, gu)
+                slot = lk.slot
+                if lk.n_valid is not None:  # padding repeats row 0: it must not add to row 0's slot twice
+                    slot = torch.where(torch.arange(len(slot), device=slot.device) < lk.n_valid, slot, -1)
+                syncfree.add_unique_rows(self.hot_grad, slot, gu)
+                gu = torch.where((slot >= 0).unsqueeze(1), 0.0, gu)
             self.pending.append((lk.uniq, gu))
             return
         if self.sparse_hot:
@@ -424,6 +443,10 @@ class ShardedPack:
         """Apply the cold rows' gradients; a replicated pack first completes its all-gather
         and then calls `on_gathered` (the trainer ends the collective's timed span there)."""
         L = self.layout
+        mode = "sum" if L.mode == "none" else L.mode
+        for d, offsets, grad_out in self.fused_pending:
+            syncfree.bag_update(grad_out, d, offsets, mode, self.weight, self.state, L.optimizer, self.lr, self.eps)
+        self.fused_pending = []
         if L.sharding == Sharding.REPLICATED:
             if getattr(self, "_replica_sync", None) is None:
                 self.start_replicated_sync(async_op=False)

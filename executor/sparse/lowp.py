@@ -97,9 +97,7 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Te
 
     if rows.numel() == 0:
         return
-    d = syncfree.dedup_fixed(rows)
-    acc = torch.zeros(len(rows), grads.shape[1], dtype=torch.float32, device=grads.device)
-    acc.index_add_(0, d.inverse, grads.float())
+    d, acc = syncfree.segment_sum(rows, grads)
     key_u = torch.zeros_like(keys).scatter_(0, d.inverse, keys)
     valid = torch.arange(len(rows), device=rows.device) < d.n_valid
     uniq = torch.where(valid, d.uniq, d.uniq[0])

@@ -12,24 +12,43 @@ Where the native CPU library is live and the tensors are on the CPU, the same co
 are served by it (a CPU has nothing to synchronise, and the native kernels are faster);
 `executor.sparse.kernels.use_reference()` forces the torch versions everywhere, which is what the
 sync-budget test runs.
+
+On CUDA the pooling, the bag backward, the segment sums and the sparse update run as the Triton
+kernels of `executor.sparse.triton_tbe` (no atomics on a row, the optimizer fused with the
+sums) when Triton loads; `PICASSO_TRITON=0` keeps the torch versions (A/B benchmarks), and
+`PICASSO_TRITON=all` or `triton_on()` routes CPU tensors to them too (the interpreter, in tests).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+from types import ModuleType
 from typing import NamedTuple
 
 import torch
 
 from executor.sparse import kernels
 
+TRITON_ENV = "PICASSO_TRITON"
+_tbe: ModuleType | None = None
+_tbe_tried = False
+_tbe_reason: str | None = None
+_force_triton = False
+
 
 class Dedup(NamedTuple):
     """Unique IDs of a batch. `uniq[:n]` are valid (n = `n_valid`, a 0-dim device tensor, or
-    all of `uniq` when `n_valid` is None); `uniq[inverse]` gives back the IDs."""
+    all of `uniq` when `n_valid` is None); `uniq[inverse]` gives back the IDs. The sort behind
+    it, when kept: `perm[k]` is the k-th ID's position in sorted order, `seg[k]` its unique row
+    (the backward's segment sums reuse it instead of sorting again)."""
 
     uniq: torch.Tensor
     inverse: torch.Tensor
     n_valid: torch.Tensor | None
+    perm: torch.Tensor | None = None
+    seg: torch.Tensor | None = None
 
 
 class Route(NamedTuple):
@@ -41,6 +60,42 @@ class Route(NamedTuple):
     order: torch.Tensor
     value: torch.Tensor
     counts: torch.Tensor
+
+
+def triton_status() -> str | None:
+    """Why the Triton kernels are not live (None when they load)."""
+    global _tbe, _tbe_tried, _tbe_reason
+    if not _tbe_tried:
+        _tbe_tried = True
+        if os.environ.get(TRITON_ENV, "1") == "0":
+            _tbe_reason = f"{TRITON_ENV}=0"
+        else:
+            try:
+                from executor.sparse import triton_tbe
+                _tbe = triton_tbe
+            except Exception as e:  # a missing or broken Triton leaves the torch path, never a failed run
+                _tbe_reason = f"triton unavailable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return _tbe_reason
+
+
+@contextlib.contextmanager
+def triton_on(on: bool = True) -> Iterator[None]:
+    """Route tensors on any device to the Triton kernels (CPU: the interpreter) while inside."""
+    global _force_triton
+    before, _force_triton = _force_triton, on
+    try:
+        yield
+    finally:
+        _force_triton = before
+
+
+def _triton(t: torch.Tensor) -> bool:
+    """The Triton kernels serve this call (CUDA tensors, or forced) and they load."""
+    return (t.is_cuda or _force_triton or os.environ.get(TRITON_ENV) == "all") and triton_status() is None
+
+
+def _forced() -> bool:
+    return _force_triton or os.environ.get(TRITON_ENV) == "all"
 
 
 def _native(t: torch.Tensor) -> bool:
@@ -63,11 +118,11 @@ def dedup_fixed(ids: torch.Tensor) -> Dedup:
     seg = torch.cumsum(head, 0) - 1
     inverse = torch.empty_like(seg).scatter_(0, perm, seg)
     uniq = torch.zeros_like(ids).scatter_(0, seg, srt)
-    return Dedup(uniq, inverse, seg[-1] + 1)
+    return Dedup(uniq, inverse, seg[-1] + 1, perm, seg)
 
 
 def dedup(ids: torch.Tensor) -> Dedup:
-    if _native(ids):
+    if _native(ids) and not _forced():
         uniq, inverse, _ = kernels.unique(ids)
         return Dedup(uniq, inverse, None)
     return dedup_fixed(ids)
@@ -112,6 +167,8 @@ def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tens
     """Pooled bags. Off the CPU this is torch's embedding_bag: the native CUDA kernel checks
     its indices with a flag read back per call (a synchronisation); the step's indices
     come from its own dedup and cannot be out of range."""
+    if _triton(weight) and mode in ("sum", "mean"):
+        return _tbe.pool(weight, indices, offsets, mode)
     if _native(weight):
         return kernels.bag_forward(weight, indices, offsets, mode)
     return kernels.bag_forward_ref(weight, indices, offsets, mode)
@@ -134,7 +191,10 @@ def bag_grad_rows_fixed(grad_out: torch.Tensor, inverse: torch.Tensor, offsets: 
 
 
 def bag_grad_rows(grad_out: torch.Tensor, inverse: torch.Tensor, offsets: torch.Tensor, mode: str,
-                  num_rows: int) -> torch.Tensor:
+                  num_rows: int, d: Dedup | None = None) -> torch.Tensor:
+    """`d`: the dedup `inverse` came from; with its sort kept, the Triton path sums without atomics."""
+    if d is not None and d.perm is not None and _triton(grad_out):
+        return _tbe.bag_grad_rows(grad_out, d.perm, d.seg, offsets, mode, num_rows)
     if _native(grad_out):
         rows, g = kernels.bag_backward(grad_out, inverse, offsets, mode)
         if len(rows) == num_rows:  # sorted unique rows of [0, num_rows), all of them: arange
@@ -148,11 +208,19 @@ def bag_grad_rows(grad_out: torch.Tensor, inverse: torch.Tensor, offsets: torch.
 # ---- updates --------------------------------------------------------------------------------
 
 
+def segment_sum(rows: torch.Tensor, grads: torch.Tensor) -> tuple[Dedup, torch.Tensor]:
+    """Duplicate rows summed in fp32: the rows' dedup (unique rows padded to len(rows), the
+    unique index of each row, the count on the device) and the sums [len(rows), D]."""
+    d = dedup_fixed(rows)
+    if _triton(grads):
+        return d, _tbe.segment_sums(grads, d.perm, d.seg)
+    acc = torch.zeros(len(rows), grads.shape[1], dtype=torch.float32, device=grads.device)
+    return d, acc.index_add_(0, d.inverse, grads.float())
+
+
 def segment_sum_fixed(rows: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Duplicate rows summed: (rows padded, summed gradients, valid mask), all of len(rows)."""
-    d = dedup_fixed(rows)
-    acc = torch.zeros(len(rows), grads.shape[1], dtype=grads.dtype, device=grads.device)
-    acc.index_add_(0, d.inverse, grads)
+    d, acc = segment_sum(rows, grads)
     valid = torch.arange(len(rows), device=rows.device) < d.n_valid
     return d.uniq, acc, valid
 
@@ -183,6 +251,9 @@ def sparse_update_fixed(weight: torch.Tensor, state: torch.Tensor | None, rows: 
 
 def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
                   optimizer: str, lr: float, eps: float) -> None:
+    if _triton(weight) and weight.dtype == torch.float32:
+        _tbe.sparse_update(weight, state, rows, grads, optimizer, lr, eps)
+        return
     if _native(weight):
         kernels.sparse_update(weight, state, rows, grads, optimizer, lr, eps)
         return
@@ -193,7 +264,7 @@ def sparse_update_indexed(weight: torch.Tensor, state: torch.Tensor | None, rows
                           grad_index: torch.Tensor, optimizer: str, lr: float, eps: float) -> None:
     """`sparse_update` with row i's gradient at grads[grad_index[i]]: on the native CPU path
     the shared gradients are read in place (a pooled bag's by each of its lookups)."""
-    if _native(weight):
+    if _native(weight) and not _forced():
         kernels.sparse_update_indexed(weight, state, rows, grads, grad_index, optimizer, lr, eps)
         return
     sparse_update_fixed(weight, state, rows, grads.index_select(0, grad_index), optimizer, lr, eps)
@@ -212,3 +283,25 @@ def dense_rows_update(weight: torch.Tensor, state: torch.Tensor | None, grads: t
         raise ValueError("rowwise_adagrad needs a state tensor")
     state.add_((grads * grads).mean(dim=1))
     weight.add_(adagrad_step(grads, state, eps), alpha=-lr)
+
+
+def add_unique_rows(dst: torch.Tensor, idx: torch.Tensor, src: torch.Tensor) -> None:
+    """dst[idx[i]] += src[i] where idx[i] >= 0; the non-negative entries are distinct (hot slots
+    of unique rows), so neither path needs atomics on a row or a mask read back."""
+    if _triton(dst):
+        _tbe.add_rows(dst, idx, src)
+        return
+    hot = (idx >= 0).unsqueeze(1)
+    dst.index_add_(0, idx.clamp(min=0), torch.where(hot, src, 0.0))
+
+
+def fuses_update(weight: torch.Tensor) -> bool:
+    """The backward's segment sums can apply the optimizer to `weight` directly (`bag_update`)."""
+    return weight.dtype == torch.float32 and _triton(weight)
+
+
+def bag_update(grad_out: torch.Tensor, d: Dedup, offsets: torch.Tensor, mode: str, weight: torch.Tensor,
+               state: torch.Tensor | None, optimizer: str, lr: float, eps: float) -> None:
+    """The pooled lookup's backward fused with its rows' update (where `fuses_update`): the
+    unique rows `d.uniq` of `weight` take their bags' summed gradients in one pass."""
+    _tbe.bag_update(grad_out, d.perm, d.seg, offsets, mode, d.uniq, weight, state, optimizer, lr, eps)

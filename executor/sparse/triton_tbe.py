@@ -1,0 +1,312 @@
+"""Triton kernels of the embedding step: table-batched pooling, and the backward's segment sums
+fused with the sparse optimizer (the design of FBGEMM's table-batched embeddings).
+
+Every kernel gives the same result whatever order its programs run in, which is what lets
+Triton's interpreter (one program at a time, on CPU tensors) stand for the GPU in tests:
+- pooling: one program owns a block of bags and writes only their outputs;
+- segment sums: the step's (row, position) pairs are sorted once; the sorted positions are cut
+  into fixed tiles. A tile sums its own positions per row (a one-hot matrix product, no
+  atomics) and finishes every row that starts and ends inside it: the gradient row, or the
+  optimizer's update of that table row, which no other program touches. A row whose run
+  crosses tiles (a hot row hit 65,536 times a batch) is finished by a second kernel in the tile
+  where the run starts, which adds the partial sums the following tiles left, in tile order.
+So each row is written by exactly one program and every sum has a fixed order.
+
+On a machine without CUDA the kernels run under the interpreter (`TRITON_INTERPRET=1` is set
+here before Triton is imported); `executor.sparse.syncfree` calls them on CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import IntEnum
+
+import torch
+
+if not torch.cuda.is_available():  # the interpreter is the only way Triton runs here
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+TILE = 64  # sorted positions per tile of the segment sums
+BAGS = 32  # bags per program of the pooling
+MAX_DIM = 1024  # one program holds a whole row (row-wise Adagrad reads its squared sum)
+
+
+class SegmentOp(IntEnum):
+    """What a finished row's summed gradient becomes."""
+
+    WRITE = 0  # stored as the row's gradient
+    SGD = 1  # weight[row] -= lr * g
+    ROWWISE_ADAGRAD = 2  # state[row] += mean(g^2); weight[row] -= lr * g / (sqrt(state[row]) + eps)
+
+    @classmethod
+    def of_optimizer(cls, optimizer: str) -> SegmentOp:
+        ops = {"sgd": cls.SGD, "rowwise_adagrad": cls.ROWWISE_ADAGRAD}
+        if optimizer not in ops:
+            raise ValueError(f"unknown sparse optimizer {optimizer!r}; expected one of {sorted(ops)}")
+        return ops[optimizer]
+
+
+def _block_dim(dim: int) -> int:
+    if dim > MAX_DIM:
+        raise ValueError(f"embedding dim {dim} is over {MAX_DIM}, the widest row the Triton kernels hold")
+    return max(16, triton.next_power_of_2(dim))
+
+
+# ---- pooling --------------------------------------------------------------------------------
+
+
+@triton.jit
+def _pool_kernel(rows, stride_r, idx, offsets, out, stride_o, num_bags, dim,
+                 MEAN: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr):
+    b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    bm = b < num_bags
+    lo = tl.load(offsets + b, mask=bm, other=0)
+    n = tl.load(offsets + b + 1, mask=bm, other=0) - lo
+    d = tl.arange(0, BLOCK_D)
+    dm = d < dim
+    acc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
+    for j in range(0, tl.max(n, axis=0)):
+        m = j < n
+        i = tl.load(idx + lo + j, mask=m, other=0)
+        acc += tl.load(rows + i[:, None] * stride_r + d[None, :], mask=m[:, None] & dm[None, :],
+                       other=0.0).to(tl.float32)
+    if MEAN:
+        acc = acc / tl.maximum(n, 1).to(tl.float32)[:, None]
+    tl.store(out + b[:, None] * stride_o + d[None, :], acc, mask=bm[:, None] & dm[None, :])
+
+
+def pool(rows: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str) -> torch.Tensor:
+    """Pooled bags [B, D] in fp32: bag b sums (or averages) rows[indices[offsets[b]:offsets[b+1]]];
+    rows may be fp32, fp16 or bf16 (accumulated in fp32); empty bags give zeros."""
+    if mode not in ("sum", "mean"):
+        raise ValueError(f"pooling mode {mode!r} is not sum or mean")
+    num_bags, dim = len(offsets) - 1, rows.shape[1]
+    out = torch.empty(num_bags, dim, dtype=torch.float32, device=rows.device)
+    if num_bags == 0:
+        return out
+    rows = rows if rows.stride(1) == 1 else rows.contiguous()
+    grid = (triton.cdiv(num_bags, BAGS),)
+    _pool_kernel[grid](rows, rows.stride(0), indices.contiguous(), offsets.contiguous(), out, out.stride(0),
+                       num_bags, dim, MEAN=mode == "mean", BLOCK_B=BAGS, BLOCK_D=_block_dim(dim))
+    return out
+
+
+# ---- segment sums and the fused update ----------------------------------------------------------
+
+
+@triton.jit
+def _finish_rows(acc, segs, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps,
+                 OP: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The finished rows `segs` (mask `ok`) of a tile, [R, BLOCK_D] summed gradients."""
+    d = tl.arange(0, BLOCK_D)
+    m = ok[:, None] & (d < dim)[None, :]
+    if OP == 0:
+        tl.store(out + segs[:, None] * stride_out + d[None, :], acc, mask=m)
+    else:
+        row = tl.load(keys + segs, mask=ok, other=0)
+        wp = weight + row[:, None] * stride_w + d[None, :]
+        step = acc
+        if OP == 2:
+            s = tl.load(state + row, mask=ok, other=0.0) + tl.sum(acc * acc, axis=1) / dim
+            tl.store(state + row, s, mask=ok)
+            den = tl.sqrt(s) + eps
+            step = tl.where(den[:, None] > 0, acc / den[:, None], 0.0)
+        tl.store(wp, tl.load(wp, mask=m, other=0.0) - lr * step, mask=m)
+
+
+@triton.jit
+def _finish_row(acc, seg, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps,
+                OP: tl.constexpr, BLOCK_D: tl.constexpr):
+    """`_finish_rows` for one row (`acc` [BLOCK_D])."""
+    d = tl.arange(0, BLOCK_D)
+    m = tl.where(ok, d < dim, d < 0)
+    if OP == 0:
+        tl.store(out + seg * stride_out + d, acc, mask=m)
+    else:
+        row = tl.load(keys + seg, mask=ok, other=0)
+        wp = weight + row * stride_w + d
+        step = acc
+        if OP == 2:
+            s = tl.load(state + row, mask=ok, other=0.0) + tl.sum(acc * acc, axis=0) / dim
+            tl.store(state + row, s, mask=ok)
+            den = tl.sqrt(s) + eps
+            step = tl.where(den > 0, acc / den, 0.0)
+        tl.store(wp, tl.load(wp, mask=m, other=0.0) - lr * step, mask=m)
+
+
+@triton.jit
+def _tile_kernel(src, stride_src, src_row, seg, n, lengths, dim, out, stride_out, keys, weight, stride_w, state,
+                 lr, eps, head, tail,
+                 MEAN: tl.constexpr, OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    t = tl.program_id(0)
+    start = t * TILE_N
+    k = start + tl.arange(0, TILE_N)
+    inb = k < n
+    seg0 = tl.load(seg + start)
+    local = tl.where(inb, tl.load(seg + k, mask=inb, other=0) - seg0, TILE_N)  # past the tile: no row
+    r = tl.load(src_row + k, mask=inb, other=0)
+    d = tl.arange(0, BLOCK_D)
+    g = tl.load(src + r[:, None] * stride_src + d[None, :], mask=inb[:, None] & (d < dim)[None, :],
+                other=0.0).to(tl.float32)
+    if MEAN:
+        g = g / tl.maximum(tl.load(lengths + r, mask=inb, other=1), 1).to(tl.float32)[:, None]
+    s = tl.arange(0, TILE_N)
+    acc = tl.dot((s[:, None] == local[None, :]).to(tl.float32), g, input_precision="ieee")  # [row, D] sums
+    last = tl.max(tl.where(inb, local, 0), axis=0)
+    first_here = tl.load(seg + start - 1, mask=start > 0, other=-1) != seg0  # tile's first row starts here
+    end = start + TILE_N
+    last_ends = tl.load(seg + end, mask=end < n, other=-1) != seg0 + last  # tile's last row ends here
+    # (tl.where, not `|`, joins a scalar with a vector: the interpreter keeps such masks boolean)
+    ok = tl.where(first_here, s >= 0, s > 0) & tl.where(last_ends, s <= last, s < last)
+    tl.store(head + t * BLOCK_D + d, tl.sum(tl.where(s[:, None] == 0, acc, 0.0), axis=0))
+    tl.store(tail + t * BLOCK_D + d, tl.sum(tl.where(s[:, None] == last, acc, 0.0), axis=0))
+    _finish_rows(acc, seg0 + s, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, OP, BLOCK_D)
+
+
+@triton.jit
+def _cross_kernel(seg, n, run_end, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, head, tail,
+                  OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr):
+    """Rows whose run leaves tile t, finished where the run starts: its tail plus the heads of
+    the tiles it covers, added in tile order."""
+    t = tl.program_id(0)
+    start = t * TILE_N
+    end = start + TILE_N
+    seg0 = tl.load(seg + start)
+    last_seg = tl.load(seg + tl.minimum(end, n) - 1)
+    starts_here = (last_seg != seg0) | (tl.load(seg + start - 1, mask=start > 0, other=-1) != seg0)
+    crosses = (end < n) & (tl.load(seg + end, mask=end < n, other=-1) == last_seg)
+    own = starts_here & crosses
+    hi = tl.where(own, (tl.load(run_end + t) + TILE_N - 1) // TILE_N, t + 1)  # tiles of the run: (t, hi)
+    d = tl.arange(0, BLOCK_D)
+    total = tl.load(tail + t * BLOCK_D + d)
+    for u0 in range(t + 1, hi, CHUNK):
+        u = u0 + tl.arange(0, CHUNK)
+        um = u < hi
+        total += tl.sum(tl.load(head + u[:, None] * BLOCK_D + d[None, :], mask=um[:, None], other=0.0), axis=0)
+    _finish_row(total, last_seg, own, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, OP, BLOCK_D)
+
+
+def _segment_pass(src: torch.Tensor, src_row: torch.Tensor, seg: torch.Tensor, op: SegmentOp, *,
+                  lengths: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                  keys: torch.Tensor | None = None, weight: torch.Tensor | None = None,
+                  state: torch.Tensor | None = None, lr: float = 0.0, eps: float = 0.0) -> None:
+    """Sum src[src_row[k]] (divided by lengths[src_row[k]] when given) over each run of equal
+    `seg` (ascending, 0-based, no gaps) and finish every run by `op`: out[seg] = sum, or the
+    optimizer's update of weight[keys[seg]] (and its state)."""
+    n, dim = len(seg), src.shape[1]
+    if n == 0:
+        return
+    bd = _block_dim(dim)
+    tiles = triton.cdiv(n, TILE)
+    head = torch.empty(tiles, bd, dtype=torch.float32, device=src.device)
+    tail = torch.empty_like(head)
+    dummy = head  # a pointer for the arguments `op` does not read
+    src = src if src.stride(1) == 1 else src.contiguous()
+    o = out if out is not None else dummy
+    w = weight if weight is not None else dummy
+    args = dict(dim=dim, out=o, stride_out=o.stride(0), keys=keys if keys is not None else seg, weight=w,
+                stride_w=w.stride(0), state=state if state is not None else dummy, lr=float(lr), eps=float(eps))
+    _tile_kernel[(tiles,)](src, src.stride(0), src_row, seg, n, lengths if lengths is not None else src_row,
+                           head=head, tail=tail, MEAN=lengths is not None, OP=int(op), TILE_N=TILE, BLOCK_D=bd,
+                           **args)
+    if tiles > 1:
+        # where the last row of each tile ends: the search needs no size read
+        last = seg[torch.clamp(torch.arange(1, tiles + 1, device=seg.device) * TILE, max=n) - 1]
+        run_end = torch.searchsorted(seg, last, right=True)
+        _cross_kernel[(tiles,)](seg, n, run_end, head=head, tail=tail, OP=int(op), TILE_N=TILE, BLOCK_D=bd,
+                                CHUNK=16, **args)
+
+
+def sorted_runs(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sort `keys` once: (positions in key order, run number of each sorted position, the key of
+    each run padded to len(keys))."""
+    srt, perm = torch.sort(keys)
+    head = torch.ones_like(srt, dtype=torch.bool)
+    head[1:] = srt[1:] != srt[:-1]
+    seg = torch.cumsum(head, 0) - 1
+    uniq = torch.zeros_like(srt).scatter_(0, seg, srt)
+    return perm, seg, uniq
+
+
+def _bag_sources(perm: torch.Tensor, offsets: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The bag of every sorted ID position, and the bags' lengths where mean pooling divides by them."""
+    lengths = offsets[1:] - offsets[:-1]
+    bag_of = torch.repeat_interleave(torch.arange(len(lengths), device=offsets.device), lengths,
+                                     output_size=len(perm))
+    return bag_of[perm], lengths if mode == "mean" else None
+
+
+def bag_grad_rows(grad_out: torch.Tensor, perm: torch.Tensor, seg: torch.Tensor, offsets: torch.Tensor,
+                  mode: str, num_rows: int) -> torch.Tensor:
+    """Gradient [num_rows, D] of each unique row from its bags' output gradients.
+
+    `perm`/`seg` are the batch's dedup sort: perm[k] is the k-th ID position in row order and
+    seg[k] its unique row. Rows past the last run stay zero."""
+    src_row, lengths = _bag_sources(perm, offsets, mode)
+    out = torch.zeros(num_rows, grad_out.shape[1], dtype=torch.float32, device=grad_out.device)
+    _segment_pass(grad_out, src_row, seg, SegmentOp.WRITE, lengths=lengths, out=out)
+    return out
+
+
+def _check_update(weight: torch.Tensor, state: torch.Tensor | None, optimizer: str) -> SegmentOp:
+    op = SegmentOp.of_optimizer(optimizer)
+    if weight.dtype != torch.float32:
+        raise ValueError(f"the fused update holds fp32 tables, not {weight.dtype}")
+    if op == SegmentOp.ROWWISE_ADAGRAD and state is None:
+        raise ValueError("rowwise_adagrad needs a state tensor")
+    return op
+
+
+def bag_update(grad_out: torch.Tensor, perm: torch.Tensor, seg: torch.Tensor, offsets: torch.Tensor, mode: str,
+               rows: torch.Tensor, weight: torch.Tensor, state: torch.Tensor | None, optimizer: str, lr: float,
+               eps: float) -> None:
+    """The backward of a pooled lookup fused with the sparse optimizer: each unique row's
+    gradient (summed from its bags, as `bag_grad_rows`) updates weight[rows[seg]] in the same
+    pass; no gradient buffer, no second sort. `rows[s]` is unique row s's row of `weight`."""
+    op = _check_update(weight, state, optimizer)
+    src_row, lengths = _bag_sources(perm, offsets, mode)
+    _segment_pass(grad_out, src_row, seg, op, lengths=lengths, keys=rows, weight=weight, state=state, lr=lr,
+                  eps=eps)
+
+
+def segment_sums(src: torch.Tensor, perm: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
+    """fp32 sums [len(seg), D] of src[perm[k]] over each run of `seg`; rows past the last run are zero."""
+    out = torch.zeros(len(seg), src.shape[1], dtype=torch.float32, device=src.device)
+    _segment_pass(src, perm, seg, SegmentOp.WRITE, out=out)
+    return out
+
+
+@triton.jit
+def _add_rows_kernel(dst, stride_d, idx, src, stride_s, n, dim, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    i = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    j = tl.load(idx + i, mask=i < n, other=-1)
+    d = tl.arange(0, BLOCK_D)
+    m = (j >= 0)[:, None] & (d < dim)[None, :]
+    p = dst + j[:, None] * stride_d + d[None, :]
+    tl.store(p, tl.load(p, mask=m, other=0.0) + tl.load(src + i[:, None] * stride_s + d[None, :], mask=m, other=0.0),
+             mask=m)
+
+
+def add_rows(dst: torch.Tensor, idx: torch.Tensor, src: torch.Tensor) -> None:
+    """dst[idx[i]] += src[i] for every idx[i] >= 0; the non-negative entries of `idx` are
+    distinct (one program per row, no atomics), negative ones are skipped."""
+    n, dim = len(idx), dst.shape[1]
+    if n == 0:
+        return
+    src = src if src.stride(1) == 1 else src.contiguous()
+    _add_rows_kernel[(triton.cdiv(n, TILE),)](dst, dst.stride(0), idx.contiguous(), src, src.stride(0), n, dim,
+                                              BLOCK_N=TILE, BLOCK_D=_block_dim(dim))
+
+
+def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
+                  optimizer: str, lr: float, eps: float) -> None:
+    """weight[rows] updated in place by the summed gradients of duplicate rows, the optimizer
+    applied in the same pass as the sums (fp32 tables)."""
+    op = _check_update(weight, state, optimizer)
+    if rows.numel() == 0:
+        return
+    perm, seg, uniq = sorted_runs(rows)
+    _segment_pass(grads, perm, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps)
