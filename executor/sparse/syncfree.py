@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from types import ModuleType
 from typing import NamedTuple
@@ -72,9 +73,13 @@ def triton_status() -> str | None:
         else:
             try:
                 from executor.sparse import triton_tbe
+                if torch.cuda.is_available():
+                    triton_tbe.self_check(torch.device("cuda"))
                 _tbe = triton_tbe
             except Exception as e:  # a missing or broken Triton leaves the torch path, never a failed run
-                _tbe_reason = f"triton unavailable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+                _tbe_reason = f"triton unavailable: {type(e).__name__}: {first}"
+                warnings.warn(f"embedding kernels: {_tbe_reason}; using the torch path", stacklevel=2)
     return _tbe_reason
 
 

@@ -310,3 +310,29 @@ def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.
         return
     perm, seg, uniq = sorted_runs(rows)
     _segment_pass(grads, perm, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps)
+
+
+def self_check(device: torch.device) -> None:
+    """Compile and run every kernel once on `device` against torch; raise if one fails or differs
+    (a Triton that cannot build them here must leave the torch path, not fail a run later)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 50, (300,), generator=g).to(device)
+    ids[::3] = 7  # a run that crosses tiles
+    offsets = torch.arange(0, 301, 3, device=device)
+    w = torch.randn(50, 16, generator=g).to(device)
+    grad_out = torch.randn(100, 16, generator=g).to(device)
+    want = torch.nn.functional.embedding_bag(ids, w, offsets, mode="mean", include_last_offset=True)
+    if not torch.allclose(pool(w, ids, offsets, "mean"), want, rtol=1e-4, atol=1e-5):
+        raise RuntimeError("pooling differs from torch")
+    perm, seg, uniq = sorted_runs(ids)
+    gu = bag_grad_rows(grad_out, perm, seg, offsets, "sum", len(ids))
+    bag = torch.arange(100, device=device).repeat_interleave(3)
+    ref = torch.zeros(len(ids), 16, device=device).index_add_(0, seg, grad_out[bag][perm])
+    if not torch.allclose(gu, ref, rtol=1e-4, atol=1e-4):
+        raise RuntimeError("segment sums differ from torch")
+    w2, s2 = w.clone(), torch.zeros(50, device=device)
+    bag_update(grad_out, perm, seg, offsets, "sum", uniq, w2, s2, "rowwise_adagrad", 0.1, 1e-8)
+    sparse_update(w.clone(), torch.zeros(50, device=device), ids, grad_out[bag], "sgd", 0.1, 0.0)
+    add_rows(w.clone(), torch.full((4,), -1, device=device), w[:4])
+    if not torch.isfinite(w2).all():
+        raise RuntimeError("fused update gave non-finite rows")
