@@ -126,7 +126,7 @@ def main() -> int:
             print(f"{model_name:18s} {cluster:20s} ours {r['ours_us']:9.1f} us  torchrec {r['torchrec_us'] or 0:9.1f} us "
                   f"-> {r['speedup_torchrec'] or 0:.2f}x (bound {r['bound_torchrec'] or 0:.2f}x)  torchrec-like "
                   f"{r['speedup_torchrec_like'] or 0:.2f}x (bound {r['bound_torchrec_like'] or 0:.2f}x)  "
-                  f"plan {r['ours_planning_s']:.2f} s vs TorchRec {r['torchrec_planning_s']:.2f} s  "
+                  f"plan {r['ours_planning_s']:.2f} s vs TorchRec {r['torchrec_planning_s'] or 0:.2f} s  "
                   f"goal {r['goal']} ({r['goal_us'] or 0:.1f} us; compute free {r['compute_free_us']:.1f} us): "
                   f"{'n/a' if r['met'] is None else 'met' if r['met'] else 'NOT met'}  [{r['ours_label']}]", flush=True)
     doc = {"machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
