@@ -125,3 +125,41 @@ def _fraction(v: Any, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1.5:
         raise DevicePerfError(f"{where}: expected an achieved/peak fraction in (0, 1.5], got {v!r}")
     return float(v)
+
+
+@dataclass
+class DeviceRates:
+    """What a device's microbenchmarks measured (executor.microbench on CUDA), in the units of
+    a hardware spec: FLOP/s per dtype and GEMM shape, bytes per second, microseconds."""
+
+    gemm: dict[str, dict[str, float]]  # dtype -> GemmShape value -> FLOP/s
+    copy_bw: float  # device copy, bytes read + written per second
+    gather_bw: float  # gather of random rows, bytes read + written per second
+    scatter_bw: float  # scatter-add of random rows, bytes read + written per second
+    h2d_bw: float  # pinned host-to-device copy
+    launch_us: float  # per kernel, back-to-back on one stream
+    step_host_us: float  # host time of an eager step's bookkeeping that no kernel hides
+    device: str = ""  # its name, e.g. "NVIDIA H200"
+
+
+def perf_from_rates(flops: Mapping[str, float], hbm_bw: float, pcie_bw: float, rates: DeviceRates,
+                    base: DevicePerf | None = None, where: str = "") -> DevicePerf:
+    """The perf section measured rates give against the spec's peaks (`flops` per dtype,
+    `hbm_bw`, `pcie_bw`): each factor is measured / peak, the same meaning as a preset's.
+    A dtype the spec has no peak for is left out (its rate has nothing to be a fraction of);
+    `parallel_units` stays the base's (a datasheet count)."""
+    gemm: dict[str, dict[str, float]] = {}
+    for dt, per in rates.gemm.items():
+        if dt in flops:
+            gemm[dt] = {s: _clip(r / flops[dt]) for s, r in per.items()}
+    random = min(rates.gather_bw, rates.scatter_bw)  # a step both gathers and scatters rows
+    src = f"picasso calibrate on {rates.device or 'this GPU'}{where}"
+    return DevicePerf(gemm=gemm, hbm_stream=_clip(rates.copy_bw / hbm_bw), hbm_random=_clip(random / hbm_bw),
+                      pcie=_clip(rates.h2d_bw / pcie_bw), parallel_units=(base or DevicePerf()).parallel_units,
+                      step_host_us=float(rates.step_host_us),
+                      source={k: src for k in ("gemm", "hbm_stream", "hbm_random", "pcie", "step_host_us")})
+
+
+def _clip(x: float) -> float:
+    # inside the range a spec accepts: a measured rate above 1.5x a datasheet peak is a wrong peak
+    return float(min(max(x, 1e-6), 1.5))
