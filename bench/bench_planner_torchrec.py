@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from planner.access import table_access  # noqa: E402
 from planner.bounds import embedding_free_us  # noqa: E402
 from planner.builders import baseline_plan  # noqa: E402
+from planner.errors import PlanError  # noqa: E402
 from planner.explain import Explanation  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from planner.search import evaluate, full_symmetry, search  # noqa: E402
@@ -51,15 +52,20 @@ def compute_free(hw):
     return replace(hw, gpu=gpu)
 
 
-def case(model_name: str, cluster: str, batch: int, budget: float) -> dict:
+def case(model_name: str, cluster: str, batch: int, budget: float, plans_dir: str | None = None) -> dict:
     hw_name, over = CLUSTERS[cluster]
     model, hw = get_model(model_name), load_hardware(hw_name, over)
     acc = table_access(model)
     t0 = time.perf_counter()
     res = search(model, hw, None, batch, access=acc, time_budget_s=budget)
     ours_s = time.perf_counter() - t0
-    tr = baseline_plan("torchrec", model, hw.world_size, batch, hw, acc)
-    tr_ev = evaluate(tr, hw, acc, "simpy", full_symmetry(tr), "torchrec")
+    try:
+        tr = baseline_plan("torchrec", model, hw.world_size, batch, hw, acc)
+        tr_ev = evaluate(tr, hw, acc, "simpy", full_symmetry(tr), "torchrec")
+    except PlanError as exc:  # TorchRec not installed: its columns stay empty, the rest is scored
+        if not str(exc).startswith("TorchRec is not installed"):
+            raise
+        tr, tr_ev = None, None
     like = baseline_plan("torchrec-like", model, hw.world_size, batch, hw, acc)
     like_ev = evaluate(like, hw, acc, "simpy", full_symmetry(like), "torchrec-like", fuse_table_wise=True)
     free = embedding_free_us(res.plan, hw, acc)
@@ -71,9 +77,10 @@ def case(model_name: str, cluster: str, batch: int, budget: float) -> dict:
     out = {
         "model": model_name, "cluster": cluster, "hardware": hw_name, "overrides": over, "world": hw.world_size,
         "batch_per_rank": batch, "ours_us": ours, "ours_label": res.best.label, "ours_planning_s": round(ours_s, 3),
-        "torchrec_us": tr_ev.iteration_us, "torchrec_problem": tr_ev.problem,
-        "torchrec_planning_s": tr.provenance.torchrec["planning_s"],
-        "torchrec_sharding_types": tr.provenance.torchrec["sharding_types"],
+        "torchrec_us": tr_ev.iteration_us if tr_ev else None, "torchrec_problem": tr_ev.problem if tr_ev else
+        "TorchRec not installed",
+        "torchrec_planning_s": tr.provenance.torchrec["planning_s"] if tr else None,
+        "torchrec_sharding_types": tr.provenance.torchrec["sharding_types"] if tr else None,
         "torchrec_like_us": like_ev.iteration_us, "embedding_free_us": free,
         "compute_free_us": net.iteration_us, "compute_free_label": net.label,
         "ours_bottleneck": None if neck is None else {
@@ -86,8 +93,12 @@ def case(model_name: str, cluster: str, batch: int, budget: float) -> dict:
         out[f"bound_{name}"] = base / free if base else None
         # share of the way from 1x to the bound
         out[f"way_to_bound_{name}"] = ((base / ours - 1) / (base / free - 1)) if base and base > free else None
+    if plans_dir is not None:  # the chosen plan, to score it again under another cost model
+        res.plan.save(Path(plans_dir) / f"{model_name}-{cluster}.json")
     goal = GOALS.get(model_name, {}).get(cluster)
-    if goal is None and model_name == "dlrm-criteo-kaggle":
+    if tr_ev is None:
+        out["goal"], out["goal_us"], out["met"] = "needs TorchRec", None, None
+    elif goal is None and model_name == "dlrm-criteo-kaggle":
         out["goal"] = "80% of the way to the bound over torchrec"
         out["goal_us"] = out["torchrec_us"] / (1 + 0.8 * (out["bound_torchrec"] - 1))
         out["met"] = bool(out["way_to_bound_torchrec"] is not None and out["way_to_bound_torchrec"] >= 0.8)
@@ -103,18 +114,21 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=4096)
     ap.add_argument("--budget", type=float, default=20.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "planner_torchrec.json"))
+    ap.add_argument("--plans-dir", help="also save each case's chosen plan (JSON) in this folder")
     args = ap.parse_args()
+    if args.plans_dir:
+        Path(args.plans_dir).mkdir(parents=True, exist_ok=True)
     rows = []
     for model_name in ("dlrm-dcnv2", "dlrm-criteo-kaggle"):
         for cluster in CLUSTERS:
-            r = case(model_name, cluster, args.batch_size, args.budget)
+            r = case(model_name, cluster, args.batch_size, args.budget, args.plans_dir)
             rows.append(r)
             print(f"{model_name:18s} {cluster:20s} ours {r['ours_us']:9.1f} us  torchrec {r['torchrec_us'] or 0:9.1f} us "
                   f"-> {r['speedup_torchrec'] or 0:.2f}x (bound {r['bound_torchrec'] or 0:.2f}x)  torchrec-like "
                   f"{r['speedup_torchrec_like'] or 0:.2f}x (bound {r['bound_torchrec_like'] or 0:.2f}x)  "
-                  f"plan {r['ours_planning_s']:.2f} s vs TorchRec {r['torchrec_planning_s']:.2f} s  "
-                  f"goal {r['goal']} ({r['goal_us']:.1f} us; compute free {r['compute_free_us']:.1f} us): "
-                  f"{'met' if r['met'] else 'NOT met'}", flush=True)
+                  f"plan {r['ours_planning_s']:.2f} s vs TorchRec {r['torchrec_planning_s'] or 0:.2f} s  "
+                  f"goal {r['goal']} ({r['goal_us'] or 0:.1f} us; compute free {r['compute_free_us']:.1f} us): "
+                  f"{'n/a' if r['met'] is None else 'met' if r['met'] else 'NOT met'}  [{r['ours_label']}]", flush=True)
     doc = {"machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
            "lock": ("alone on the machine (exclusive lock held)" if os.environ.get("PICASSO_BENCH_LOCK_HELD")
                     else "not under the exclusive lock: other jobs may have run beside it"),

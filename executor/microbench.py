@@ -7,6 +7,10 @@ number of ranks, so the contention of ranks over the cores and the memory bus is
 numbers. Each sample is a plain dict `{"kind", <size features>, "us"}` (median over
 windows of the time per call, slowest rank), which
 `simulator.calibration` fits to the cost model's coefficients.
+
+On a GPU (`picasso calibrate --device cuda`) the benchmarks run on the device instead, through
+the `DeviceBench` seam (`CudaBench`), and give the rates of a spec's perf section
+(`measure_device`; simulator.device_perf).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
+
+from simulator.device_perf import DeviceRates
 
 Sample = dict[str, Any]
 
@@ -242,3 +248,141 @@ def run_microbenchmarks(
         others = [pr[i]["us"] for pr in per_rank if i < len(pr) and pr[i]["kind"] == s["kind"]]
         merged.append({**s, "us": max(others), "threads": threads, "nproc": nproc})
     return merged
+
+
+# ----------------------------------------------------------------------------- GPU device
+
+# What `picasso calibrate` times on a GPU, in the classes the presets carry (simulator.device_perf):
+# GEMM per dtype in two shapes, a device copy, random rows gathered and scatter-added, a pinned
+# host-to-device copy, back-to-back kernels and an eager step's host time. Every figure is
+# timed on the device: no CPU rate enters a GPU spec.
+GPU_GEMM_SHAPES = {"square": (8192, 8192, 8192), "skinny": (65536, 512, 512)}
+GPU_DTYPES = ("fp32", "tf32", "bf16", "fp16")
+GPU_COPY_BYTES = 1 << 30
+GPU_TABLE_ROWS = 4_000_000
+GPU_ROW_DIM = 128  # fp32 rows of 512 B, as the recommendation presets' tables
+GPU_LOOKUPS = 1 << 21
+
+
+class DeviceBench(Protocol):
+    """The seam between the calibration and a device: each method times one kind of work on
+    the device and returns its rate. `CudaBench` is the real one; tests pass a fake."""
+
+    name: str
+
+    def gemm_flops(self, dtype: str, m: int, k: int, n: int) -> float: ...  # FLOP/s
+    def copy_bw(self, nbytes: int) -> float: ...  # bytes read + written per second
+    def gather_bw(self, rows: int, dim: int, n: int) -> float: ...  # random rows, read + written
+    def scatter_bw(self, rows: int, dim: int, n: int) -> float: ...  # scatter-add of random rows
+    def h2d_bw(self, nbytes: int) -> float: ...  # pinned host to device
+    def launch_us(self) -> float: ...  # per kernel, back to back on one stream
+    def step_host_us(self) -> float: ...  # an eager step's host time that no kernel hides
+
+
+def measure_device(bench: DeviceBench, dtypes: tuple[str, ...] = GPU_DTYPES) -> DeviceRates:
+    """Every GPU microbenchmark through `bench`, as the rates the spec's perf section is made of."""
+    gemm = {dt: {shape: bench.gemm_flops(dt, *mkn) for shape, mkn in GPU_GEMM_SHAPES.items()} for dt in dtypes}
+    return DeviceRates(gemm=gemm, copy_bw=bench.copy_bw(GPU_COPY_BYTES),
+                       gather_bw=bench.gather_bw(GPU_TABLE_ROWS, GPU_ROW_DIM, GPU_LOOKUPS),
+                       scatter_bw=bench.scatter_bw(GPU_TABLE_ROWS, GPU_ROW_DIM, GPU_LOOKUPS),
+                       h2d_bw=bench.h2d_bw(1 << 28), launch_us=bench.launch_us(), step_host_us=bench.step_host_us(),
+                       device=bench.name)
+
+
+class CudaBench:
+    """DeviceBench on the current CUDA device, timed with CUDA events (median of a few runs)."""
+
+    def __init__(self, reps: int = 5) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device: GPU calibration needs one (use --device cpu)")
+        self.torch = torch
+        self.dev = torch.device("cuda")
+        self.reps = reps
+        self.name = torch.cuda.get_device_name(0)
+
+    def _time_us(self, fn: Callable[[], Any], inner: int = 1) -> float:
+        torch = self.torch
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(self.reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(inner):
+                fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3 / inner)
+        return statistics.median(times)
+
+    def gemm_flops(self, dtype: str, m: int, k: int, n: int) -> float:
+        torch = self.torch
+        tdt = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        try:
+            a = torch.randn(m, k, device=self.dev, dtype=tdt)
+            b = torch.randn(k, n, device=self.dev, dtype=tdt)
+            us = self._time_us(lambda: a @ b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+        return 2.0 * m * k * n / us * 1e6
+
+    def copy_bw(self, nbytes: int) -> float:
+        src = self.torch.empty(nbytes // 4, device=self.dev)
+        dst = self.torch.empty_like(src)
+        return 2.0 * nbytes / self._time_us(lambda: dst.copy_(src)) * 1e6
+
+    def _rows(self, rows: int, dim: int, n: int) -> tuple[Any, Any]:
+        g = self.torch.Generator(device=self.dev).manual_seed(0)
+        table = self.torch.randn(rows, dim, device=self.dev)
+        ids = self.torch.randint(0, rows, (n,), device=self.dev, generator=g)
+        return table, ids
+
+    def gather_bw(self, rows: int, dim: int, n: int) -> float:
+        table, ids = self._rows(rows, dim, n)
+        nbytes = 2.0 * n * dim * 4 + n * 8
+        return nbytes / self._time_us(lambda: table.index_select(0, ids)) * 1e6
+
+    def scatter_bw(self, rows: int, dim: int, n: int) -> float:
+        table, ids = self._rows(rows, dim, n)
+        grads = self.torch.randn(n, dim, device=self.dev)
+        nbytes = 3.0 * n * dim * 4 + n * 8  # gradient read, row read and written
+        return nbytes / self._time_us(lambda: table.index_add_(0, ids, grads)) * 1e6
+
+    def h2d_bw(self, nbytes: int) -> float:
+        host = self.torch.empty(nbytes // 4).pin_memory()
+        dev = self.torch.empty(nbytes // 4, device=self.dev)
+        return nbytes / self._time_us(lambda: dev.copy_(host, non_blocking=True)) * 1e6
+
+    def launch_us(self) -> float:
+        x = self.torch.empty(1, device=self.dev)
+        inner = 500
+        return self._time_us(lambda: x.add_(0), inner)
+
+    def step_host_us(self) -> float:
+        """The host time of a small eager step (forward, backward, optimizer of one linear layer
+        on a tiny batch: its kernels take no time) less its kernels' launches: what a step pays
+        beyond its kernels."""
+        torch = self.torch
+        lin = torch.nn.Linear(16, 16, device=self.dev)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+        x = torch.randn(8, 16, device=self.dev)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            lin(x).sum().backward()
+            opt.step()
+
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        steps = 50
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        per_step = (time.perf_counter() - t0) * 1e6 / steps
+        return max(per_step - 10 * self.launch_us(), 0.0)  # about ten kernels a step

@@ -27,6 +27,7 @@ from planner.access import TableAccess
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
+from simulator.device_perf import RANDOM_KEY
 
 
 def poolable(plan: Plan, pack: PackPlan) -> bool:
@@ -106,8 +107,8 @@ def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableA
     the volumes lowering uses. Only what differs between the two is counted."""
     k, w = plan.micro_batches, plan.world_size
     lat, per_byte = line or a2a_line(hw, w)
-    hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))
-    pcie_us = 1e6 / hw.pcie_bw
+    hbm_us = 1e6 / hw.hbm_rate(RANDOM_KEY)  # the owner's reads and updates are of scattered rows
+    pcie_us = 1e6 / (hw.pcie_bw * hw.perf.pcie)
 
     def a2a(nbytes: Any) -> float:
         return lat + float(np.max(nbytes)) * per_byte

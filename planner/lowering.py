@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from planner import kernel_passes
 from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
@@ -74,6 +75,7 @@ from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
+from simulator.device_perf import RANDOM_KEY
 from simulator.measured import BUCKET_LANE, INPUT_COPY_LANE, INPUT_LANE, SYNC_LANE
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
@@ -142,6 +144,8 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
     if fuse_table_wise or tr:
         packs = _fuse_runs(packs, fused_runs(plan, "torchrec" if tr else "fused"))
     packs = fuse_pooled(plan, packs)  # Plan.exchange "fused_pooled": planner.pooled_twrw
+    for pv in packs:
+        pv.longest_run = kernel_passes.longest_run(pv, access)
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
 
@@ -609,6 +613,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                         hbm=n_params * 4 * states, flops=n_params * 4))
     if plan.pipelines_inputs and not tr:  # TorchRec's exchanges pipeline their input by construction
         pipeline_input_dist(ops, plan.ids_launch_mb)
+    # the kernels behind each op: counts, GEMM class, random rows, elementwise passes, sorts, runs
+    kernel_passes.apply(ops, model, packs, dense, samples, ACT_BYTES_SCALE[ddt])
     if serial:
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain
         for a, b in zip(chain, chain[1:]):
@@ -677,7 +683,7 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
     if w <= 1 or not pv.hot_rows:
         return {"dense": 0.0, "sparse": 0.0}
     group = tuple(range(w))
-    hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))  # us per byte at the calibrated memory rate
+    hbm_us = 1e6 / hw.hbm_rate()  # us per byte at the streaming memory rate (the whole hot set)
     passes = _sparse_passes(plan, pv)
     _, ar_bw, _ = collective_cost(Collective("all_reduce", group, pv.hot_rows * pv.grad_row_bytes), hw)
     dense = ar_bw + pv.hot_rows * (pv.row_bytes * passes + pv.state_bytes * 2 + pv.grad_row_bytes) * hbm_us
@@ -703,7 +709,7 @@ def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: Any) -> float:
     per_row = pv.grad_row_bytes + ID_BYTES
     n = 1 << 20  # rows in the probe: the latency term is left out, the bandwidth term is linear
     _, ag_bw, _ = collective_cost(Collective("all_gather", tuple(range(w)), n * per_row), hw)
-    hbm_us = 1e6 / (hw.gpu.hbm_bw * hw.eff("hbm"))
+    hbm_us = 1e6 / hw.hbm_rate(RANDOM_KEY)  # the touched rows are scattered
     apply = w * (pv.row_bytes * _sparse_passes(plan, pv) + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes)
     return float(ag_bw / n + apply * hbm_us)
 

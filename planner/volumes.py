@@ -80,6 +80,9 @@ class PackVolumes:
     exchange: str = "rows"  # PackPlan.exchange: rows back to the requester, or pooled at the owner
     id_bytes: int = ID_BYTES  # one ID or bag length on the wire (Plan.wire_id_bytes)
     fully_hot: bool = False  # Plan.fully_hot: every row replicated, nothing exchanged
+    # lookups of the pack's most frequent row in one micro-batch (planner.kernel_passes: the
+    # longest run its backward sums; set by lowering's analyze)
+    longest_run: float = 0.0
     # ("torchrec": scored as TorchRec runs it, planner.lowering's own path)
 
     # ---- pooled exchange (PackPlan.exchange "pooled"; see the module docstring) ----------

@@ -27,6 +27,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simulator.calibration_spec import Calibration, ClassFit, class_key
+from simulator.device_perf import DeviceRates, perf_from_rates
+from simulator.hardware import HardwareSpec
 
 
 class CalibrationError(ValueError):
@@ -222,7 +224,7 @@ def summarize(fits: dict[str, AffineFit]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- hardware spec
 
 
-def efficiency_from_fits(hw: Any, fits: dict[str, AffineFit]) -> dict[str, float]:
+def efficiency_from_fits(hw: HardwareSpec, fits: dict[str, AffineFit]) -> dict[str, float]:
     """Efficiency factors (fitted rate / the spec's peak rate) for the keys the simulator reads.
 
     simulator.cost multiplies a resource key by an op's own `eff_key`, so each measured
@@ -260,7 +262,7 @@ def latencies_from_fits(fits: dict[str, AffineFit]) -> dict[str, float]:
     return out
 
 
-def calibrated_spec(base: Any, fits_by_world: dict[int, dict[str, AffineFit]], world: int) -> Any:
+def calibrated_spec(base: HardwareSpec, fits_by_world: dict[int, dict[str, AffineFit]], world: int) -> HardwareSpec:
     """`base` (a HardwareSpec) with the coefficients fitted at each world size in its
     calibration (`worlds[n]`), made live for `world` ranks (see `spec_for_world`)."""
     if world not in fits_by_world:
@@ -275,18 +277,31 @@ def calibrated_spec(base: Any, fits_by_world: dict[int, dict[str, AffineFit]], w
     return spec_for_world(spec, world)
 
 
-def calibrated_worlds(hw: Any) -> list[int]:
+def gpu_calibrated_spec(base: HardwareSpec, rates: DeviceRates) -> HardwareSpec:
+    """`base` (a GPU spec) with the perf section and kernel gap its device's microbenchmarks
+    measured (executor.microbench.measure_device): factors of the same meaning as a preset's,
+    measured / the spec's peaks, one per dtype and GEMM shape. Nothing measured on the CPU
+    enters it: the CPU-fitted `efficiency` keys are dropped."""
+    if base.kind != "gpu":
+        raise CalibrationError(f"hardware {base.name} is a {base.kind} spec: a GPU calibration needs a GPU "
+                               "preset or file as its base (e.g. h200, dgx-h100)")
+    perf = perf_from_rates(base.gpu.flops, base.gpu.hbm_bw, base.pcie_bw, rates, base.perf)
+    spec = _with(base, perf=perf, efficiency={})
+    spec.gpu.launch_us = float(rates.launch_us)
+    spec.source = {**base.source, "gpu.launch_us": perf.source.get("gemm", "picasso calibrate")}
+    return spec
+
+
+def calibrated_worlds(hw: HardwareSpec) -> list[int]:
     """World sizes the spec's calibration has figures for."""
     return sorted(hw.calibration.worlds) if hw.calibration is not None else []
 
 
-def spec_for_world(hw: Any, world: int) -> Any:
+def spec_for_world(hw: HardwareSpec, world: int) -> HardwareSpec:
     """The spec for `world` ranks on one node: the launch, latency and rate factors measured
     at that world size (or the nearest measured one) become the live figures. Its op-class
     fits and host gaps are applied by the cost model for the spec's world size
     (Calibration.resolve)."""
-    from simulator.hardware import HardwareSpec
-
     d = hw.to_dict()
     d["gpus_per_node"] = int(world)
     d["nodes"] = 1
@@ -310,17 +325,15 @@ def spec_for_world(hw: Any, world: int) -> Any:
     return HardwareSpec.from_dict(d, where=f"hardware {hw.name}")
 
 
-def _with(hw: Any, **fields: Any) -> Any:
+def _with(hw: HardwareSpec, **fields: Any) -> HardwareSpec:
     """A copy of the spec `hw` with `fields` replaced (the calibration copied, never shared)."""
-    from simulator.hardware import HardwareSpec
-
     spec = HardwareSpec.from_dict(hw.to_dict(), where=f"hardware {hw.name}")
     for k, v in fields.items():
         setattr(spec, k, v)
     return spec
 
 
-def _calibration_of(hw: Any) -> Calibration:
+def _calibration_of(hw: HardwareSpec) -> Calibration:
     """A copy of the spec's calibration to change (an empty one when it has none)."""
     return copy.deepcopy(hw.calibration) if hw.calibration is not None else Calibration()
 
@@ -328,7 +341,7 @@ def _calibration_of(hw: Any) -> Calibration:
 # ----------------------------------------------------------------------------- refining on runs
 
 
-def scale_spec(hw: Any, factors: dict[str, float]) -> Any:
+def scale_spec(hw: HardwareSpec, factors: dict[str, float]) -> HardwareSpec:
     """`hw` with coefficients multiplied by `factors` (efficiencies: > 1 is faster; launch_us
     and intra_latency_us: > 1 is slower), the live figures and every calibrated world's alike."""
     spec = _with(hw, calibration=_calibration_of(hw))
@@ -355,7 +368,7 @@ def scale_spec(hw: Any, factors: dict[str, float]) -> Any:
 # of each world size (the `worlds[n].launch_us` microbenchmarks measure it), as rates do.
 
 
-def compute_before_collectives(graph: Any, hw: Any) -> dict[str, float]:
+def compute_before_collectives(graph: Any, hw: HardwareSpec) -> dict[str, float]:
     """Per collective op id: the modelled solo time (simulator.cost under `hw`, the base
     model) of the non-collective ops its rank runs, in program order, since its previous
     collective. Ranks that share cores (a CPU "cluster" with more ranks than cores) do not
@@ -557,7 +570,7 @@ def _spans(rows: np.ndarray) -> bool:
 
 
 def fit_op_classes(
-    hw: Any,
+    hw: HardwareSpec,
     runs: Sequence[tuple[Any, ...]],
     classify: Callable[[str], str],
     min_samples: int = 3,
@@ -689,7 +702,7 @@ REFINE_ITERATION_KEYS = ("intra_latency_us", "all_to_all", "all_reduce")
 
 
 def refine_iterations(
-    hw: Any,
+    hw: HardwareSpec,
     runs: Sequence[tuple[Any, int, float]],
     keys: Sequence[str] = REFINE_ITERATION_KEYS,
     engine: str = "fast",
@@ -710,7 +723,7 @@ def refine_iterations(
 
     ng = 1 if fit_gap else 0
 
-    def spec_with(x: np.ndarray) -> Any:
+    def spec_with(x: np.ndarray) -> HardwareSpec:
         spec = scale_spec(hw, dict(zip(keys, np.exp(x[:len(keys)])))) if keys else hw
         if not fit_gap:
             return spec
@@ -748,12 +761,12 @@ def refine_iterations(
     }
 
 
-def _op_gap(hw: Any) -> float:
+def _op_gap(hw: HardwareSpec) -> float:
     return float(hw.calibration.op_gap or 0.0) if hw.calibration is not None else 0.0
 
 
 
-def fit_host_gaps(hw: Any, runs: Sequence[tuple[int, float, float]]) -> tuple[Any, dict[str, Any]]:
+def fit_host_gaps(hw: HardwareSpec, runs: Sequence[tuple[int, float, float]]) -> tuple[HardwareSpec, dict[str, Any]]:
     """The host time no op's timing holds, measured on executed plans: `runs` = (world
     size, compute ops per rank and step, median untimed host time per rank and step, us;
     simulator.measured.host_gap). Modelled as a fixed part per step plus a part per

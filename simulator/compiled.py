@@ -254,6 +254,8 @@ def costs(st: Structure, hw: HardwareSpec) -> Costs:
         wait[ms] = cal.coll_wait_launches * launch_us + (cal.coll_wait * pre[ms] if pre is not None else 0.0)
         if cal.step_gap:  # a rank's first op pays the step's untimed host work
             fixed[np.diff(st.dep_ptr) == 0] += cal.step_gap * launch_us
+    if hw.perf.step_host_us:  # likewise the host time per step of the device's figures
+        fixed[np.diff(st.dep_ptr) == 0] += hw.perf.step_host_us
     if C:
         kind_u, kinds = _collective_kinds(st)
         lat = np.empty(len(kinds))
@@ -290,12 +292,17 @@ def _base_ops(st: Structure, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray, 
     demands alone."""
     n = len(st.ids)
     cap = resource_capacity(hw)
-    dt_rate = np.array([hw.flops_for(d) * hw.eff("compute") for d in st.dtypes] or [1.0])
+    # FLOP/s per (dtype, eff_key): a GEMM's rate is its dtype's and shape class's (DevicePerf)
+    rate = np.array([[hw.flops_rate(d, k) for k in st.eff_keys] or [hw.flops_rate(d)] for d in st.dtypes]
+                    or [[1.0]])
+    hbm = np.array([hw.hbm_rate(k) for k in st.eff_keys] or [hw.hbm_rate()])
     ek = np.array([hw.eff(k) for k in st.eff_keys] or [1.0])
-    scale = 1e6 / ek[st.column("eff_key")]
+    ek_code = st.column("eff_key")
+    scale = 1e6 / ek[ek_code]
     busy = np.zeros((n, N_RES), order="F")  # column-major: per-resource columns and the row max are fast
-    np.divide(st.column("flops"), dt_rate[st.column("dtype")], out=busy[:, 0])
-    for k, (col, res) in enumerate((("hbm_bytes", "hbm"), ("host_bytes", "host"), ("pcie_bytes", "pcie")), 1):
+    np.divide(st.column("flops"), rate[st.column("dtype"), ek_code], out=busy[:, 0])
+    np.divide(st.column("hbm_bytes"), hbm[ek_code], out=busy[:, 1])
+    for k, (col, res) in enumerate((("host_bytes", "host"), ("pcie_bytes", "pcie")), 2):
         np.divide(st.column(col), cap[res], out=busy[:, k])
     np.divide(st.column("nic_bytes"), cap["nic"], out=busy[:, 5])
     busy *= scale[:, None]
@@ -308,7 +315,10 @@ def _base_ops(st: Structure, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray, 
         own += lat_steps * link_latency_us(hw)
     mem = st.column("fixed_hbm_bytes")
     if mem.any():
-        own += mem / (hw.gpu.hbm_bw * hw.eff("hbm")) * 1e6
+        own += mem / hw.hbm_rate() * 1e6
+    run = st.column("run_bytes")
+    if run.any():  # one unit streams a segment alone (simulator.cost.own_fixed_us)
+        own += run * hw.perf.parallel_units / hw.hbm_rate() * 1e6
     fixed = st.column("launch") * hw.gpu.launch_us + own
     return busy, fixed, busy.max(axis=1), own
 

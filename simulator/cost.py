@@ -43,7 +43,7 @@ N_RES = len(RESOURCES)
 
 def resource_capacity(hw: HardwareSpec) -> dict[str, float]:
     """Peak rate of each per-rank resource (B/s; compute in FLOP/s of fp32), efficiencies applied."""
-    hbm = hw.gpu.hbm_bw * hw.eff("hbm")
+    hbm = hw.hbm_rate()
     cpu = hw.kind == "cpu"
     return {
         "compute": hw.flops_for("fp32") * hw.eff("compute"),
@@ -52,7 +52,7 @@ def resource_capacity(hw: HardwareSpec) -> dict[str, float]:
         # rate), and nothing crosses a PCIe bus: the executor's copies to and from the
         # "device" are no-ops there
         "host": hbm if cpu else hw.host.dram_bw / hw.gpus_per_node * hw.eff("host"),
-        "pcie": math.inf if cpu else hw.pcie_bw * hw.eff("pcie"),
+        "pcie": math.inf if cpu else hw.pcie_bw * hw.eff("pcie") * hw.perf.pcie,
         "intra": hw.intra_bw() * hw.eff("intra"),
         "nic": hw.nic_bw_per_device() * hw.eff("nic"),
     }
@@ -65,21 +65,30 @@ def link_latency_us(hw: HardwareSpec) -> float:
 
 def own_fixed_us(args: Mapping[str, Any], hw: HardwareSpec) -> float:
     """The fixed demands an op carries besides its launch and its collective algorithm:
-    `lat_steps` link latencies, `fixed_hbm_bytes` at the memory rate, `fixed_us` as given."""
+    `lat_steps` link latencies, `fixed_hbm_bytes` at the streaming memory rate (its elementwise
+    passes, sorts), `run_bytes` at one parallel unit's share of it (the longest run of one row in a
+    segment sum, which one unit streams alone: skew's cost), `fixed_us` as given."""
     out = float(args.get("fixed_us", 0.0))
     if args.get("lat_steps"):
         out += float(args["lat_steps"]) * link_latency_us(hw)
     if args.get("fixed_hbm_bytes"):
-        out += float(args["fixed_hbm_bytes"]) / (hw.gpu.hbm_bw * hw.eff("hbm")) * 1e6
+        out += float(args["fixed_hbm_bytes"]) / hw.hbm_rate() * 1e6
+    if args.get("run_bytes"):
+        out += float(args["run_bytes"]) * hw.perf.parallel_units / hw.hbm_rate() * 1e6
     return out
+
+
+def launches(args: Mapping[str, Any]) -> float:
+    """Kernels an op launches: its `launch` (a count; True is one, False none)."""
+    n = args.get("launch", True)
+    return float(n) if not isinstance(n, bool) else (1.0 if n else 0.0)
 
 
 def fixed_us(attrs: Mapping[str, Any], hw: HardwareSpec) -> float:
     """An op's fixed time under the base model (launch + own fixed demands); a calibration's
     per-class fits are applied on top by simulator.compiled.costs."""
     args = attrs.get("args") or {}
-    launch = hw.gpu.launch_us if args.get("launch", True) else 0.0
-    return launch + own_fixed_us(args, hw)
+    return launches(args) * hw.gpu.launch_us + own_fixed_us(args, hw)
 
 
 def op_busy(attrs: Mapping[str, Any], hw: HardwareSpec) -> tuple[float, float, list[float]]:
@@ -92,10 +101,10 @@ def op_busy(attrs: Mapping[str, Any], hw: HardwareSpec) -> tuple[float, float, l
         return fixed_us(attrs, hw) + lat, bw, busy
     cap = resource_capacity(hw)
     k = hw.eff(eff_key)
-    flops_rate = hw.flops_for(attrs.get("dtype", "fp32")) * hw.eff("compute") * k
+    flops_rate = hw.flops_rate(attrs.get("dtype", "fp32"), eff_key) * k
     busy = [
         attrs.get("flops", 0.0) / flops_rate * 1e6,
-        attrs.get("hbm_bytes", 0.0) / (cap["hbm"] * k) * 1e6,
+        attrs.get("hbm_bytes", 0.0) / (hw.hbm_rate(eff_key) * k) * 1e6,
         attrs.get("host_bytes", 0.0) / (cap["host"] * k) * 1e6,
         attrs.get("pcie_bytes", 0.0) / (cap["pcie"] * k) * 1e6,
         0.0,

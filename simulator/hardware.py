@@ -30,6 +30,7 @@ import yaml
 from foundation.fields import MAX_RANKS
 from foundation.files import read_text_file
 from simulator.calibration_spec import Calibration, CalibrationSpecError, from_legacy_efficiency
+from simulator.device_perf import DevicePerf, DevicePerfError, GemmShape
 from simulator.timeline import _atomic_write_text
 
 
@@ -76,6 +77,7 @@ class HardwareSpec:
     efficiency: dict[str, float] = field(default_factory=dict)
     source: dict[str, str] = field(default_factory=dict)  # figure -> public source
     calibration: Calibration | None = None  # measured on this machine (simulator.calibration_spec)
+    perf: DevicePerf = field(default_factory=DevicePerf)  # achieved / peak (simulator.device_perf)
 
     def __post_init__(self) -> None:
         validate_hardware(self)
@@ -93,6 +95,15 @@ class HardwareSpec:
         if not key:
             return 1.0
         return float(self.efficiency.get(key, 1.0))
+
+    def hbm_rate(self, eff_key: str | None = None) -> float:
+        """Device memory bytes per second an op with `eff_key` moves (streaming, or random rows)."""
+        return self.gpu.hbm_bw * self.eff("hbm") * self.perf.hbm_fraction(eff_key)
+
+    def flops_rate(self, dtype: str, eff_key: str | None = None) -> float:
+        """FLOP/s an op of `dtype` with `eff_key` reaches (a GEMM: its shape class's fraction)."""
+        return self.flops_for(dtype) * self.eff("compute") * self.perf.gemm_fraction(
+            dtype, GemmShape.from_eff_key(eff_key))
 
     def nic_bw_per_device(self) -> float:
         """NIC bandwidth one device gets when every device of its node sends at once."""
@@ -121,6 +132,7 @@ class HardwareSpec:
         finally:
             self.calibration = cal
         d.pop("calibration")
+        d["perf"] = self.perf.to_dict()
         if cal is not None:
             d["calibration"] = cal.to_dict()
         return d
@@ -208,6 +220,10 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
         raise HardwareError(str(exc)) from None
     # an old file's string keys (or such a key set by an override) go into the typed calibration
     eff, cal = from_legacy_efficiency(eff, cal)
+    try:
+        perf = DevicePerf.from_dict(d.get("perf"), f"{where}: perf")
+    except DevicePerfError as exc:
+        raise HardwareError(str(exc)) from None
     return HardwareSpec(
         name=str(d["name"]),
         kind=str(d["kind"]),
@@ -224,6 +240,7 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
         efficiency={str(k): _num(v, f"{where}: efficiency.{k}", positive=True) for k, v in eff.items()},
         source={str(k): str(v) for k, v in dict(src).items()},
         calibration=cal,
+        perf=perf,
     )
 
 

@@ -33,6 +33,7 @@ FORMAT_VERSION = 1
 _DEMAND_NAMES = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
 _INT_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "cls")
 _COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "cls", "launch", "fixed_us", "lat_steps", "fixed_hbm_bytes",
+            "run_bytes",
             "flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
 _CODED = ("lane", "dtype", "eff_key", "coll", "cls")
 
@@ -107,10 +108,11 @@ class OpGraph:
                dtype: str = "fp32", collective: Collective | None = None, mem_alloc: float = 0.0,
                mem_free: float = 0.0, deps: Iterable[str] = (), **args: Any) -> str:
         """Add one op; returns its id `f"{rank}:{name}"`. `args` are free annotations; engines read
-        `eff_key` (efficiency factor), `launch` (False: no launch cost), `cls` (the op's class,
+        `eff_key` (efficiency factor), `launch` (kernels it launches: a count; False: none), `cls` (the op's class,
         whose calibrated coefficients the cost model applies), and the demands of its fixed part:
         `lat_steps` (link latencies it pays besides its collective algorithm's), `fixed_hbm_bytes`
-        (memory bytes it moves at the memory rate outside its flow) and `fixed_us` (plain time)."""
+        (memory bytes it moves at the memory rate outside its flow), `run_bytes` (bytes one
+        parallel unit streams alone) and `fixed_us` (plain time)."""
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise OpGraphError(f"op {name!r}: rank {rank!r} outside [0, {self.world_size})")
         if self.symmetric and self._rank_weights and rank not in self._rank_weights:
@@ -170,10 +172,11 @@ class OpGraph:
         args = a["args"] or {}
         ec = codes["eff_key"]
         cols["eff_key"].append(ec.setdefault(args.get("eff_key"), len(ec)))
-        cols["launch"].append(0.0 if args.get("launch", True) is False else 1.0)
+        n = args.get("launch", True)  # kernels the op launches (True: one, False: none)
+        cols["launch"].append(float(n))
         cc = codes["cls"]
         cols["cls"].append(cc.setdefault(args.get("cls"), len(cc)))
-        for k in ("fixed_us", "lat_steps", "fixed_hbm_bytes"):
+        for k in ("fixed_us", "lat_steps", "fixed_hbm_bytes", "run_bytes"):
             cols[k].append(float(args.get(k, 0.0)) if args else 0.0)
         c = a["collective"]
         if c is None:

@@ -13,14 +13,31 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Any
 
-from executor.microbench import run_microbenchmarks
+from executor.microbench import CudaBench, DeviceBench, measure_device, run_microbenchmarks
 from planner.dense import mlp_shapes
 from planner.presets import get_model
-from simulator.calibration import calibrated_spec, fit_samples, summarize
+from simulator.calibration import calibrated_spec, fit_samples, gpu_calibrated_spec, summarize
 from simulator.hardware import HardwareSpec, load_hardware
+
+
+class CalibrationDevice(str, Enum):
+    """Where the microbenchmarks run: the CPU worker processes, or the GPU (`auto`: the GPU
+    when CUDA is there and the base spec is a GPU's)."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
+
+    @classmethod
+    def from_str(cls, text: str) -> CalibrationDevice:
+        try:
+            return cls(str(text).lower())
+        except ValueError:
+            raise ValueError(f"--device {text!r}: expected one of {', '.join(d.value for d in cls)}") from None
 
 
 @dataclass
@@ -31,10 +48,48 @@ class CalibrateConfig:
     base: str = "local-cpu"  # the hardware preset or file the fitted factors go into
     model: str = "dlrm-criteo-kaggle"  # whose MLP shapes are timed
     quick: bool = False  # fewer sizes (tests, the demo)
+    device: CalibrationDevice = CalibrationDevice.AUTO
 
     def check(self) -> None:
         if self.nproc < 1:
             raise ValueError(f"--nproc must be at least 1, got {self.nproc}")
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken torch install: no GPU to calibrate
+        return False
+
+
+def on_gpu(cfg: CalibrateConfig, base: HardwareSpec) -> bool:
+    """Whether this calibration runs on the GPU (see CalibrationDevice)."""
+    if cfg.device == CalibrationDevice.CUDA:
+        if base.kind != "gpu":
+            raise ValueError(f"--device cuda needs a GPU spec as --base (h200, dgx-h100, ...), got {base.name}")
+        if not _cuda_available():
+            raise ValueError("--device cuda: no CUDA device on this machine")
+        return True
+    return cfg.device == CalibrationDevice.AUTO and base.kind == "gpu" and _cuda_available()
+
+
+def calibrate_gpu(base: HardwareSpec, bench: DeviceBench,
+                  log: Callable[[str], None] | None = None) -> tuple[HardwareSpec, dict[str, Any]]:
+    """The GPU's microbenchmarks through `bench` (executor.microbench.DeviceBench) and the spec
+    they give: `base` with its perf section and kernel gap measured (no CPU rate in it)."""
+    t0 = time.perf_counter()
+    if log:
+        log(f"calibrate: GPU microbenchmarks on {bench.name} ...")
+    rates = measure_device(bench)
+    hw = gpu_calibrated_spec(base, rates)
+    hw.name = f"{base.name}-calibrated"
+    hw.source = {**hw.source, "calibration": f"picasso calibrate on {bench.name} ({platform.node() or 'this machine'}), "
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
+    report = {"hardware": hw.name, "device": bench.name, "rates": asdict(rates), "perf": hw.perf.to_dict(),
+              "launch_us": hw.gpu.launch_us, "seconds": round(time.perf_counter() - t0, 2)}
+    return hw, report
 
 
 def calibration_worlds(nproc: int) -> list[int]:
@@ -42,11 +97,16 @@ def calibration_worlds(nproc: int) -> list[int]:
     return sorted(set(worlds))
 
 
-def calibrate(cfg: CalibrateConfig, log: Callable[[str], None] | None = None) -> tuple[HardwareSpec, dict[str, Any]]:
-    """Measure, fit and build the spec. Returns (HardwareSpec, report dict with residuals)."""
+def calibrate(cfg: CalibrateConfig, log: Callable[[str], None] | None = None,
+              bench: DeviceBench | None = None) -> tuple[HardwareSpec, dict[str, Any]]:
+    """Measure, fit and build the spec. Returns (HardwareSpec, report dict with residuals).
+    On a GPU (`cfg.device`, or `bench` given: a DeviceBench to time with) the device's own
+    microbenchmarks make the spec's perf section; else the CPU ranks' fits its efficiency."""
     cfg.check()
     nproc, base = cfg.nproc, cfg.base
     base_hw = load_hardware(base)
+    if bench is not None or on_gpu(cfg, base_hw):
+        return calibrate_gpu(base_hw, bench if bench is not None else CudaBench(), log)
     shapes = mlp_shapes(get_model(cfg.model))
     fits_by_world, samples_by_world, timings = {}, {}, {}
     for n in calibration_worlds(nproc):

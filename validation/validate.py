@@ -44,6 +44,7 @@ from validation.compare import (
 )
 from validation.measure import Measured, ValidateError, merge_passes, run_measured, timed_steps_for
 from validation.refit import refit_on_runs
+from validation.variants import PlanVariants, apply_variants
 
 WORLDS = (1, 2, 4, 8)
 
@@ -70,6 +71,7 @@ class ValidateConfig:
     include_planner: bool = True
     out_dir: str = "picasso-validate"
     save_refined: str | None = None
+    variants: PlanVariants = PlanVariants.NONE  # validation.variants: dtypes, 16-bit tables, host rows
 
     def check(self) -> None:
         """Refuse (ValueError, one line naming the flag) values the sweep cannot run with."""
@@ -113,6 +115,7 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
     batches = tuple(int(b) for b in cfg.batch_sizes)
     cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=cfg.plans, worlds=worlds,
                         batches=batches, include_planner=cfg.include_planner, fit_count=cfg.fit_plans)
+    cases = apply_variants(cases, cfg.variants)
     results, runs, failed = [], [], []
     t_start = time.perf_counter()
     passes = cfg.repeats

@@ -13,6 +13,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--base", default="local-cpu", help="hardware preset or file to start from")
     p.add_argument("--model", default="dlrm-criteo-kaggle", help="model preset whose MLP shapes are timed")
     p.add_argument("--quick", action="store_true", help="fewer sizes (for tests)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where the microbenchmarks run (auto: the GPU when CUDA is there and --base is a GPU spec)")
     p.set_defaults(func=run)
 
 
@@ -24,12 +26,13 @@ def run(args: argparse.Namespace) -> int:
 
     from foundation.files import check_output_path
     from simulator.report import write_report
-    from validation.calibrate import CalibrateConfig, calibrate
+    from validation.calibrate import CalibrateConfig, CalibrationDevice, calibrate
 
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     check_output_path(args.output)  # before minutes of microbenchmarks, not after
-    cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick)
+    cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick,
+                          device=CalibrationDevice.from_str(args.device))
     out = Path(args.output)
     t0 = time.perf_counter()
     hw, report = calibrate(cfg, None if args.json else (lambda m: print(m, file=sys.stderr)))
@@ -42,6 +45,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**slim, "output": str(out), "fit_file": str(fit_path)}, indent=1))
         return 0
     print(f"wrote {out} (fit details in {fit_path}) in {report['seconds_total']:.1f} s")
+    if "perf" in report:  # measured on the GPU
+        perf = report["perf"]
+        for dt, per in perf.get("gemm", {}).items():
+            print(f"gemm {dt:5s} " + "  ".join(f"{s} {v:.3f}" for s, v in per.items()) + "  (achieved / peak)")
+        print(f"hbm stream {perf['hbm_stream']:.3f}  random {perf['hbm_random']:.3f}  pcie {perf['pcie']:.3f}  "
+              f"launch_us {report['launch_us']:.2f}  step_host_us {perf['step_host_us']:.1f}")
+        return 0
     print(f"{'world':>5} {'kind':<12} {'fixed us':>9} {'rate':>12} {'unit':<7} {'rel rms':>8} {'rel max':>8}")
     for n, fits in report["fits"].items():
         for k, f in fits.items():

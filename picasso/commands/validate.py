@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="passes over the sweep: each plan runs once per pass, its iteration is the passes' mean")
     p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take")
     p.add_argument("--no-planner", action="store_true", help="leave the planner's own plan out of the sweep")
+    p.add_argument("--variants", default="none", choices=("none", "gpu"),
+                   help="gpu: cycle the plans through fp32/tf32/bf16 dense layers, 16-bit tables and host rows")
     p.add_argument("-o", "--out-dir", default="picasso-validate", help="folder for plans, traces and results")
     p.add_argument("--html", help="write an HTML report here")
     p.add_argument("--save-refined", help="with --fit-plans: write the refined hardware spec here")
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.report import write_page, write_report
     from validation.report import validation_sections
     from validation.validate import ValidateConfig, json_default, run_validate
+    from validation.variants import PlanVariants
 
     if args.replay:
         return replay(args)
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         plans=args.plans, fit_plans=args.fit_plans, nproc_max=args.nproc_max, batch_sizes=batches, steps=args.steps,
         timed_seconds=args.timed_seconds, max_steps=args.max_steps, warmup=args.warmup, repeats=args.repeats,
         run_timeout=args.run_timeout, include_planner=not args.no_planner, out_dir=args.out_dir,
-        save_refined=args.save_refined)
+        save_refined=args.save_refined, variants=PlanVariants.from_str(args.variants))
     cfg.check()  # flags, then outputs, before any run
     from foundation.files import check_output_path
 
