@@ -6,7 +6,7 @@
 # $OUT (default ./gpu-out), long logs to $LOGS.
 #
 #   bash bench/gpu_session.sh [stage ...]     stages: info test executor profile verify calibrate validate
-#                                             (default: info test executor profile verify)
+#                                             (default: all of them)
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy plotly
@@ -25,7 +25,7 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
 fi
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 PY=python3
-stages=${*:-info test executor profile verify}
+stages=${*:-info test executor profile verify calibrate validate}
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -78,15 +78,16 @@ PY
     ;;
   calibrate)
     stamp calibrate
-    timeout ${CALIBRATE_S:-90} $PY -m picasso calibrate --nproc 1 --base ${HW:-h200} -o "$OUT/hw_calibrated.json" 2>&1 | tail -5
+    timeout ${CALIBRATE_S:-120} $PY -m picasso calibrate --device cuda --base ${HW:-h200} -o "$OUT/hw_gpu.json" 2>&1 | tail -5
     ;;
   validate)
     stamp validate
     d=$(mktemp -d)
-    $PY -m picasso synth --preset criteo-kaggle --rows 100000 -o "$d/data.tsv" --seed 0 >/dev/null
-    timeout ${VALIDATE_S:-300} $PY -m picasso validate --data "$d/data.tsv" --format criteo --hardware "$OUT/hw_calibrated.json" \
-      --row-cap 1000000 --plans ${VALIDATE_PLANS:-16} --fit-plans ${VALIDATE_FIT:-4} --nproc-max 1 --batch-sizes 1024,4096,16384,65536 \
-      --steps 5 --warmup 2 -o "$d/val" --results "$OUT/validate_gpu.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed|MAPE"
+    $PY -m picasso synth --preset criteo-kaggle --rows 300000 -o "$d/data.tsv" --seed 0 >/dev/null
+    timeout ${VALIDATE_S:-300} $PY -m picasso validate --data "$d/data.tsv" --format criteo --hardware "$OUT/hw_gpu.json" \
+      --nproc-max 1 --batch-sizes 1024,4096,16384,65536 --plans ${VALIDATE_PLANS:-20} --fit-plans ${VALIDATE_FIT:-6} \
+      --variants gpu --steps 5 --max-steps 10 --timed-seconds 0.3 --warmup 2 --repeats 1 --run-timeout 45 \
+      -o "$d/val" --results "$OUT/validate_gpu.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed|MAPE|Spearman"
     echo "validate rc=${PIPESTATUS[0]}"; tail -4 "$LOGS/validate.err"
     ;;
   esac

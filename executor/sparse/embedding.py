@@ -327,6 +327,8 @@ class ShardedPack:
         """Place the cold rows among the unique rows: `cold`, the local rows already read
         (`local_rows`), for a lookup without exchange; else the returned rows, waited for."""
         L = self.layout
+        if self.fuses_update and cold is None:  # `pool` reads the rows by ID: no unique rows' buffer
+            return self.weight
         u = lk.unique_emb
         if self.local_only and cold is None:
             cold = self.copy_rows(self.host_gather_local(lk)) if self.host else self.read_local(self.local_rows(lk))
@@ -352,10 +354,12 @@ class ShardedPack:
         return u
 
     def pool(self, lk: Lookup, u: torch.Tensor) -> torch.Tensor:
-        u = u.float()  # 16-bit rows are pooled (accumulated) in fp32
+        ids = lk.indices if u is self.weight else lk.inverse  # the table itself (assemble): read by ID
         if self.layout.mode == "none":
-            return u.index_select(0, lk.inverse)
-        return syncfree.bag_forward(u, lk.inverse, lk.offsets, self.layout.mode)
+            return u.index_select(0, ids).float()
+        if u is not self.weight:
+            u = u.float()  # 16-bit rows are pooled (accumulated) in fp32
+        return syncfree.bag_forward(u, ids, lk.offsets, self.layout.mode)
 
     # ---- backward -----------------------------------------------------------------
     @property
