@@ -173,3 +173,19 @@ def test_two_ranks_through_triton_match_reference(monkeypatch):
         cases.append((plan.to_dict(), hot, i, 2))
     for res in run_ranks(equivalence_worker, 2, cases)[0]:
         assert res["max_rel_diff"] < 1e-5 and res["reference_moved"] > 1e-3, res
+
+
+@pytest.mark.parametrize("bad", ["negative", "short", "past_end"])
+def test_bad_bags_are_refused_where_the_batch_is_built(bad):
+    """The kernels trust offsets; a batch with broken ones is one DataError naming the table."""
+    from executor.data.batches import DataError, RawBatch, to_batch
+
+    model = ModelSpec("m", "dlrm", 1, (TableSpec("C1", 10, 4),), bottom_mlp=(4,), top_mlp=(1,))
+    offsets = {"negative": [0, 2, 1, 3], "short": [0, 1, 3], "past_end": [0, 1, 2, 5]}[bad]
+    raw = RawBatch(np.zeros(3, np.float32), np.zeros((3, 1), np.float32),
+                   {"C1": (np.array([1, 2, -7]), np.array(offsets))})
+    with pytest.raises(DataError, match="table C1: bag offsets"):
+        to_batch(raw, model, {"C1": "C1"})
+    ok = to_batch(RawBatch(raw.labels, raw.dense, {"C1": (np.array([1, 2, -7]), np.array([0, 1, 1, 3]))}),
+                  model, {"C1": "C1"})
+    assert ok.sparse["C1"][0].tolist() == [1, 2, 3]  # IDs land in the table (-7 mod 10)
