@@ -87,6 +87,14 @@ def test_fused_update_matches_torch(optimizer, hot_share):
     tbe.sparse_update(w2, s2, rows, grads, optimizer, 0.05, 1e-4)
     torch.testing.assert_close(s2, s1, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(w2, w1, rtol=1e-5, atol=1e-5)
+    # the gradients read in place through an index (the pooled exchange's owner side)
+    w3, s3 = w0.clone(), s0.clone()
+    shared = torch.from_numpy(rng.integers(0, 50, len(rows))).to(DEV)
+    w4, s4 = w0.clone(), s0.clone()
+    with syncfree.triton_on():
+        syncfree.sparse_update_indexed(w3, s3, rows, grads[:50], shared, optimizer, 0.05, 1e-4)
+    syncfree.sparse_update_fixed(w4, s4, rows, grads[:50][shared], optimizer, 0.05, 1e-4)
+    torch.testing.assert_close(w3, w4, rtol=1e-5, atol=1e-5)
     untouched = torch.ones(700, dtype=torch.bool, device=DEV)
     untouched[rows] = False
     assert torch.equal(w2[untouched], w0[untouched]) and torch.equal(s2[untouched], s0[untouched])

@@ -302,14 +302,16 @@ def add_rows(dst: torch.Tensor, idx: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
-                  optimizer: str, lr: float, eps: float) -> None:
+                  optimizer: str, lr: float, eps: float, grad_index: torch.Tensor | None = None) -> None:
     """weight[rows] updated in place by the summed gradients of duplicate rows, the optimizer
-    applied in the same pass as the sums (fp32 tables)."""
+    applied in the same pass as the sums (fp32 tables). With `grad_index`, row i's gradient is
+    grads[grad_index[i]] (read in place: a pooled bag's gradient shared by its lookups)."""
     op = _check_update(weight, state, optimizer)
     if rows.numel() == 0:
         return
     perm, seg, uniq = sorted_runs(rows)
-    _segment_pass(grads, perm, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps)
+    src_row = perm if grad_index is None else grad_index[perm]
+    _segment_pass(grads, src_row, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps)
 
 
 def self_check(device: torch.device) -> None:
