@@ -5,7 +5,7 @@
 # fp16 tables, and the simulator's calibration and validation on CUDA. JSON results go to
 # $OUT (default ./gpu-out), long logs to $LOGS.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info test executor profile verify calibrate validate
+#   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor profile verify calibrate validate
 #                                             (default: all of them)
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
@@ -25,7 +25,7 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
 fi
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 PY=python3
-stages=${*:-info test executor profile verify calibrate validate}
+stages=${*:-info test embedding executor profile verify calibrate validate}
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -40,6 +40,12 @@ for s in $stages; do
     stamp test
     timeout ${TEST_S:-150} $PY -m pytest -q -p no:cacheprovider -m "not dist" tests/test_kernels_triton.py \
       tests/test_executor_precision.py ${GPU_TESTS:-} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$LOGS/gpu_tests.log" | tail -15
+    ;;
+  embedding)  # the pack's embedding kernels alone, Triton against torch, and the byte floor
+    stamp embedding
+    for dim in 16 128; do
+      timeout 60 $PY bench/bench_embedding_gpu.py --dim $dim -o "$OUT/embedding_gpu_d$dim.json" 2>&1 | tail -16
+    done
     ;;
   executor)
     stamp executor
