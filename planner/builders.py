@@ -6,7 +6,7 @@ Baselines, scored by the same lowering and simulator as the planner's own plans:
 - `torchrec-like`: cost-balanced placement as TorchRec's planner does it: tables too big
   or too busy for one rank are row-wise over all ranks (one fused pack per attribute
   group), the others are placed table-wise by greedy cost balancing, one pack per rank
-  and group; scored as one fused exchange per group (`Plan.exchange == "fused"`), as
+  and group; scored as one fused exchange per group (`Provenance.scoring` fused_table_wise), as
   TorchRec runs it; no hot replication, no interleaving.
 - `dp-hot-only`: every table replicated (pure data parallelism, the "all hot" extreme of
   P2RES): no all-to-all at all, a full-table gradient all-reduce; only where it fits.
@@ -34,6 +34,7 @@ from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec, attribute_groups
+from planner.modes import Scoring
 from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
 from planner.volumes import STATE_BYTES, table_cost
@@ -91,7 +92,7 @@ def torchrec_like_plan(
     plan = _baseline(model, world, batch, packs, hw_name, "torchrec-like")
     # TorchRec runs all table-wise tables of a group in one all-to-all; explain() scores it
     # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
-    plan.exchange = "fused"
+    plan.provenance.scoring = Scoring.FUSED_TABLE_WISE
     plan.input_pipeline = world > 1  # TorchRec trains with TrainPipelineSparseDist: IDs a batch ahead
     plan.grad_bucket_mb = DDP_BUCKET_CAP_MB if world > 1 else 0.0  # and its dense part with DDP's buckets
     return plan

@@ -24,6 +24,7 @@ import numpy as np
 
 from planner import op_names as on
 from planner.access import TableAccess
+from planner.modes import PackExchange, Placement
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
@@ -56,7 +57,7 @@ def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) 
     rows = pv.recv_ids
     owners = np.nonzero(rows > 0)[0]
     produced = pv.world * out_b  # an owner's partial sums for every rank
-    if pv.placement == "host":  # host gather of the rows, then their copy over PCIe and the pooling
+    if pv.placement == Placement.HOST:  # host gather of the rows, then their copy over PCIe and the pooling
         ops.append(compute(n("cold_gather"), [n("a2a_ids")], host=rows * (pv.slice_bytes * 2 + ID_BYTES),
                             ranks=owners, stage=4))
         ops.append(Op(on.op_name("fwd", pv.name, "cold_h2d", mb), "copy", "copy",
@@ -116,7 +117,7 @@ def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableA
     for ex in ("rows", "pooled"):
         pv = pack_volumes(plan, replace(pack, exchange=ex), access, samples, hw.gpus_per_node)
         rows = float(np.max(pv.recv_ids))
-        read_us = rows * pv.slice_bytes * (pcie_us if pv.placement == "host" else 2 * hbm_us)
+        read_us = rows * pv.slice_bytes * (pcie_us if pv.placement == Placement.HOST else 2 * hbm_us)
         if ex == "pooled":
             coll = a2a(pv.pooled_ids_bytes) + 2 * a2a(pv.pooled_out_bytes)
             owner = (pv.world * pv.samples * pv.pooled_width * 4 + rows * pv.grad_row_bytes * 3) * hbm_us
@@ -143,7 +144,7 @@ def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples
     for pack in plan.packs:
         if member(plan, pack):  # in the plan's fused pooled exchange (planner.pooled_twrw): stays
             continue
-        pack.exchange = "rows"
+        pack.exchange = PackExchange.ROWS
         if poolable(plan, pack):
             key = (tuple(pack.tables), pack.sharding, tuple(pack.ranks or ()), pack.placement, pack.hot_sync,
                    tuple(plan.hot_rows.get(t, 0) for t in pack.tables), plan.micro_batches, samples)
@@ -151,5 +152,5 @@ def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples
             if c is None:
                 c = memo[key] = exchange_costs(plan, pack, hw, access, samples, line)
             costs[pack.name] = {k: round(v, 1) for k, v in c.items()}
-            pack.exchange = "pooled" if c["pooled"] < c["rows"] else "rows"
+            pack.exchange = PackExchange.POOLED if c["pooled"] < c["rows"] else PackExchange.ROWS
     return costs

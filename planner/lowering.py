@@ -64,6 +64,7 @@ from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.grad_buckets import early_buckets, grad_buckets
 from planner.memory import MemoryReport, memory_report
+from planner.modes import PlanExchange, Scoring
 from planner.plan import PackPlan, Plan, fused_runs, table_optimizer
 from planner.pooled_twrw import bwd as group_bwd
 from planner.pooled_twrw import fuse as fuse_pooled
@@ -140,7 +141,7 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
     tr = torchrec_exchange(plan)
     packs = [pack_volumes(plan, p, access, samples, hw.gpus_per_node, dedup=not tr) for p in plan.packs]
     if fuse_table_wise or tr:
-        packs = _fuse_runs(packs, fused_runs(plan, "torchrec" if tr else "fused"))
+        packs = _fuse_runs(packs, fused_runs(plan, PlanExchange.TORCHREC if tr else Scoring.FUSED_TABLE_WISE))
     packs = fuse_pooled(plan, packs)  # Plan.exchange "fused_pooled": planner.pooled_twrw
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
@@ -148,7 +149,7 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
 
 def torchrec_exchange(plan: Plan) -> bool:
     """Whether `plan` is scored as TorchRec runs it (see the module docstring)."""
-    return plan.exchange == "torchrec"
+    return plan.exchange == PlanExchange.TORCHREC
 
 
 def _fuse_runs(packs: list[PackVolumes], runs: list[list[PackPlan]]) -> list[PackVolumes]:

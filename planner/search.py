@@ -55,6 +55,7 @@ from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.grad_buckets import DDP_BUCKET_CAP_MB, early_buckets
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
+from planner.modes import HotSync, PackExchange, Placement, PlanExchange
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer, wire_id_bytes
 from planner.sharding import Sharding
 from planner.volumes import STATE_BYTES, table_cost
@@ -235,7 +236,7 @@ def size_for_sparse_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], sc
     from planner.lowering import sparse_sync_row_us
     from planner.volumes import pack_volumes
 
-    sparse = [p for p in plan.packs if p.hot_sync == "sparse"]
+    sparse = [p for p in plan.packs if p.hot_sync == HotSync.SPARSE]
     if not sparse:
         return
     k, batch = plan.micro_batches, plan.batch_size_per_rank
@@ -247,7 +248,7 @@ def size_for_sparse_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], sc
                           dict.fromkeys(pack.tables, row_us))
         sizes.update(sized)
         if not sized:
-            pack.hot_sync = "dense"
+            pack.hot_sync = HotSync.DENSE
     plan.hot_rows = within_budget(plan.model, sizes, budget)
 
 
@@ -392,12 +393,12 @@ class Candidates:
         if free <= 0:
             for p in sorted((p for p in plan.packs if p.sharding != Sharding.REPLICATED),
                             key=lambda p: (-plan.pack_rows(p) * model.table(p.tables[0]).bytes_per_row, p.name)):
-                p.placement = "host"
+                p.placement = Placement.HOST
                 free = _free_hbm(plan, hw, access)
                 if free > 0:
                     break
         cold = [t for p in plan.packs if p.sharding != Sharding.REPLICATED for t in p.tables]
-        c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == "hbm" else 1e6 / hw.pcie_bw)
+        c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == Placement.HBM else 1e6 / hw.pcie_bw)
                     for p in plan.packs for t in p.tables}
         budget = HOT_MEMORY_SHARE * free
         plan.hot_rows = hot_sizes(model, cold, access, batch, k, self.c_a2a, self.c_ar, scale, budget, c_gather)
@@ -526,7 +527,7 @@ def exchange_stage(c: Candidates) -> None:
     for i, pack in enumerate(list(c.best.plan.packs)):
         if c.over_budget() or not poolable(c.best.plan, pack):
             continue
-        flip = "rows" if pack.exchange == "pooled" else "pooled"
+        flip = PackExchange.ROWS if pack.exchange == PackExchange.POOLED else PackExchange.POOLED
         packs = [replace(p) for p in c.best.plan.packs]
         packs[i].exchange = flip
         c.consider(f"{c.best.label} {pack.name}:{flip}", replace(c.best.plan, packs=packs))
@@ -690,12 +691,12 @@ def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
     all-reduce, as TorchRec's data-parallel tables), else their hot sets as sized."""
     from planner.pooled_twrw import SMALL_PACK
 
-    plan.exchange = "fused_pooled"
+    plan.exchange = PlanExchange.FUSED_POOLED
     for p in plan.packs:
         if p.sharding == Sharding.TABLE_ROW_WISE:
-            p.exchange = "pooled"
+            p.exchange = PackExchange.POOLED
         elif data_parallel and p.name.endswith(SMALL_PACK):  # the layout's replicated tables
-            p.exchange, p.hot_sync = "rows", "dense"
+            p.exchange, p.hot_sync = PackExchange.ROWS, HotSync.DENSE
             plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
     return plan
 

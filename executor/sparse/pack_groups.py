@@ -12,6 +12,7 @@ from executor.comm import wire_id_dtype
 from executor.sparse.pooled import make_pack
 from executor.sparse.pooled_flat import FlatFuser
 from executor.sparse.pooled_twrw import FusedPooledPack, Fuser
+from planner.modes import PackExchange, PlanExchange
 from planner.plan import PackPlan, Plan, fused_runs
 from planner.pooled_twrw import groups
 
@@ -48,7 +49,7 @@ def flat_runs(plan: Plan) -> list[list[PackPlan]]:
     """The runs of planner.plan.fused_runs the executor fuses (executor.sparse.pooled_flat): those of
     TorchRec's own plans, of two packs or more, every member pooled at its owners. A run of
     the rows exchange (sequence tables) runs pack by pack; so do the torchrec-like baseline's
-    runs (Plan.exchange "fused"), which explain scores both ways."""
-    if plan.exchange != "torchrec" or plan.world_size == 1:
+    runs (Provenance.scoring fused_table_wise), which explain scores both ways."""
+    if plan.exchange != PlanExchange.TORCHREC or plan.world_size == 1:
         return []
-    return [run for run in fused_runs(plan) if len(run) > 1 and all(p.exchange == "pooled" for p in run)]
+    return [run for run in fused_runs(plan) if len(run) > 1 and all(p.exchange == PackExchange.POOLED for p in run)]
