@@ -38,6 +38,7 @@ from planner.modes import Scoring
 from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
 from planner.volumes import STATE_BYTES, table_cost
+from simulator.hardware import HardwareSpec
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
 # TorchRec's own planner (planner.torchrec_bridge): needs the optional TorchRec install
@@ -62,7 +63,7 @@ def naive_plan(model: ModelSpec, world: int, batch: int, hw_name: str | None = N
 
 
 def torchrec_like_plan(
-    model: ModelSpec, world: int, batch: int, hw: Any | None = None,
+    model: ModelSpec, world: int, batch: int, hw: HardwareSpec | None = None,
     access: dict[str, TableAccess] | None = None, hw_name: str | None = None,
 ) -> Plan:
     """Cost-balanced table-wise / row-wise placement with fused per-group lookups, no hot rows."""
@@ -105,7 +106,7 @@ def dp_hot_only_plan(model: ModelSpec, world: int, batch: int, hw_name: str | No
 
 
 def baseline_plan(
-    name: str, model: ModelSpec, world: int, batch: int, hw: Any | None = None,
+    name: str, model: ModelSpec, world: int, batch: int, hw: HardwareSpec | None = None,
     access: dict[str, TableAccess] | None = None,
 ) -> Plan:
     """A baseline by name (see BASELINES)."""
@@ -170,18 +171,18 @@ def _make(model: Any, world: int, batch: int, packs: list[Any], *, hot: tuple[di
 PLANNER_BUDGET_S = 5.0  # the search is deterministic; a short budget keeps the sweep quick
 
 # A recipe builds one plan: (model, world, batch, access, hw) -> (Plan, hot ids, knobs).
-Recipe = Callable[[Any, int, int, dict, Any], tuple[Any, dict, dict]]
+Recipe = Callable[[ModelSpec, int, int, dict, HardwareSpec], tuple[Plan, dict, dict]]
 
 
 def r_baseline(name: str) -> Recipe:
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         plan = baseline_plan(name, model, world, batch, hw=hw, access=access)
         return plan, {}, {"baseline": name}
     return build
 
 
 def r_packed(sharding: str, hot: float = 0.0, mb: int = 1, ki: bool = False, packing: bool = True) -> Recipe:
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         groups = _groups(model, packing)
         packs = []
         for i, g in enumerate(groups):
@@ -199,7 +200,7 @@ def r_packed(sharding: str, hot: float = 0.0, mb: int = 1, ki: bool = False, pac
 
 def r_mixed(hot: float = 0.0, mb: int = 1, ki: bool = False) -> Recipe:
     """Large tables row-wise in one pack, small tables replicated in another (P2RES two-fold)."""
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         rows = sorted(t.num_rows for t in model.tables)
         cut = rows[len(rows) // 2]
         big = [t.name for t in model.tables if t.num_rows > cut]
@@ -215,7 +216,7 @@ def r_mixed(hot: float = 0.0, mb: int = 1, ki: bool = False) -> Recipe:
 
 
 def r_planner() -> Recipe:
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         from planner.search import search  # the planner's own choice; required, fails loudly
 
         res = search(model, hw, access=access, batch_size_per_rank=batch, time_budget_s=PLANNER_BUDGET_S)

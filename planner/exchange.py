@@ -18,7 +18,7 @@ of a pooled pack (op names: planner.op_names.POOLED_OPS).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from planner.modes import PackExchange, Placement
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+
 
 
 def poolable(plan: Plan, pack: PackPlan) -> bool:
@@ -88,7 +92,7 @@ def pooled_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[
 # ---- the choice -------------------------------------------------------------------------------
 
 
-def a2a_line(hw: Any, world: int) -> tuple[float, float]:
+def a2a_line(hw: HardwareSpec, world: int) -> tuple[float, float]:
     """(latency us, us per byte) of an all-to-all over every rank (the simulator's cost is
     linear in the buffer: two evaluations give it, so a search need not ask per pack)."""
     from simulator.cost import collective_cost
@@ -99,7 +103,7 @@ def a2a_line(hw: Any, world: int) -> tuple[float, float]:
     return lat, bw / 64e6
 
 
-def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableAccess],
+def exchange_costs(plan: Plan, pack: PackPlan, hw: HardwareSpec, access: dict[str, TableAccess],
                    samples: float, line: tuple[float, float] | None = None) -> dict[str, float]:
     """Predicted microseconds per iteration of the pack's cold exchange each way: its
     all-to-alls (IDs, rows or pooled vectors, gradients; the largest buffer of any rank, as
@@ -130,7 +134,7 @@ def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableA
     return out
 
 
-def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float,
+def choose_exchange(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], samples: float,
                     memo: dict | None = None) -> dict[str, dict[str, float]]:
     """Set each pack's exchange to the cheaper by `exchange_costs` (rows where pooled cannot run);
     returns the costs per poolable pack (--explain recomputes them from the plan). `memo` (one

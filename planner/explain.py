@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner import op_names as on
 from planner.access import TableAccess, table_access
@@ -34,6 +34,11 @@ from planner.search import (
 )
 from planner.sharding import Sharding
 from traces.coverage import presence, presence_threshold
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+    from traces.profile import AccessProfile
+
 
 # How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
 # gradients from every rank; hot rows of a sharded pack ride in the dense all-reduce).
@@ -85,7 +90,7 @@ class Explanation:
     # the iteration with every embedding op free: no plan of this model on this hardware
     # can beat it (planner.bounds)
     embedding_free_us: float | None = None
-    hw: Any = None
+    hw: HardwareSpec | None = None
     access: dict[str, TableAccess] | None = None
     sources: dict[str, str] | None = None  # per table: where its access statistics come from
 
@@ -400,8 +405,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def explain(
     plan: Plan,
-    hw: Any,
-    profile: Any | None = None,
+    hw: HardwareSpec,
+    profile: AccessProfile | None = None,
     access: dict[str, TableAccess] | None = None,
     baselines: tuple[str, ...] = BASELINES,
     engine: str = "simpy",

@@ -54,7 +54,7 @@ slowest, so per-op maxima are what an iteration pays).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,6 +76,11 @@ from planner.program_ops import compute as _compute
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
 from simulator.measured import BUCKET_LANE, INPUT_COPY_LANE, INPUT_LANE, SYNC_LANE
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+    from traces.profile import AccessProfile
+
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 @dataclass
@@ -99,8 +104,8 @@ class Lowered:
 
 def lower(
     plan: Plan,
-    hw: Any,
-    profile: Any | None = None,
+    hw: HardwareSpec,
+    profile: AccessProfile | None = None,
     access: dict[str, TableAccess] | None = None,
     symmetric: bool | None = None,
     check_memory: bool = True,
@@ -134,7 +139,7 @@ def lower(
     return Lowered(plan, graph, ops, packs, memory, dense, symmetric, ddt, [note] if note else [])
 
 
-def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
+def analyze(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess],
             fuse_table_wise: bool = False) -> tuple[list[PackVolumes], MemoryReport, DenseCost]:
     """Per-pack volumes for one micro-batch, peak memory per rank, dense costs."""
     samples = plan.batch_size_per_rank / plan.micro_batches
@@ -428,7 +433,7 @@ def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
     return (pack, stage)
 
 
-def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Any) -> list[Op]:
+def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: HardwareSpec) -> list[Op]:
     """The ops of one iteration in issue order, with their dependencies (per rank)."""
     tr = torchrec_exchange(plan)
     # the counts exchange before each ID exchange: one more link latency (none alone), a demand
@@ -665,7 +670,7 @@ def pipeline_input_dist(ops: list[Op], launch_mb: int) -> None:
 # ---- OpGraph emission ----------------------------------------------------------------------
 
 
-def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
+def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> dict[str, float]:
     """Predicted microseconds per iteration of each way to synchronise a pack's hot-row
     gradients, as build_program lowers them: "dense" adds the hot set's gradient to the dense
     all-reduce (its bandwidth term; the latency is paid by the dense gradients anyway), zeroes
@@ -691,7 +696,7 @@ def _sparse_passes(plan: Plan, pv: PackVolumes) -> int:
     return {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
 
 
-def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: Any) -> float:
+def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> float:
     """Predicted microseconds one hot row touched by one rank in a step adds to a sparse hot
     sync: its gradient and ID in the all-gather (bandwidth term, linear in the bytes) and its
     apply on every rank. The planner sizes a sparsely synchronised hot set with it."""
@@ -709,7 +714,7 @@ def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: Any) -> float:
     return float(ag_bw / n + apply * hbm_us)
 
 
-def choose_hot_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float) -> None:
+def choose_hot_sync(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], samples: float) -> None:
     """Set each pack's hot_sync to the cheaper of the two by `hot_sync_costs`."""
     for pack in plan.packs:
         pack.hot_sync = "dense"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
@@ -34,6 +34,10 @@ from planner.model_spec import ModelSpec
 from planner.modes import PackExchange, Placement, PlanExchange
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+
 
 INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see README, "
                 "'TorchRec baseline')")
@@ -65,7 +69,7 @@ def require_torchrec() -> None:
 # ---- TorchRec's planner ----------------------------------------------------------------------
 
 
-def run_torchrec_planner(model: ModelSpec, hw: Any, batch: int,
+def run_torchrec_planner(model: ModelSpec, hw: HardwareSpec, batch: int,
                          access: dict[str, TableAccess] | None = None) -> tuple[dict[str, dict], float]:
     """TorchRec's EmbeddingShardingPlanner on `model` (device meta): (neutral plan, seconds)."""
     require_torchrec()
@@ -149,7 +153,7 @@ def describe_sharding_plan(sharding_plan: Any) -> dict[str, dict]:
     return out
 
 
-def torchrec_plan(model: ModelSpec, hw: Any, batch: int, access: dict[str, TableAccess] | None = None) -> Plan:
+def torchrec_plan(model: ModelSpec, hw: HardwareSpec, batch: int, access: dict[str, TableAccess] | None = None) -> Plan:
     """TorchRec's plan for `model` on `hw` as a picasso Plan (see the module docstring)."""
     neutral, seconds = run_torchrec_planner(model, hw, batch, access)
     plan = plan_from_torchrec(model, hw.world_size, batch, neutral, getattr(hw, "name", None))
