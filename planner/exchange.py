@@ -24,7 +24,7 @@ import numpy as np
 
 from planner import op_names as on
 from planner.access import TableAccess
-from planner.modes import PackExchange, Placement
+from planner.modes import Exchange, Placement
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
@@ -148,7 +148,7 @@ def choose_exchange(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess]
     for pack in plan.packs:
         if member(plan, pack):  # in the plan's fused pooled exchange (planner.pooled_twrw): stays
             continue
-        pack.exchange = PackExchange.ROWS
+        pack.exchange = Exchange.ROWS
         if poolable(plan, pack):
             key = (tuple(pack.tables), pack.sharding, tuple(pack.ranks or ()), pack.placement, pack.hot_sync,
                    tuple(plan.hot_rows.get(t, 0) for t in pack.tables), plan.micro_batches, samples)
@@ -156,5 +156,5 @@ def choose_exchange(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess]
             if c is None:
                 c = memo[key] = exchange_costs(plan, pack, hw, access, samples, line)
             costs[pack.name] = {k: round(v, 1) for k, v in c.items()}
-            pack.exchange = PackExchange.POOLED if c["pooled"] < c["rows"] else PackExchange.ROWS
+            pack.exchange = Exchange.POOLED if c["pooled"] < c["rows"] else Exchange.ROWS
     return costs

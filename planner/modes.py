@@ -5,7 +5,7 @@ names and old files load unchanged. `from_str` is the one reader of a mode from 
 files, flags): a value outside the enum gets one line naming the valid ones.
 
 Two questions are kept apart: what the executor runs (PlanExchange, and per pack
-PackExchange, Placement, HotSync) and how the planner scores a baseline that is not run as
+Exchange, Placement, HotSync) and how the planner scores a baseline that is not run as
 scored (Scoring, in Provenance: TorchRec fuses what the torchrec-like baseline runs pack by pack).
 """
 
@@ -39,7 +39,7 @@ class Mode(str, Enum):
         raise PlanError(f"{what or cls.__name__}: {value!r} is not one of {', '.join(cls.values())}")
 
 
-class PackExchange(Mode):
+class Exchange(Mode):
     """What crosses ranks for a pack's cold lookups (planner.exchange): "rows", the owners return
     the deduplicated rows and the requester pools; "pooled", the owners pool their part of every
     bag and return one vector per sample and table."""

@@ -35,7 +35,7 @@ from foundation.fields import FieldError
 from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
-from planner.modes import LEGACY_FUSED, HotSync, PackExchange, Placement, PlanExchange, Scoring
+from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
 from planner.sharding import POOLED_SHARDINGS, SHARDINGS, Sharding
 
 PLAN_VERSION = 1
@@ -60,16 +60,16 @@ class PackPlan:
     # how the hot rows' gradients are synchronised (HotSync); the planner picks the cheaper by
     # its cost model (planner.lowering.hot_sync_costs)
     hot_sync: HotSync = HotSync.DENSE
-    # what crosses ranks for the cold lookups (PackExchange; pooled: partial sums, added to the
+    # what crosses ranks for the cold lookups (Exchange; pooled: partial sums, added to the
     # locally pooled hot part). Planner: the cheaper by planner.exchange.exchange_costs
-    exchange: PackExchange = PackExchange.ROWS
+    exchange: Exchange = Exchange.ROWS
 
     def __post_init__(self) -> None:
         # plain names are taken; an unknown one is kept for validate to name
         self.sharding = _mode(Sharding, self.sharding)
         self.placement = _mode(Placement, self.placement)
         self.hot_sync = _mode(HotSync, self.hot_sync)
-        self.exchange = _mode(PackExchange, self.exchange)
+        self.exchange = _mode(Exchange, self.exchange)
 
 
 def _mode(kind: type, value: Any) -> Any:
@@ -133,7 +133,7 @@ def fused_runs(plan: Plan, rule: PlanExchange | Scoring | None = None) -> list[l
 def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
     """Whether a pack joins its plan's fused pooled exchange (PlanExchange.FUSED_POOLED,
     planner.pooled_twrw): a table-row-wise pack whose owners pool."""
-    return (plan.exchange == PlanExchange.FUSED_POOLED and pack.exchange == PackExchange.POOLED
+    return (plan.exchange == PlanExchange.FUSED_POOLED and pack.exchange == Exchange.POOLED
             and pack.sharding == Sharding.TABLE_ROW_WISE)
 
 
@@ -240,7 +240,7 @@ class Plan:
         all-to-alls, lowering has none) and its rows are synchronised with the hot rows."""
         # column-wise is left out: its owners hold slices, and a hot row is read whole
         return (pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE)
-                and pack.exchange == PackExchange.ROWS
+                and pack.exchange == Exchange.ROWS
                 and all(self.hot_rows.get(t, 0) >= self.model.table(t).num_rows for t in pack.tables))
 
     def wire_id_bytes(self, pack: PackPlan) -> int:
@@ -310,8 +310,8 @@ class Plan:
                 raise PlanError(f"pack {p.name}: sharding {p.sharding!r} is not one of {list(SHARDINGS)}")
             p.placement = Placement.from_str(p.placement, f"pack {p.name}: placement")
             p.hot_sync = HotSync.from_str(p.hot_sync, f"pack {p.name}: hot_sync")
-            p.exchange = PackExchange.from_str(p.exchange, f"pack {p.name}: exchange")
-            if p.exchange == PackExchange.POOLED:
+            p.exchange = Exchange.from_str(p.exchange, f"pack {p.name}: exchange")
+            if p.exchange == Exchange.POOLED:
                 self._check_pooled(p)
             ranks = self.pack_ranks(p)
             if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < self.world_size for r in ranks):
@@ -628,7 +628,7 @@ def _pack_from_dict(p: object, where: str, world: int) -> PackPlan:
                                           for i, r in enumerate(fields.sequence(ranks, f"{where}.ranks"))],
         placement=Placement.from_str(p.get("placement", Placement.HBM), f"field {where}.placement"),
         hot_sync=HotSync.from_str(p.get("hot_sync", HotSync.DENSE), f"field {where}.hot_sync"),
-        exchange=PackExchange.from_str(p.get("exchange", PackExchange.ROWS), f"field {where}.exchange"),
+        exchange=Exchange.from_str(p.get("exchange", Exchange.ROWS), f"field {where}.exchange"),
     )
 
 

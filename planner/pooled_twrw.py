@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from planner import op_names as on
-from planner.modes import PackExchange, PlanExchange
+from planner.modes import Exchange, PlanExchange
 from planner.plan import PackPlan, Plan, fused_pooled_member, wire_id_bytes
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.sharding import Sharding
@@ -96,7 +96,7 @@ def fuse(plan: Plan, packs: list[PackVolumes]) -> list[PackVolumes]:
         members = [q for q in packs if names.get(q.name) == gi]
         merged = fuse_table_wise(members)
         kw = {f.name: getattr(merged, f.name) for f in fields(PackVolumes)}
-        kw.update(name=group_name(gi), exchange=PackExchange.POOLED, hot_sync=members[0].hot_sync)
+        kw.update(name=group_name(gi), exchange=Exchange.POOLED, hot_sync=members[0].hot_sync)
         out.append(GroupVolumes(**kw, members=members))
     return out
 
@@ -227,7 +227,7 @@ def layout(plan_tables: list[Any], pooling: dict[str, float], nodes: int, g: int
     packs = [PackPlan(f"{prefix}{SMALL_PACK}", list(small), Sharding.ROW_WISE)] if small else []
     packs += [PackPlan(f"{prefix}{ROWS_PACK}", list(rows), Sharding.ROW_WISE)] if rows else []
     packs += [PackPlan(f"{prefix}node{j}", sorted(b, key=order.__getitem__), Sharding.TABLE_ROW_WISE, list(range(j * g, j * g + g)),
-                       exchange=PackExchange.POOLED) for j, b in enumerate(bins) if b]
+                       exchange=Exchange.POOLED) for j, b in enumerate(bins) if b]
     return packs
 
 

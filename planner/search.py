@@ -55,7 +55,7 @@ from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.grad_buckets import DDP_BUCKET_CAP_MB, early_buckets
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
-from planner.modes import HotSync, PackExchange, Placement, PlanExchange
+from planner.modes import Exchange, HotSync, Placement, PlanExchange
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer, wire_id_bytes
 from planner.sharding import Sharding
 from planner.volumes import STATE_BYTES, table_cost
@@ -532,7 +532,7 @@ def exchange_stage(c: Candidates) -> None:
     for i, pack in enumerate(list(c.best.plan.packs)):
         if c.over_budget() or not poolable(c.best.plan, pack):
             continue
-        flip = PackExchange.ROWS if pack.exchange == PackExchange.POOLED else PackExchange.POOLED
+        flip = Exchange.ROWS if pack.exchange == Exchange.POOLED else Exchange.POOLED
         packs = [replace(p) for p in c.best.plan.packs]
         packs[i].exchange = flip
         c.consider(f"{c.best.label} {pack.name}:{flip}", replace(c.best.plan, packs=packs))
@@ -699,9 +699,9 @@ def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
     plan.exchange = PlanExchange.FUSED_POOLED
     for p in plan.packs:
         if p.sharding == Sharding.TABLE_ROW_WISE:
-            p.exchange = PackExchange.POOLED
+            p.exchange = Exchange.POOLED
         elif data_parallel and p.name.endswith(SMALL_PACK):  # the layout's replicated tables
-            p.exchange, p.hot_sync = PackExchange.ROWS, HotSync.DENSE
+            p.exchange, p.hot_sync = Exchange.ROWS, HotSync.DENSE
             plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
     return plan
 

@@ -31,7 +31,7 @@ from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec
-from planner.modes import PackExchange, Placement, PlanExchange
+from planner.modes import Exchange, Placement, PlanExchange
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
 
@@ -208,7 +208,7 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
         # TorchRec pools at the owner: the executor runs the converted plan so where it can
         # (column-wise shards and data-parallel tables keep the rows exchange)
         if world > 1 and sharding in POOLED_SHARDINGS and all(model.table(n).pooling != "none" for n in names):
-            pack.exchange = PackExchange.POOLED
+            pack.exchange = Exchange.POOLED
         packs.append(pack)
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
                 optimizer=model_optimizer(model), input_pipeline=world > 1,  # TrainPipelineSparseDist, run so too
@@ -276,7 +276,7 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
                       "shards": shards}
         if p.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE) and len(ranks) > 1:
             lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
-        if p.exchange == PackExchange.ROWS and p.sharding != Sharding.REPLICATED and plan.world_size > 1:
+        if p.exchange == Exchange.ROWS and p.sharding != Sharding.REPLICATED and plan.world_size > 1:
             lost.append(f"pack {p.name}: exchange of deduplicated rows (TorchRec always pools at the owner: "
                         "exchange pooled)")
     hot = {t: n for t, n in plan.hot_rows.items() if n}

@@ -35,7 +35,7 @@ import numpy as np
 
 from planner.access import TableAccess
 from planner.model_spec import TableSpec
-from planner.modes import HotSync, PackExchange
+from planner.modes import Exchange, HotSync
 from planner.plan import PackPlan, Plan, table_optimizer, wire_id_bytes
 from planner.sharding import Sharding
 from traces.coverage import presence
@@ -78,7 +78,7 @@ class PackVolumes:
     # TorchRec: distinct rows each owner updates per micro-batch (its TBE sorts and merges)
     update_rows: np.ndarray | None = None
     hot_sync: HotSync = HotSync.DENSE  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
-    exchange: PackExchange = PackExchange.ROWS  # PackPlan.exchange: rows back to the requester, or pooled at the owner
+    exchange: Exchange = Exchange.ROWS  # PackPlan.exchange: rows back to the requester, or pooled at the owner
     id_bytes: int = ID_BYTES  # one ID or bag length on the wire (Plan.wire_id_bytes)
     fully_hot: bool = False  # Plan.fully_hot: every row replicated, nothing exchanged
     # scored as TorchRec runs it (Plan.exchange torchrec: planner.lowering's own path, every
@@ -88,7 +88,7 @@ class PackVolumes:
     # ---- pooled exchange (PackPlan.exchange "pooled"; see the module docstring) ----------
     @property
     def pooled(self) -> bool:
-        return self.exchange == PackExchange.POOLED and not self.torchrec
+        return self.exchange == Exchange.POOLED and not self.torchrec
 
     @property
     def bags(self) -> float:
@@ -272,7 +272,7 @@ def pack_volumes(
             tail += L
             coverage[spec.name] = 0.0
             continue
-        if pack.exchange == PackExchange.POOLED:  # every lookup travels; hot ones pooled locally
+        if pack.exchange == Exchange.POOLED:  # every lookup travels; hot ones pooled locally
             cov = _table_stats(acc, L, hot, False)[0]
             lookups += L
             hot_l += L * cov

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from planner.errors import PlanError
-from planner.modes import HotSync, PackExchange, Placement, PlanExchange, Scoring
+from planner.modes import Exchange, HotSync, Placement, PlanExchange, Scoring
 from planner.plan import Plan
 from planner.sharding import Sharding
 
@@ -34,8 +34,8 @@ def test_an_old_format_plan_loads_as_typed_modes_and_its_fused_exchange_splits(t
     (tmp_path / "old.json").write_text(json.dumps(OLD_PLAN))
     plan = Plan.load(tmp_path / "old.json")
     a, b = plan.packs
-    assert a.sharding is Sharding.TABLE_WISE and a.placement is Placement.HOST and a.exchange is PackExchange.POOLED
-    assert b.hot_sync is HotSync.SPARSE and b.placement is Placement.HBM and b.exchange is PackExchange.ROWS
+    assert a.sharding is Sharding.TABLE_WISE and a.placement is Placement.HOST and a.exchange is Exchange.POOLED
+    assert b.hot_sync is HotSync.SPARSE and b.placement is Placement.HBM and b.exchange is Exchange.ROWS
     # what the executor runs, and how explain scores it, each in a field of its own
     assert plan.exchange is PlanExchange.PER_PACK and plan.provenance.scoring is Scoring.FUSED_TABLE_WISE
     plan.save(tmp_path / "new.json")
@@ -78,7 +78,7 @@ def test_a_bad_mode_is_one_line_listing_the_valid_values(tmp_path, path, value, 
 
 def test_from_str_takes_members_and_names_and_refuses_the_rest():
     assert Placement.from_str("host") is Placement.HOST and Placement.from_str(Placement.HBM) is Placement.HBM
-    assert f"{PackExchange.POOLED}" == "pooled" and str(HotSync.SPARSE) == "sparse" and PlanExchange.TORCHREC == "torchrec"
+    assert f"{Exchange.POOLED}" == "pooled" and str(HotSync.SPARSE) == "sparse" and PlanExchange.TORCHREC == "torchrec"
     with pytest.raises(PlanError, match=r"^placement: 3 is not one of hbm, host$"):
         Placement.from_str(3, "placement")
     with pytest.raises(PlanError, match="is not one of row_wise, table_wise"):

@@ -24,7 +24,7 @@ from executor.sparse import lowp, syncfree
 from executor.sparse.layout import PackLayout, init_packed_rows, pack_layout
 from executor.sparse.syncfree import Route
 from planner import op_names
-from planner.modes import HotSync, PackExchange, Placement
+from planner.modes import Exchange, HotSync, Placement
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
 
@@ -58,7 +58,7 @@ class Lookup:
 
 
 class ShardedPack:
-    exchange = PackExchange.ROWS  # PackPlan.exchange this class runs (executor.sparse.pooled: pooled)
+    exchange = Exchange.ROWS  # PackPlan.exchange this class runs (executor.sparse.pooled: pooled)
     fused = False  # its collectives are shared with other packs' (executor.sparse.pooled_twrw, pooled_flat)
 
     def op(self, name: str) -> str:

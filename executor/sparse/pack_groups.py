@@ -12,7 +12,7 @@ from executor.comm import wire_id_dtype
 from executor.sparse.pooled import make_pack
 from executor.sparse.pooled_flat import FlatFuser
 from executor.sparse.pooled_twrw import FusedPooledPack, Fuser
-from planner.modes import PackExchange, PlanExchange
+from planner.modes import Exchange, PlanExchange
 from planner.plan import PackPlan, Plan, fused_runs
 from planner.pooled_twrw import groups
 
@@ -52,4 +52,4 @@ def flat_runs(plan: Plan) -> list[list[PackPlan]]:
     runs (Provenance.scoring fused_table_wise), which explain scores both ways."""
     if plan.exchange != PlanExchange.TORCHREC or plan.world_size == 1:
         return []
-    return [run for run in fused_runs(plan) if len(run) > 1 and all(p.exchange == PackExchange.POOLED for p in run)]
+    return [run for run in fused_runs(plan) if len(run) > 1 and all(p.exchange == Exchange.POOLED for p in run)]
