@@ -8,16 +8,19 @@ its own (executor.sparse.pooled.make_pack).
 
 from __future__ import annotations
 
-from executor.comm import wire_id_dtype
+import numpy as np
+
+from executor.comm import Comm, wire_id_dtype
 from executor.sparse.pooled import make_pack
 from executor.sparse.pooled_flat import FlatFuser
 from executor.sparse.pooled_twrw import FusedPooledPack, Fuser
+from executor.sparse.protocol import PackExchange
 from planner.modes import Exchange, PlanExchange
 from planner.plan import PackPlan, Plan, fused_runs
 from planner.pooled_twrw import groups
 
 
-def make_packs(plan: Plan, hot_ids, comm) -> list:
+def make_packs(plan: Plan, hot_ids: dict[str, np.ndarray], comm: Comm) -> list[PackExchange]:
     """Every pack of the plan as the executor runs it (executor.sparse.pooled.make_pack), the members
     of a fused pooled group sharing one Fuser: a table-row-wise group's (Plan.exchange
     "fused_pooled"), or a run of pooled packs that TorchRec fuses (Plan.exchange "torchrec",
