@@ -428,9 +428,11 @@ def _packs_bwd(plan: Plan, packs: list[PackVolumes], mb: int | None, mi: int, af
 
 
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
+    if stage <= 1:  # as Trainer._route: every lookup deduplicated and routed first, lookup by lookup
+        return (0, mb, pack, stage)
     if plan.overlapped:
-        return (stage, mb, pack)
-    return (pack, stage)
+        return (1, stage, mb, pack)
+    return (1, pack, stage)
 
 
 def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: HardwareSpec) -> list[Op]:
@@ -470,8 +472,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
                 first_exchange = exchanges(plan, pv) and not any(exchanges(plan, q) for q in packs[:pi]) and mi == 0
                 stages = _pack_fwd(plan, pv, mb, count_steps if first_exchange else 0.0)
             stages[0].deps.append(h2d)  # packs of a step that is not overlapped: the serial chain orders them
+            local = not tr and not exchanges(plan, pv)
             for op in stages:
-                if op.args["stage"] == POOL_STAGE:
+                # a pack that exchanges nothing reads its rows (cold_gather, cold_h2d) as it pools
+                # (Trainer._pool), with the micro-batch's dense step
+                if op.args["stage"] == POOL_STAGE or (local and op.args["stage"] >= 4):
                     pools[mb].append(op)  # issued with the micro-batch's dense step
                 else:
                     fwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
@@ -555,6 +560,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
     launched: list[Op] = []  # collectives launched before the all-reduce
     updates: list[Op] = []  # cold updates
     hot_updates: list[Op] = []
+    hot_syncs: list[Op] = []  # launched after every replica's gather (Trainer.step)
     sync_op = None
     if sync_bytes:
         sync_op = _collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes)
@@ -599,7 +605,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
             # the touched hot rows' gradients, all-gathered with their rows in one gather (sizes
             # from the step's one sizes exchange; executor.comm), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
-            launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k)))
+            hot_syncs.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k)))
             rows = pv.hot_unique * k * plan.world_size
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
                                         hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
@@ -608,7 +614,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
             rows = pv.hot_rows
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
                                         hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
-    ops.extend(launched + ([sync_op] if sync_op is not None else []) + updates + hot_updates)
+    ops.extend(launched + hot_syncs + ([sync_op] if sync_op is not None else []) + updates + hot_updates)
     n_params = dense.params
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
     ops.append(_compute(on.op_name("opt", "dense", "update"), buckets + early,
@@ -634,8 +640,6 @@ def pipeline_input_dist(ops: list[Op], launch_mb: int) -> None:
     what read a moved op waits for what it waited for."""
     piped = {op.name for op in ops
              if op.kind == "collective" and on.split_name(on.base_name(op.name))[2] == "a2a_ids"}
-    if not piped:
-        return
     # every pack's routing goes ahead (Trainer._route covers replicas too): stages 0-1
     ahead = {op.name for op in ops if op.kind == "compute" and op.args.get("stage") in (0, 1)
              and on.split_name(op.name)[0] == "fwd"}
@@ -663,7 +667,10 @@ def pipeline_input_dist(ops: list[Op], launch_mb: int) -> None:
     first_pool = pools[0] if pools else len(ops)
     after_pools = max((i for i in pools if ops[i].name in launch_pools), default=first_pool - 1) + 1
     head, mid, tail = ops[:first_pool], ops[first_pool:after_pools], ops[after_pools:]
-    ops[:] = ([op for op in head if op.name not in moved] + [op for op in head if op.name in ahead] + mid
+    # the routing goes ahead once the step's gathers are issued, before its bottom MLPs (Trainer.step)
+    stay = [op for op in head if op.name not in moved]
+    at = next((i for i, op in enumerate(stay) if on.split_name(op.name)[:3] == ("fwd", "dense", "bottom_mlp")), len(stay))
+    ops[:] = (stay[:at] + [op for op in head if op.name in ahead] + stay[at:] + mid
               + [op for op in head if op.name in piped] + tail)
 
 
