@@ -7,10 +7,14 @@ the backward of each costs twice its forward FLOPs (grad w.r.t. input and weight
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from planner.errors import PlanError
 from planner.model_spec import DENSE_DTYPES, ModelSpec
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+
 
 # the dense layers' precision (model.extra["dense_dtype"]): tf32 keeps fp32 storage but runs
 # GEMMs on tensor cores, bf16 also halves the activation bytes
@@ -131,7 +135,7 @@ def mlp_shapes(model: ModelSpec) -> tuple[tuple[int, int], ...]:
     return tuple(shapes)
 
 
-def dense_dtype(model: ModelSpec, hw: Any) -> tuple[str, str | None]:
+def dense_dtype(model: ModelSpec, hw: HardwareSpec) -> tuple[str, str | None]:
     """(dtype the dense ops are costed at, note or None) for `model` on `hw`.
 
     The model asks with extra["dense_dtype"] (default fp32); a preset without a FLOP rate

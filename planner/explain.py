@@ -10,15 +10,16 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.bounds import embedding_free_us
-from planner.builders import BASELINES, baseline_plan
+from planner.builders import BASELINES, TORCHREC, baseline_plan
 from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
 from planner.memory import gib
+from planner.modes import HotSync, Placement, PlanExchange, Scoring
 from planner.plan import Plan, wire_id_bytes
 from planner.pooled_twrw import exchange_bytes as group_bytes
 from planner.pooled_twrw import explain_lines as fused_lines
@@ -33,6 +34,11 @@ from planner.search import (
 )
 from planner.sharding import Sharding
 from traces.coverage import presence, presence_threshold
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+    from traces.profile import AccessProfile
+
 
 # How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
 # gradients from every rank; hot rows of a sharded pack ride in the dense all-reduce).
@@ -84,7 +90,7 @@ class Explanation:
     # the iteration with every embedding op free: no plan of this model on this hardware
     # can beat it (planner.bounds)
     embedding_free_us: float | None = None
-    hw: Any = None
+    hw: HardwareSpec | None = None
     access: dict[str, TableAccess] | None = None
     sources: dict[str, str] | None = None  # per table: where its access statistics come from
 
@@ -152,7 +158,7 @@ class Explanation:
         _, p_top = acc.head(0, 1)
         p1 = float(p_top[0]) if len(p_top) else 0.0
         q1 = presence(p1, lookups)
-        on_host = pack.placement == "host"
+        on_host = pack.placement == Placement.HOST
         c_gather = 1e6 / self.hw.pcie_bw if on_host and self.hw is not None else (
             2e6 / self.hw.gpu.hbm_bw if self.hw is not None else 0.0)
         per_mb = wire_id_bytes(t.num_rows) + 2 * rb  # ID out, row back, gradient back
@@ -163,14 +169,14 @@ class Explanation:
             "scale_kept": scale,
         }
         # a pack that syncs its hot rows sparsely sizes them by that sync's cost (search.size_for_sparse_sync)
-        sparse_us = self._sparse_row_us(pack) if pack.hot_sync == "sparse" and world > 1 else None
+        sparse_us = self._sparse_row_us(pack) if pack.hot_sync == HotSync.SPARSE and world > 1 else None
         closed = hot_threshold_rows(t, acc, self.plan.batch_size_per_rank / k, k, c_a2a, c_ar, c_gather, sparse_us)
         if sparse_us is None:
             theta = rb * c_ar / (k * (per_mb * c_a2a + rb * c_gather))
         else:
             theta = sparse_presence_threshold(sparse_us / (per_mb * c_a2a + rb * c_gather), k)
             rec["hot_row_cost_us"] = sparse_us  # in each step that touches it
-            rec["hot_sync"] = "sparse"
+            rec["hot_sync"] = HotSync.SPARSE
         rec["threshold_in_micro_batch"] = theta if theta < 1 else None
         rec["threshold_share"] = presence_threshold(theta, lookups) if theta < 1 else None
         rec["closed_form_rows"] = closed
@@ -399,8 +405,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def explain(
     plan: Plan,
-    hw: Any,
-    profile: Any | None = None,
+    hw: HardwareSpec,
+    profile: AccessProfile | None = None,
     access: dict[str, TableAccess] | None = None,
     baselines: tuple[str, ...] = BASELINES,
     engine: str = "simpy",
@@ -419,14 +425,15 @@ def explain(
     for name in baselines:
         try:
             # the plan may be TorchRec's own already: not planned twice
-            own = name == "torchrec" and plan.exchange == "torchrec"
+            own = name == TORCHREC and plan.exchange == PlanExchange.TORCHREC
             bp = plan if own else baseline_plan(name, plan.model, plan.world_size, plan.batch_size_per_rank, hw,
                                                 access)
         except PlanError as exc:
             out[name] = Evaluation(name, plan, None, engine, problem=str(exc))
             continue
-        # torchrec-like is scored as TorchRec runs it: one exchange per group of table-wise tables
-        fused = bp.exchange == "fused"
+        # torchrec-like is scored as TorchRec runs it (one exchange per group of table-wise
+        # tables) and as the executor runs it (pack by pack)
+        fused = bp.provenance.scoring == Scoring.FUSED_TABLE_WISE
         out[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name, fuse_table_wise=fused)
         if fused:
             executed[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+    from simulator.opgraph import OpGraph
+
 
 
 @dataclass
@@ -58,7 +63,7 @@ def sweep(fn: Callable[[Any], Any], values: Sequence[Any], *, param: str = "valu
     return SweepResult(param, metric, list(values), metrics, results)
 
 
-def hardware_sweep(graph_fn: Callable[[Any], Any], hw: Any, key: str, values: Sequence[Any], *,
+def hardware_sweep(graph_fn: Callable[[HardwareSpec], OpGraph], hw: HardwareSpec, key: str, values: Sequence[Any], *,
                    engine: str = "fast", metric: str = "iteration_us",
                    progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Sweep a hardware override `key` (e.g. "gpu.hbm_bw") over `values` ("2TB/s", ...).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,10 @@ from simulator.measured import mean_op_durations
 from simulator.timeline import Timeline
 from validation.measure import Measured, ValidateError
 
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from traces.profile import AccessProfile
+
+
 DOMINANT_SHARE = 0.8  # per-op errors for the ops making up this share of measured op time
 MAX_DOMINANT = 6
 
@@ -31,7 +35,7 @@ class Predicted:
     graph: Any = None
 
 
-def predict(plan: Plan, hw: HardwareSpec, profile: Any = None, access: dict[str, TableAccess] | None = None,
+def predict(plan: Plan, hw: HardwareSpec, profile: AccessProfile | None = None, access: dict[str, TableAccess] | None = None,
             engine: str = "fast") -> Predicted:
     """The prediction of one iteration, through the one path `picasso plan` and `simulate`
     take (planner.search.evaluate: the spec of the plan's world size, its calibration applied

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from planner.access import TableAccess
 from planner.builders import Case
 from planner.lowering import lower
 from planner.op_names import op_class
@@ -11,6 +12,10 @@ from simulator.calibration import fit_host_gaps, fit_op_classes, refine_iteratio
 from simulator.hardware import HardwareSpec
 from simulator.measured import host_gap, queue_delays
 from validation.measure import Measured, ValidateError
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from traces.profile import AccessProfile
+
 
 # After the per-op fits (compute, collectives, host gaps: all measured per op), the
 # iteration-level refit only corrects what ops alone do not show: its collective factors
@@ -24,7 +29,7 @@ REFINE_BOUND = 1.0
 ITERATION_KEYS: tuple[str, ...] = ()
 
 
-def refit_on_runs(hw: HardwareSpec, fit: list[tuple[Case, Measured]], profile: Any, access: Any,
+def refit_on_runs(hw: HardwareSpec, fit: list[tuple[Case, Measured]], profile: AccessProfile | None, access: dict[str, TableAccess] | None,
                   fixed: bool = True, keys: tuple[str, ...] | None = None) -> tuple[HardwareSpec, dict[str, Any]]:
     """Refine `hw` on the fit plans' measurements: per op class and world size, the fixed
     cost and rate of compute ops and of collectives from their op timings

@@ -24,6 +24,7 @@ from executor.sparse import lowp, syncfree
 from executor.sparse.layout import PackLayout, init_packed_rows, pack_layout
 from executor.sparse.syncfree import Route
 from planner import op_names
+from planner.modes import Exchange, HotSync, Placement
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
 
@@ -58,7 +59,7 @@ class Lookup:
 
 
 class ShardedPack:
-    exchange = "rows"  # PackPlan.exchange this class runs (executor.sparse.pooled: "pooled")
+    exchange = Exchange.ROWS  # PackPlan.exchange this class runs (executor.sparse.pooled: pooled)
     fused = False  # its collectives are shared with other packs' (executor.sparse.pooled_twrw, pooled_flat)
 
     def op(self, name: str) -> str:
@@ -93,7 +94,7 @@ class ShardedPack:
         self.step_index = 0  # the trainer's step: the stochastic rounding's draw depends on it
         # placement "host" (PICASSO caching): the cold shard lives in host memory (pinned where
         # a GPU copies from it), the hot cache stays on the device
-        self.host = pack.placement == "host"
+        self.host = pack.placement == Placement.HOST
         self.cold_dev = torch.device("cpu") if self.host else self.dev
         local = L.local_packed_rows()
         w = init_packed_rows(plan.model, L, plan.seed, local)
@@ -114,7 +115,7 @@ class ShardedPack:
         # hot_sync "sparse": the touched hot rows' gradients are all-gathered (their counts ride
         # in the step's one sizes read) instead of the whole hot set's in the dense all-reduce.
         # One rank synchronises nothing either way.
-        self.sparse_hot = pack.hot_sync == "sparse" and L.world > 1 and self.num_hot > 0
+        self.sparse_hot = pack.hot_sync == HotSync.SPARSE and L.world > 1 and self.num_hot > 0
         self.zero_grad()
 
     def _cold_tensor(self, t: torch.Tensor) -> torch.Tensor:
