@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from results_path import results_path  # noqa: E402
 from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +117,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="CPU smoke run: row cap 20k, batches 256/512")
     ap.add_argument("--batches", default=None, help="per-device batch sizes (default 4096,16384,65536)")
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "executor_gpu.json"))
+    ap.add_argument("-o", "--output", default=str(results_path("executor_gpu")))
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")

@@ -34,7 +34,7 @@ from planner.model_spec import ModelSpec
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
 
-INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see README, "
+INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see docs/guide.md, "
                 "'TorchRec baseline')")
 # TorchRec sharding type -> picasso sharding
 FROM_TORCHREC = {"data_parallel": Sharding.REPLICATED, Sharding.TABLE_WISE: Sharding.TABLE_WISE, Sharding.ROW_WISE: Sharding.ROW_WISE,

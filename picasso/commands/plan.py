@@ -192,7 +192,7 @@ def spec_yaml(model) -> str:
                           default_flow_style=None)
     rows = "".join(f"  - {yaml.safe_dump(t, default_flow_style=True, sort_keys=False, width=1 << 16).strip()}\n"
                    for t in tables)
-    return f"# picasso model spec ({model.name}); see README 'Model specs'\n{head}tables:\n{rows}"
+    return f"# picasso model spec ({model.name}); see docs/guide.md 'Model specs'\n{head}tables:\n{rows}"
 
 
 def _int_list(text: str, flag: str) -> list[int]:

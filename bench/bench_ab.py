@@ -1,6 +1,5 @@
-"""This checkout's executor vs another checkout's on the same plans and data, in one command
-(written to measure an executor that overlapped the dense all-reduce with the backward against
-main's: bench/results/grad_overlap.json).
+"""This checkout's executor against another checkout's, on the same plans and data, in one
+command: does a change to the executor make training faster here?
 
 The model and data are bench_vs_torchrec's (DLRM, Criteo-like synthetic rows, 2 gloo ranks);
 the plan is this checkout's planner's for each (dim, batch), saved once and run by both
@@ -8,11 +7,11 @@ checkouts' `picasso run --preload` (alternating which goes first; median of --re
 With --plan and --data (and --nproc) it runs that plan instead (e.g. bench_pooled_gloo's
 4-rank DLRM-DCNv2 plan from its --work folder). Environment variants (--variant NAME=K=V) run
 this checkout again with K=V set. Each run records samples/s, the CPU ms per step summed over
-the ranks (`picasso run` reports it; older checkouts do not) and the largest rank's peak RSS.
-Session 30 measured the heap trimmer with it (bench/results/heap_trim_*.json).
+the ranks and the largest rank's peak RSS. `--name` names what is compared: the result goes
+to bench/results/ab/<machine>-<name>.json.
 
-    python bench/bench_grad_overlap.py --baseline /work/main [--dims 64] [--batches 2048] [--repeats 3]
-    python bench/bench_grad_overlap.py --baseline /work/main --plan W/plan-picasso.json --data W/mh-ds --nproc 4
+    python bench/bench_ab.py --baseline /work/main [--dims 64] [--batches 2048] [--repeats 3]
+    python bench/bench_ab.py --baseline /work/main --plan W/plan-picasso.json --data W/mh-ds --nproc 4
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_vs_torchrec import make_data, model_for, picasso_plan  # noqa: E402
+from results_path import results_path  # noqa: E402
 from torchrec_side import run_env  # noqa: E402
 
 
@@ -63,7 +63,8 @@ def main() -> int:
     ap.add_argument("--plan", type=Path, help="run this plan (with --data) instead of bench_vs_torchrec's")
     ap.add_argument("--data", type=Path)
     ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "grad_overlap.json"))
+    ap.add_argument("--name", help="what is compared (the result file's variant), e.g. grad-buckets")
+    ap.add_argument("-o", "--output", help="result file (default: bench/results/ab/<machine>[-<name>].json)")
     args = ap.parse_args()
     if not (args.baseline / "executor").is_dir():
         raise SystemExit(f"--baseline {args.baseline}: not a picasso checkout (no executor/)")
@@ -118,13 +119,14 @@ def main() -> int:
                     plan = Path(tmp) / f"plan-d{dim}-b{b}.json"
                     label = picasso_plan(model_for(dim), b, "local-cpu", plan)
                     rows.append(compare(plan, data, 2, {"dim": dim, "batch_per_rank": b, "plan": label}))
-    out = {"bench": "grad_overlap", "machine": machine(), "backend": "gloo", "steps": args.steps,
+    out = {"bench": "ab", "name": args.name, "machine": machine(), "backend": "gloo", "steps": args.steps,
            "warmup": args.warmup, "repeats": args.repeats, "baseline": str(args.baseline),
            "note": "samples/s and CPU ms per step (summed over ranks), medians of runs; peak RSS the largest rank's "
                    "highest; timed runs alone on the machine (/work/bin/quiet-run)",
            "held_lock": os.environ.get("PICASSO_BENCH_LOCK_HELD") == "1", "results": rows}
-    Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {args.output}")
+    dest = Path(args.output) if args.output else results_path("ab", args.name)
+    dest.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {dest}")
     return 0
 
 
