@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of a session with a lent GPU, in one command (device time is scarce):
 # build the CUDA kernels, run the `gpu` tests, the kernel bench, and one planned plan for
-# real on the GPU with --verify. JSON results go to $OUT (default ./gpu-out), logs to $LOGS.
+# real on the GPU with --verify. JSON results go to $OUT/<bench>.json (default ./gpu-out; commit each as
+# bench/results/<bench>/<machine>.json, e.g. kernels/h100.json), logs to $LOGS.
 #
 #   bash bench/gpu_session.sh [stage ...]     stages: info build diag test bench executor profile validate run
 #                                             (default: info build test bench executor run)
@@ -47,7 +48,7 @@ for s in $stages; do
     ;;
   bench)
     stamp bench
-    $PY bench/bench_kernels.py --repeats 20 --threads 16 -o "$OUT/kernels_gpu.json" 2>&1 | tee "$LOGS/bench_kernels.log"
+    $PY bench/bench_kernels.py --repeats 20 --threads 16 -o "$OUT/kernels.json" 2>&1 | tee "$LOGS/bench_kernels.log"
     ;;
   diag)  # native errors raised across the library boundary, each in its own process
     stamp diag
@@ -72,7 +73,7 @@ for s in $stages; do
     timeout 60 $PY -m picasso calibrate --nproc 1 --base dgx-h100 -o "$OUT/hw_h100.json" 2>&1 | tail -3
     timeout ${VALIDATE_S:-300} $PY -m picasso validate --data "$d/data.tsv" --format criteo --hardware "$OUT/hw_h100.json" \
       --row-cap 1000000 --plans ${VALIDATE_PLANS:-16} --fit-plans ${VALIDATE_FIT:-4} --nproc-max 1 --batch-sizes 1024,4096,16384 \
-      --steps 5 --warmup 2 -o "$d/val" --results "$OUT/validate_h100.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed"
+      --steps 5 --warmup 2 -o "$d/val" --results "$OUT/validate.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed"
     echo "validate rc=${PIPESTATUS[0]}"; tail -4 "$LOGS/validate.err"
     ;;
   run)
