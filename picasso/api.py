@@ -6,6 +6,8 @@ Bad input raises ValueError (or OSError) with the line the command would print."
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,10 +40,12 @@ def _args(command: str, *positional: Any, **flags: Any):
                 argv += [flag, str(v)]
         else:
             argv += [flag, str(value)]
+    err = io.StringIO()
     try:
-        return build_parser().parse_args(argv)
-    except SystemExit:  # argparse printed the reason
-        raise ValueError(f"picasso.{command}: bad arguments {argv[1:]}") from None
+        with contextlib.redirect_stderr(err):
+            return build_parser().parse_args(argv)
+    except SystemExit:  # argparse's reason is its last line
+        raise ValueError(f"picasso.{command}: {err.getvalue().strip().splitlines()[-1]}") from None
 
 
 def analyze(data: PathLike, format: str = "criteo", *, output: PathLike | None = None, batch_size: int = 4096,
