@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from planner.torchrec_bridge import INSTALL_HINT
 
     if args.print_spec:
+        from planner.model_spec import spec_yaml
         from planner.presets import get_model
 
         print(spec_yaml(get_model(args.model)), end="")
@@ -180,19 +181,6 @@ def check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
     for w in profile.meta.get("warnings", []) if args.scale_to else []:
         print(f"warning: {w}", file=sys.stderr)
     return sources
-
-
-def spec_yaml(model) -> str:
-    """The model spec as YAML that `--model FILE.yaml` reads back (one flow-style line per table)."""
-    import yaml
-
-    d = model.to_dict()
-    tables = d.pop("tables")
-    head = yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}, sort_keys=False,
-                          default_flow_style=None)
-    rows = "".join(f"  - {yaml.safe_dump(t, default_flow_style=True, sort_keys=False, width=1 << 16).strip()}\n"
-                   for t in tables)
-    return f"# picasso model spec ({model.name}); see docs/guide.md 'Model specs'\n{head}tables:\n{rows}"
 
 
 def _int_list(text: str, flag: str) -> list[int]:
