@@ -14,8 +14,8 @@ ranks (`picasso calibrate --nproc 4`, or --hardware), given to both planners.
 - TorchRec's: `picasso plan --baseline torchrec` (TorchRec's EmbeddingShardingPlanner, in
   the Python of --torchrec-python), converted to a picasso plan and run by the same executor
   as TorchRec runs it: the tables of one sharding type in one exchange per stage
-  (executor.sparse.pooled_flat; before session 35 it ran pack by pack, 4 exchanges per stage here,
-  which made TorchRec's plan ~15% slower than TorchRec runs it).
+  (executor.sparse.pooled_flat; run pack by pack, 4 exchanges per stage here, TorchRec's plan
+  is ~15% slower than TorchRec runs it).
 
 - TorchRec's DMP (--dmp, default on): TorchRec 1.8's own DistributedModelParallel with its
   own planner, on the same model (TorchRec's DLRM_DCN: low-rank cross over [bottom output,
