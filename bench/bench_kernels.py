@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from results_path import results_path  # noqa: E402
 
 from csrc import build
 from executor.sparse import kernels as K
 
-RESULTS = Path(__file__).resolve().parent / "results" / "kernels.json"
+RESULTS = results_path("kernels")
 STAGES = ("route", "unique", "forward", "backward", "update")
 DEFAULT_THREADS = torch.get_num_threads()
 

@@ -110,7 +110,9 @@ def predicted_samples_per_s(plan: Plan) -> float | None:
         return None
     if p.samples_per_s:
         return p.samples_per_s
-    return plan.global_batch / (p.iteration_us * 1e-6) if p.iteration_us else None
+    from planner.throughput import samples_per_s
+
+    return samples_per_s(plan, p.iteration_us)
 
 
 def resumed_batches(open_chunks, global_batch: int, skip: int):
@@ -420,7 +422,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "host_rss_bytes_per_rank": [pk["host_rss"] for pk in peaks],
     }
     if op_timing:
-        result["op_durations_us"] = tl.op_durations()
+        from simulator.measured import drop_warmup, mean_op_durations
+
+        result["op_durations_us"] = mean_op_durations(drop_warmup(tl, warmup))  # per step, as validate measures
     if args.trace:
         tl.save_chrome_trace(args.trace)
         result["trace"] = str(args.trace)

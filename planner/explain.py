@@ -33,6 +33,7 @@ from planner.search import (
     sparse_presence_threshold,
 )
 from planner.sharding import Sharding
+from planner.throughput import samples_per_s
 from traces.coverage import presence, presence_threshold
 
 if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
@@ -280,7 +281,7 @@ class Explanation:
             "backward_by_layer": self.plan.layered_backward,
             "dense_dtype": ev.lowered.dense_dtype, "lowering_notes": list(ev.lowered.notes),
             "predicted_iteration_us": ev.iteration_us, "engine": ev.engine,
-            "samples_per_s": (self.plan.global_batch / ev.iteration_us * 1e6) if ev.iteration_us else None,
+            "samples_per_s": samples_per_s(self.plan, ev.iteration_us),
             "packs": self.packs(),
             "tables": self.tables(),
             "baseline_sync": {n: BASELINE_SYNC.get(n, "") for n in self.baselines},

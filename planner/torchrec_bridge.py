@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
     from simulator.hardware import HardwareSpec
 
 
-INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see README, "
+INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see docs/guide.md, "
                 "'TorchRec baseline')")
 # TorchRec sharding type -> picasso sharding
 FROM_TORCHREC = {"data_parallel": Sharding.REPLICATED, Sharding.TABLE_WISE: Sharding.TABLE_WISE, Sharding.ROW_WISE: Sharding.ROW_WISE,
