@@ -68,7 +68,7 @@ def _pool_kernel(rows, stride_r, idx, offsets, out, stride_o, num_bags, dim,
     d = tl.arange(0, BLOCK_D)
     dm = d < dim
     acc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
-    for j in range(0, tl.max(n, axis=0)):
+    for j in range(0, tl.max(n, axis=0).to(tl.int32)):  # bags are far shorter than 2^31
         m = j < n
         i = tl.load(idx + lo + j, mask=m, other=0)
         acc += tl.load(rows + i[:, None] * stride_r + d[None, :], mask=m[:, None] & dm[None, :],
@@ -171,7 +171,7 @@ def _cross_kernel(seg, n, run_end, dim, out, stride_out, keys, weight, stride_w,
                   OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr):
     """Rows whose run leaves tile t, finished where the run starts: its tail plus the heads of
     the tiles it covers, added in tile order."""
-    t = tl.program_id(0)
+    t = tl.program_id(0).to(tl.int64)  # one integer type for the loop's bounds
     start = t * TILE_N
     end = start + TILE_N
     seg0 = tl.load(seg + start)
