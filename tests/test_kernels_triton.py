@@ -161,8 +161,8 @@ def test_training_through_triton_matches_reference(dtype, monkeypatch):
     for i, (mbs, hot) in enumerate([(1, "none"), (1, "some"), (2, "some")]):
         plan, hot_ids = random_plan(small_model(dtype), 1, 16, rng, micro_batches=mbs, optimizer=OPTS[i % 2],
                                     hot=hot)
-        with syncfree.triton_on():
-            res = train_and_compare(plan, hot_ids, synthetic_global_batches(plan, 3, seed=i), Comm())
+        with syncfree.triton_on():  # on a GPU the CUDA tensors go to Triton anyway
+            res = train_and_compare(plan, hot_ids, synthetic_global_batches(plan, 3, seed=i), Comm(torch.device(DEV)))
         assert res["max_rel_diff"] < tol and res["reference_moved"] > 1e-3, res
     assert bool(fused) == (dtype == "fp32")  # fused exactly where the rows are fp32
 
@@ -171,6 +171,7 @@ _bag_update = tbe.bag_update
 
 
 @pytest.mark.dist
+@pytest.mark.skipif(torch.cuda.is_available(), reason="gloo ranks hold CPU tensors: Triton runs them only interpreted")
 def test_two_ranks_through_triton_match_reference(monkeypatch):
     monkeypatch.setenv(syncfree.TRITON_ENV, "all")  # the spawned ranks inherit it
     rng = np.random.default_rng(3)
