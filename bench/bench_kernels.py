@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from csrc import build
-from executor import kernels as K
+from executor.sparse import kernels as K
 
 RESULTS = Path(__file__).resolve().parent / "results" / "kernels.json"
 STAGES = ("route", "unique", "forward", "backward", "update")

@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executor import kernels as K  # noqa: E402
+from executor.sparse import kernels as K  # noqa: E402
 
 
 def make_case(rows: int, dim: int, sources: int, samples: int, pooling: int, seed: int = 0) -> dict:

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_kernels import STAGES, make_case, step  # noqa: E402
 
-from executor import kernels as K  # noqa: E402
+from executor.sparse import kernels as K  # noqa: E402
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from executor import kernels as K
+from executor.sparse import kernels as K
 from executor.dense.interaction import dot_interaction_ref
 from executor.sparse.kernels import dot_interaction_native
 

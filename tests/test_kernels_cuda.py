@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from test_kernels_native import SETTINGS, assert_close_to, bags, routing_cases
 
-from executor import kernels as K
+from executor.sparse import kernels as K
 
 pytestmark = pytest.mark.gpu
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from executor import kernels as K
+from executor.sparse import kernels as K
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("bag_forward", "bag_backward", "route_ids", "unique", "sparse_update")
