@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks of a session with a lent GPU, in one command (device time is scarce):
-# build the CUDA kernels, run the `gpu` tests, the kernel bench, and one planned plan for
+# build the native CPU kernels, run the `gpu` tests, the kernel bench, and one planned plan for
 # real on the GPU with --verify. JSON results go to $OUT (default ./gpu-out), logs to $LOGS.
 #
 #   bash bench/gpu_session.sh [stage ...]     stages: info build diag test bench executor profile validate run
@@ -42,7 +42,7 @@ for s in $stages; do
     ;;
   test)
     stamp test
-    $PY -m pytest -q -p no:cacheprovider tests/test_kernels_cuda.py tests/test_kernels_dispatch.py \
+    $PY -m pytest -q -p no:cacheprovider tests/test_kernels_dispatch.py \
       tests/test_kernels_native.py tests/test_executor_precision.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$LOGS/gpu_tests.log" | tail -25
     ;;
   bench)
@@ -51,8 +51,8 @@ for s in $stages; do
     ;;
   diag)  # native errors raised across the library boundary, each in its own process
     stamp diag
-    for w in kernel_throw torch_check cuda_kernel_throw; do $PY bench/native_errors_check.py $w 2>&1 | tail -4; done
-    ldd csrc/_build/*/picasso_native_cuda.so | grep -E "stdc|gcc_s|gomp"; echo "CXX=${CXX:-} CC=${CC:-}"
+    for w in kernel_throw torch_check; do $PY bench/native_errors_check.py $w 2>&1 | tail -4; done
+    ldd csrc/_build/*/picasso_native.so | grep -E "stdc|gcc_s|gomp"; echo "CXX=${CXX:-} CC=${CC:-}"
     /opt/gcc/bin/g++ --version | head -1; /usr/bin/g++ --version | head -1
     $PY -c "import torch,glob,os;print(glob.glob(os.path.join(os.path.dirname(torch.__file__),'lib','libgomp*')))"
     ;;
