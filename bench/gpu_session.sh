@@ -38,8 +38,10 @@ for s in $stages; do
     ;;
   test)
     stamp test
-    timeout ${TEST_S:-150} $PY -m pytest -q -p no:cacheprovider -m "not dist" tests/test_kernels_triton.py \
-      tests/test_executor_precision.py ${GPU_TESTS:-} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$LOGS/gpu_tests.log" | tail -15
+    timeout ${TEST_S:-200} $PY -m pytest -q -p no:cacheprovider -m "not dist" tests/test_kernels_triton.py \
+      tests/test_kernels_native.py tests/test_kernels_dispatch.py tests/test_init_rng.py tests/test_cuda_graph.py \
+      tests/test_dense_bf16_gemms.py tests/test_executor_precision.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
+      | tee "$LOGS/gpu_tests.log" | tail -15
     ;;
   embedding)  # the pack's embedding kernels alone, Triton against torch, and the byte floor
     stamp embedding

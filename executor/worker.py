@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import Comm
+from executor.cuda_graph import graph_stepper
 from executor.data.batches import (
     BadRows,
     DataError,
@@ -291,6 +292,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
         evaluator = Evaluator(trainer, args.eval_data, args.eval_format or args.format, args.eval_batch or g)
     clock = StepClock(device)
+    stepper = graph_stepper(trainer, args.cuda_graph, op_timing, say=None if rank == 0 else (lambda line: None))
     trimmer = HeapTrimmer()
     losses = LossLog(start_step, max(1, args.check_every))
     comm.barrier()
@@ -311,7 +313,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
             if keep is not None:
                 kept.append(keep)
             clock.start()
-            losses.add(trainer.step(local, nxt[0] if nxt is not None else None))
+            losses.add(stepper.step(local, nxt[0] if nxt is not None else None))
             trimmer.after_step()  # freed buffers back to the system once RSS grows: not with the run's length
             clock.stop(timed=s >= warmup)
             if s >= warmup:

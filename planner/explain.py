@@ -16,6 +16,7 @@ from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.bounds import embedding_free_us
 from planner.builders import BASELINES, TORCHREC, baseline_plan
+from planner.dense import default_dense_dtype
 from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
 from planner.memory import gib
@@ -58,6 +59,13 @@ def pack_sync(sharding: str, hot_rows: int, sparse_hot: bool = False) -> str:
     if sharding == Sharding.REPLICATED:
         return "all-gather of sparse grads" + (hot if sparse_hot else "")
     return "all-to-all" + hot
+
+
+def _dtype_origin(dtype: str, hw: Any) -> str:
+    """Why the dense layers run at `dtype`, when it is the GPU's default rather than fp32."""
+    if hw is not None and dtype == "tf32" and default_dense_dtype(hw) == "tf32":
+        return " (tensor-core matmuls, this GPU's default; --dense-dtype fp32 for full fp32)"
+    return ""
 
 
 def _pipeline(d: dict[str, Any]) -> str:
@@ -311,7 +319,7 @@ class Explanation:
             f"{'on' if d['kernel_interleaving'] else 'off'}, input pipeline {_pipeline(d)}, "
             f"gradient buckets {_buckets(d['grad_bucket_mb'])}, "
             f"{_backward(d)}"
-            f"dense layers in {d['dense_dtype']})",
+            f"dense layers in {d['dense_dtype']}{_dtype_origin(d['dense_dtype'], self.hw)})",
             *(f"note: {n}" for n in d["lowering_notes"]),
             f"predicted iteration: {d['predicted_iteration_us']:.1f} us ({d['engine']}), "
             f"{d['samples_per_s']:.0f} samples/s",

@@ -97,10 +97,11 @@ class ShardedPack:
         self.host = pack.placement == Placement.HOST
         self.cold_dev = torch.device("cpu") if self.host else self.dev
         local = L.local_packed_rows()
-        w = init_packed_rows(plan.model, L, plan.seed, local)
-        if L.sharding == Sharding.COLUMN_WISE:
-            w = w[:, self.my_cols[0] : self.my_cols[1]]
-        self.weight = self._cold_tensor(w.to(self.dtype))
+        # generated where it lives, in its storage dtype (a GPU builds its shard in place; a
+        # host-placed shard is generated on the GPU and copied): executor.sparse.init_rng
+        cols = self.my_cols if L.sharding == Sharding.COLUMN_WISE else None
+        self.weight = self._cold_tensor(init_packed_rows(plan.model, L, plan.seed, local, self.cold_dev, self.dtype,
+                                                         cols, compute=self.dev))
         self.state = self._cold_tensor(torch.zeros(len(local))) if self.adagrad else None
         hot = [L.table_offsets[t] + np.asarray(hot_ids[t], dtype=np.int64) for t in L.tables if len(hot_ids.get(t, []))]
         hot_packed = np.concatenate(hot) if hot else np.zeros(0, dtype=np.int64)
@@ -109,7 +110,7 @@ class ShardedPack:
         if len(hot_packed):
             self.hot_map = torch.full((L.rows,), -1, dtype=torch.int64, device=self.dev)
             self.hot_map[self.hot_packed] = torch.arange(len(hot_packed), device=self.dev)
-        self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed).to(self.dtype).to(self.dev)
+        self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed, self.dev, self.dtype)
         self.hot_state = torch.zeros(len(hot_packed), device=self.dev) if self.adagrad else None
         self.hot_keys = self.keys(self.hot_packed) if self.low else None
         # hot_sync "sparse": the touched hot rows' gradients are all-gathered (their counts ride

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--micro-batches", help="micro-batch counts the search may use, e.g. 1,2,4 (default 1,2,4,8)")
     p.add_argument("--time-budget", type=float, default=20.0, help="search time budget in seconds (default 20)")
     p.add_argument("--dense-dtype", choices=("fp32", "tf32", "bf16"),
-                   help="precision of the dense layers (default: the model's extra.dense_dtype, else fp32)")
+                   help="precision of the dense layers (default: the model's extra.dense_dtype, else tf32 on "
+                        "GPUs with TF32 tensor cores, fp32 elsewhere; fp32 asks for full-precision matmuls)")
     p.add_argument("--explain", action="store_true", help="print the per-pack table, time, memory and speedups")
     p.add_argument("--html", metavar="FILE", help="write an HTML report with the simulated timeline")
     p.add_argument("--trace", metavar="FILE", help="write the simulated timeline as Chrome trace JSON")
@@ -99,12 +100,8 @@ def execute(args: argparse.Namespace) -> Planned:
     if not args.hardware:
         raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
-                                             args.row_cap)
+                                             args.row_cap, args.dense_dtype)
     sources = check_profile(model, profile, args)
-    if args.dense_dtype:
-        from dataclasses import replace
-
-        model = replace(model, extra={**model.extra, "dense_dtype": args.dense_dtype})
     batch = args.batch_size or (4096 if hw.kind == "gpu" else 256)
     if batch < 1:
         raise PlanError(f"--batch-size must be at least 1, got {batch}")

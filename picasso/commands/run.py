@@ -147,6 +147,8 @@ def execute(args: argparse.Namespace) -> RunResult | None:
         extra.append("--verify")
     if args.preload:
         extra.append("--preload")
+    if args.cuda_graph:
+        extra.append("--cuda-graph")
     if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
         raise ValueError("--steps and --epochs must be at least 1")
     if args.eval_every < 0:
