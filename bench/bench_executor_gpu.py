@@ -40,18 +40,31 @@ def picasso(*args: str, env: dict[str, str] | None = None) -> str:
     return out.stdout
 
 
-def run_plan(d: Path, model: str, hardware: str, batch: int, steps: int, row_cap: int | None,
-             dense_dtype: str | None, kernels: str = "triton") -> dict:
-    plan = d / f"{model}-{batch}.json"
-    picasso("plan", "--model", model, "--hardware", hardware, "--set", "gpus_per_node=1", "--profile",
-            str(d / "profile.json"), "--batch-size", str(batch), "-o", str(plan),
-            *(["--row-cap", str(row_cap)] if row_cap else []), *(["--dense-dtype", dense_dtype] if dense_dtype else []))
-    res = json.loads(picasso("run", str(plan), "--data", str(d / "data.tsv"), "--format", "criteo", "--nproc", "1",
-                             "--steps", str(steps), "--preload", "--json",
-                             env={"PICASSO_TRITON": "0"} if kernels == "torch" else None))
+VARIANTS = {  # how a variant runs the same plan: picasso run flags, environment
+    "triton": ([], None),
+    "graph": (["--cuda-graph"], None),  # the steady step captured as one CUDA graph
+    "torch": ([], {"PICASSO_TRITON": "0"}),  # the torch kernels in place of the Triton ones
+}
+
+
+def make_plan(d: Path, model: str, hardware: str, batch: int, row_cap: int | None, dense_dtype: str) -> Path:
+    plan = d / f"{model}-{batch}-{row_cap or 'full'}.json"
+    if not plan.exists():
+        picasso("plan", "--model", model, "--hardware", hardware, "--set", "gpus_per_node=1", "--profile",
+                str(d / "profile.json"), "--batch-size", str(batch), "-o", str(plan), "--dense-dtype", dense_dtype,
+                *(["--row-cap", str(row_cap)] if row_cap else []))
+    return plan
+
+
+def run_plan(d: Path, plan: Path, steps: int, variant: str) -> dict:
+    flags, env = VARIANTS[variant]
+    t = time.perf_counter()
+    out = picasso("run", str(plan), "--data", str(d / "dataset"), "--nproc", "1", "--steps", str(steps), "--preload",
+                  "--json", *flags, env=env)
+    res = json.loads(out)
     return {k: res.get(k) for k in ("samples_per_s", "predicted_samples_per_s", "measured_over_predicted_samples",
                                     "iteration_ms", "dense_dtype", "device")} | {
-        "kernels": kernels, "plan": json.loads(plan.read_text())}
+        "kernels": variant, "wall_s": round(time.perf_counter() - t, 1)}
 
 
 class PlainDLRM(nn.Module):
@@ -122,7 +135,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="CPU smoke run: row cap 20k, batches 256/512")
     ap.add_argument("--batches", default=None, help="per-device batch sizes (default 4096,16384,65536)")
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--mlperf-row-cap", type=int, default=1_000_000)
+    ap.add_argument("--mlperf-row-cap", type=int, default=0,
+                    help="rows per dlrm-mlperf table (0: full size; a failed full run falls back to 1M)")
+    ap.add_argument("--variants", default="triton,graph", help="variants at every batch (triton, graph, torch)")
     ap.add_argument("-o", "--output", help="default bench/results/executor_gpu/<gpu>.json")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
@@ -132,37 +147,50 @@ def main() -> None:
     machine_tag = "h200" if "H200" in gpu else "h100" if "H100" in gpu else "cpu"
     output = Path(args.output or ROOT / "bench" / "results" / "executor_gpu" / f"{machine_tag}.json")
     batches = [int(x) for x in (args.batches or ("256,512" if args.quick else "4096,16384,65536")).split(",")]
-    row_cap = 20_000 if args.quick else None
     steps = 4 if args.quick else args.steps
-    cases = [("dlrm-criteo-kaggle", "tf32", batches, row_cap)]
+    variants = [v for v in args.variants.split(",") if v and (cuda or v == "triton")]
+    cases = [("dlrm-criteo-kaggle", "tf32", batches, 20_000 if args.quick else None)]
     if not args.quick:
-        cases.append(("dlrm-mlperf", "bf16", [batches[-1]], args.mlperf_row_cap))
-    rows = []
+        cases.append(("dlrm-mlperf", "bf16", [batches[-1]], args.mlperf_row_cap or None))
+    machine = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__, "device": gpu}
+    out = {"machine": machine, "command": " ".join(["python", *sys.argv]), "quick": args.quick, "rows": []}
+
+    def save() -> None:  # after every row: a cut-short run keeps what it measured
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(out, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         n = max(batches) * (steps + 4)
         picasso("synth", "--preset", "criteo-kaggle", "--rows", str(n), "-o", str(d / "data.tsv"), "--seed", "0")
         picasso("analyze", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "profile.json"))
+        picasso("convert", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "dataset"))
         for model, ddt, bs, cap in cases:
             for b in bs:
-                plain = None
-                for kernels in ("triton", "torch") if b == bs[-1] and cuda else ("triton",):
-                    r = run_plan(d, model, hardware, b, steps, cap, ddt, kernels)
-                    plan_d = r.pop("plan")
-                    if plain is None:
-                        plain = time_plain(plan_d, d / "data.tsv", steps, device, ddt == "bf16", ddt == "tf32")
+                try:
+                    plan = make_plan(d, model, hardware, b, cap, ddt)
+                    first = run_plan(d, plan, steps, variants[0])
+                except SystemExit as e:
+                    if cap is not None:
+                        raise
+                    out.setdefault("full_rows_failed", {})[model] = str(e)
+                    print(f"{model} at full size failed ({e}); rows capped at 1M", flush=True)
+                    cap = 1_000_000
+                    plan = make_plan(d, model, hardware, b, cap, ddt)
+                    first = run_plan(d, plan, steps, variants[0])
+                plain = time_plain(json.loads(plan.read_text()), d / "data.tsv", steps, device, ddt == "bf16",
+                                   ddt == "tf32")
+                more = variants[1:] + (["torch"] if cuda and b == bs[-1] and "torch" not in variants else [])
+                for r in [first] + [run_plan(d, plan, steps, v) for v in more]:
                     r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
                              over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
-                    rows.append(r)
-                    print(f"{model:20s} batch {b:6d} {ddt:5s} {kernels:6s} picasso {r['samples_per_s']:12,.0f}/s "
+                    out["rows"].append(r)
+                    save()
+                    print(f"{model:20s} batch {b:6d} {ddt:5s} {r['kernels']:6s} picasso {r['samples_per_s']:12,.0f}/s "
                           f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
                           f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain:12,.0f}/s "
-                          f"x{r['over_plain'] or 0:5.2f}", flush=True)
-    machine = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-               "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
-    out = {"machine": machine, "command": " ".join(["python", *sys.argv]), "quick": args.quick, "rows": rows}
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(out, indent=2) + "\n")
+                          f"x{r['over_plain'] or 0:5.2f}  ({r['wall_s']} s)", flush=True)
+    save()
     print(f"wrote {output}")
 
 

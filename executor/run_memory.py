@@ -61,7 +61,10 @@ def predicted_peaks(plan: Plan, device_kind: str, data: str, fmt: str, preload: 
         m = plan.model
         input_bytes = 8 * plan.global_batch * parsed_row_bytes(m.num_dense, len(m.tables)) * 2
     elif preload:
-        input_bytes = preload_input_bytes(plan, estimate_rows(data, fmt), steps)
+        from traces.dataset import Dataset, is_dataset
+
+        rows = float(Dataset(data).rows) if is_dataset(data) else estimate_rows(data, fmt)  # a converted folder
+        input_bytes = preload_input_bytes(plan, rows, steps)
     report = run_memory(plan, device_kind, input_bytes)
     peaks = [float(x) for x in report.rank_peak]
     out = {"predicted_bytes_per_rank": peaks, "by_component": report.to_dict()["hbm_by_component"]}

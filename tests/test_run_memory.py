@@ -113,3 +113,16 @@ def test_run_reports_measured_peak_memory_beside_the_prediction(setup, capsys):
     assert all(m > 100 << 20 for m in measured)  # a torch process's RSS, not a placeholder
     # within +15% of the prediction, and not far below it either
     assert all(0.6 < r <= 1.15 for r in pm["measured_over_predicted"]), pm
+
+
+def test_preload_of_a_converted_folder_is_sized_from_its_manifest(setup):
+    """`picasso run --data FOLDER --preload` sizes its input from the manifest's rows (it read
+    the folder as a file: 'Is a directory')."""
+    from executor.run_memory import predicted_peaks
+    from traces.convert import convert
+
+    convert([str(setup / "data.tsv")], "criteo", setup / "converted")
+    plan = Plan.load(setup / "plan.json")
+    folder = predicted_peaks(plan, "cpu", str(setup / "converted"), "criteo", True, 4, False)
+    text = predicted_peaks(plan, "cpu", str(setup / "data.tsv"), "criteo", True, 4, False)
+    assert folder["predicted_bytes_per_rank"] == pytest.approx(text["predicted_bytes_per_rank"], rel=0.2)
