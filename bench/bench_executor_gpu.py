@@ -138,6 +138,7 @@ def main() -> None:
     ap.add_argument("--mlperf-row-cap", type=int, default=0,
                     help="rows per dlrm-mlperf table (0: full size; a failed full run falls back to 1M)")
     ap.add_argument("--variants", default="triton,graph", help="variants at every batch (triton, graph, torch)")
+    ap.add_argument("--models", default="dlrm-criteo-kaggle,dlrm-mlperf", help="which of the two models to run")
     ap.add_argument("-o", "--output", help="default bench/results/executor_gpu/<gpu>.json")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
@@ -152,6 +153,7 @@ def main() -> None:
     cases = [("dlrm-criteo-kaggle", "tf32", batches, 20_000 if args.quick else None)]
     if not args.quick:
         cases.append(("dlrm-mlperf", "bf16", [batches[-1]], args.mlperf_row_cap or None))
+    cases = [c for c in cases if c[0] in args.models.split(",")]
     machine = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__, "device": gpu}
     out = {"machine": machine, "command": " ".join(["python", *sys.argv]), "quick": args.quick, "rows": []}
 

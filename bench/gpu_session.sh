@@ -5,7 +5,7 @@
 # fp16 tables, and the simulator's calibration and validation on CUDA. JSON results go to
 # $OUT (default ./gpu-out), long logs to $LOGS.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor profile verify calibrate validate
+#   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor overhead profile verify calibrate validate
 #                                             (default: all of them)
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
@@ -53,6 +53,21 @@ for s in $stages; do
     stamp executor
     timeout ${EXECUTOR_S:-240} $PY bench/bench_executor_gpu.py --steps ${STEPS:-20} -o "$OUT/executor_gpu.json" 2>&1 \
       | tee "$LOGS/bench_executor_gpu.log" | grep -v "^$"
+    ;;
+  overhead)  # host time against GPU time of a step, eager and as a CUDA graph; the graph's own line in a real run
+    stamp overhead
+    d=$(mktemp -d)
+    $PY -m picasso synth --preset criteo-kaggle --rows 70000 -o "$d/data.tsv" --seed 1 >/dev/null
+    $PY -m picasso analyze "$d/data.tsv" --format criteo -o "$d/profile.json" >/dev/null
+    for b in ${OVERHEAD_BATCHES:-4096 65536}; do
+      $PY -m picasso plan --model dlrm-criteo-kaggle --hardware ${HW:-h200} --set gpus_per_node=1 --profile "$d/profile.json" \
+        --batch-size $b --dense-dtype tf32 -o "$d/plan$b.json" >/dev/null
+      timeout 60 $PY bench/step_overhead_gpu.py "$d/plan$b.json" --data "$d/data.tsv" -o "$OUT/step_overhead_$b.json" 2>&1 \
+        | grep -v Warn | tail -22
+    done
+    timeout 60 $PY -m picasso run "$d/plan4096.json" --data "$d/data.tsv" --format criteo --nproc 1 --steps 30 --preload \
+      --cuda-graph --json >"$LOGS/graph_run.json" 2>"$LOGS/graph_run.err"; echo "graph run rc=$?"; grep -i "graph\|error" "$LOGS/graph_run.err" | head -5
+    $PY -c "import json;d=json.load(open('$LOGS/graph_run.json'));print(d['samples_per_s'], d['iteration_ms'])" 2>/dev/null
     ;;
   profile)
     stamp profile

@@ -72,6 +72,7 @@ def test_static_buffers_take_batches_of_the_same_shapes_only():
     assert not _same_shapes(static, longer)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the step runs on CUDA: nothing to refuse")
 def test_the_flag_reaches_the_worker_which_says_why_it_is_not_used(tmp_path, capsys):
     from executor.worker import main
 

@@ -95,8 +95,10 @@ def triton_on(on: bool = True) -> Iterator[None]:
 
 
 def _triton(t: torch.Tensor) -> bool:
-    """The Triton kernels serve this call (CUDA tensors, or forced) and they load."""
-    return (t.is_cuda or _force_triton or os.environ.get(TRITON_ENV) == "all") and triton_status() is None
+    """The Triton kernels serve this call (CUDA tensors; forced, CPU tensors too where Triton
+    interprets, which is only on machines without CUDA) and they load."""
+    on_cpu = _forced() and os.environ.get("TRITON_INTERPRET") == "1"
+    return (t.is_cuda or on_cpu) and triton_status() is None
 
 
 def _forced() -> bool:
