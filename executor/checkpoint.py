@@ -200,13 +200,15 @@ def versions(folder: str | os.PathLike) -> list[Path]:
 def prune(folder: Path, keep: int) -> None:
     """Keep the current version and the newest complete ones up to `keep`; drop the rest.
 
-    Folders without a manifest are leftovers of interrupted saves.
+    Folders without a manifest are leftovers of interrupted saves. The manifest is read
+    again before each removal: whatever it names is never removed (one writer holds the
+    folder, foundation.locks; this guards a writer that does not take the lock).
     """
     current = json.loads((folder / "manifest.json").read_text()).get("dir")
     complete = [v for v in versions(folder) if (v / "manifest.json").is_file() and v.name != current]
     kept = {current, *(v.name for v in complete[max(0, len(complete) - (keep - 1)):] if keep > 1)}
     for v in versions(folder):
-        if v.name not in kept:
+        if v.name not in kept and v.name != _current(folder):
             shutil.rmtree(v, ignore_errors=True)
     fsync_dir(folder)
 

@@ -85,11 +85,12 @@ def run(args: argparse.Namespace) -> int:
     if args.eval_every < 0:
         raise ValueError("--eval-every must be 0 (only at the end) or positive")
     pred = _memory_check(args)
-    res = launch(
-        args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
-        nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-        master_port=args.master_port,
-    )
+    with _checkpoint_writer(args):
+        res = launch(
+            args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
+            nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+            master_port=args.master_port,
+        )
     if res is None:  # another node's workers: rank 0's node reports
         print(json.dumps({"node_rank": args.node_rank}) if args.json else f"node {args.node_rank}: workers finished")
         return 0
@@ -154,6 +155,18 @@ def run(args: argparse.Namespace) -> int:
         if getattr(res, key):
             print(f"{key:12} {getattr(res, key)}")
     return _fail(failed)
+
+
+def _checkpoint_writer(args: argparse.Namespace):
+    """The --checkpoint folder's writer lock, held by node 0 for the whole run: a second run
+    writing the same folder is refused before any rank starts."""
+    import contextlib
+
+    from foundation.locks import one_writer
+
+    if args.checkpoint is None or args.node_rank != 0:
+        return contextlib.nullcontext()
+    return one_writer(args.checkpoint, "checkpoint folder")
 
 
 def resume_line(r: dict) -> str:
