@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from executor.sparse.embedding import CoverageError
 from executor.trainer import Trainer, tables_from_pieces
 from foundation import fields
 from foundation.files import atomic_write_bytes, fsync_dir, regular_file
@@ -323,7 +324,33 @@ def _saved_packs(m: dict, plan: Plan, only: set[str] | None) -> Iterator[tuple[d
         if only is not None and not only.intersection(tables):
             continue
         holders = range(1) if sharding == Sharding.REPLICATED else range(world)  # replicas are identical
-        yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
+        try:
+            yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
+        except CoverageError as exc:
+            raise CheckpointError(f"{base}: {_uncovered(plan, tables, exc)}: the checkpoint is damaged") from None
+
+
+def _uncovered(plan: Plan, tables: list[str], exc: CoverageError) -> str:
+    """Which table's rows a saved pack's pieces leave out (or give twice), in the table's own numbering."""
+    first = int(exc.rows[0])
+    off = 0
+    for t in tables:
+        n = plan.model.table(t).num_rows
+        if first < off + n:
+            mine = [int(r) - off for r in exc.rows if off <= int(r) < off + n]
+            break
+        off += n
+    else:  # rows past the tables the manifest names
+        t, mine = "?", [int(r) for r in exc.rows]
+    spans, start = [], mine[0]
+    for a, b in zip(mine, mine[1:] + [None]):
+        if b != a + 1:
+            spans.append(f"{start}" if start == a else f"{start}-{a}")
+            if b is not None:
+                start = b
+    how = "in no saved piece" if exc.count == 0 else f"in {exc.count} saved pieces (expected exactly one)"
+    more = f" and {len(spans) - 3} more ranges" if len(spans) > 3 else ""
+    return f"table {t!r} rows {', '.join(spans[:3])}{more} ({len(mine)} rows) are {how}"
 
 
 def saved_tables(m: dict, plan: Plan, only: set[str] | None = None
