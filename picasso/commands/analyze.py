@@ -52,6 +52,12 @@ def run(args) -> int:
     for out in (args.output, args.html):
         if out:
             check_output(out)  # before the read, not after it
+    from pathlib import Path
+
+    from foundation.files import check_distinct
+
+    check_distinct({"DATA": args.data}, {"-o": args.output, "-o's arrays": args.output and Path(args.output).with_suffix(".npz"),
+                                         "--html": args.html})
     options = layout_options(args)
     bar = Progress("analyze")
     try:

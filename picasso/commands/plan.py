@@ -52,6 +52,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.hardware:
         raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
+    from pathlib import Path
+
+    from foundation.files import check_distinct
+
+    check_distinct({"--model": args.model, "--hardware": args.hardware, "--profile": args.profile,
+                    "--profile's arrays": args.profile and Path(args.profile).with_suffix(".npz")},
+                   {"-o": args.output, "-o's hot IDs": Path(args.output).with_suffix(".hot.npz"),
+                    "--html": args.html, "--trace": args.trace})
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap)
     sources = check_profile(model, profile, args)

@@ -47,11 +47,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 
 def run(args: argparse.Namespace) -> int:
+    import glob
     import json
     import math
 
     from executor.process.launch import launch
-    from foundation.files import check_output_path
+    from foundation.files import check_distinct, check_output_path
 
     if args.keep < 1:
         raise ValueError(f"--keep must be at least 1, got {args.keep}")
@@ -64,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     for out in (args.trace, args.timeline):
         if out is not None:
             check_output_path(out)
+    check_distinct({"PLAN": args.plan, "--data": glob.glob(args.data) if glob.has_magic(args.data) else args.data,
+                    "--eval-data": args.eval_data}, {"--trace": args.trace, "--timeline": args.timeline})
     extra = ["--timeout", str(args.timeout), "--keep", str(args.keep)]
     for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every", "epochs",
                  "data_seed", "eval_data", "eval_format", "eval_every", "eval_batch"):

@@ -36,6 +36,7 @@ def _sweep_values(text: str) -> tuple[str, list[str]]:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from foundation.files import check_distinct
     from planner.errors import PlanError
     from planner.explain import Explanation
     from planner.inputs import load_inputs
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from planner.search import evaluate, full_symmetry
     from simulator.hardware import apply_overrides
 
+    check_distinct({"PLAN": args.plan, "--hardware": args.hardware, "--profile": args.profile},
+                   {"--trace": args.trace, "--html": args.html})
     plan = Plan.load(args.plan)
     if args.dense_dtype:
         from dataclasses import replace
