@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         prov.profile_scale_to = int(args.scale_to) if args.scale_to else None
     prov.row_cap = int(args.row_cap) if args.row_cap else None
     prov.hardware_overrides = list(args.set)
-    from planner.torchrec_bridge import INSTALL_HINT, torchrec_available
+    from planner.torchrec_bridge import torchrec_available, torchrec_problem
 
     # with TorchRec installed, its own plan is a baseline beside the others
     has_tr = torchrec_available()
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         print(ex.text())
         if not has_tr:
-            print(f"torchrec baseline: n/a ({INSTALL_HINT})")
+            print(f"torchrec baseline: n/a ({torchrec_problem()})")
     else:
         d = ex.to_dict()
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
