@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from executor.run_args import MAX_STEPS
 from executor.sparse.embedding import CoverageError
 from executor.trainer import Trainer, tables_from_pieces
 from foundation import fields
@@ -222,8 +223,8 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         if fmt not in (FORMAT, FORMAT_V2, FORMAT_V1):
             raise CheckpointError(f"{mpath}: not a picasso checkpoint (format {fmt!r})")
         world = fields.integer(m.get("world_size"), "world_size", 1, MAX_WORLD)
-        fields.integer(m.get("steps"), "steps", 0)
-        fields.integer(m.get("data_position"), "data_position", 0)
+        fields.integer(m.get("steps"), "steps", 0, MAX_STEPS)
+        fields.integer(m.get("data_position"), "data_position", 0, MAX_STEPS)
         if m.get("last_eval") is not None:
             _validate_eval(m["last_eval"])
         fields.text(m.get("model_fingerprint"), "model_fingerprint")

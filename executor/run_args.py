@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+MAX_STEPS = 1 << 40  # steps of one model: a trillion is beyond any run; more is a mistake or a forged count
+
 
 def add_training_args(p: argparse.ArgumentParser) -> None:
     """The data, evaluation and timing flags `picasso run` passes through to its workers

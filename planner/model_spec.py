@@ -137,14 +137,10 @@ class ModelSpec:
             raise PlanError(f"{where}: field top_mlp ends in {self.top_mlp[-1]}; it must end in 1 (the click logit)")
         pooled = [t for t in self.tables if t.pooling != "none"]
         dims = sorted({t.dim for t in self.tables})
-        if self.arch in ("dlrm", "deepfm") and len(dims) != 1:
-            raise PlanError(f"{where}: field tables: {self.arch} needs every table of one dim, got dims {dims}")
-        if self.arch == "dlrm":
-            if len(pooled) != len(self.tables):
-                raise PlanError(f"{where}: field tables: dlrm pools every table (pooling 'none' is DIN's)")
-            if self.bottom_mlp and self.bottom_mlp[-1] != dims[0]:
-                raise PlanError(f"{where}: field bottom_mlp ends in {self.bottom_mlp[-1]}; dlrm needs it to end in "
-                                f"the tables' dim {dims[0]}")
+        # tables of several dims plan (the planner studies them) but dlrm/deepfm run one dim: the executor says so
+        if self.arch == "dlrm" and len(dims) == 1 and self.bottom_mlp and self.bottom_mlp[-1] != dims[0]:
+            raise PlanError(f"{where}: field bottom_mlp ends in {self.bottom_mlp[-1]}; dlrm needs it to end in "
+                            f"the tables' dim {dims[0]}")
         if self.arch == "din":
             for s in (t for t in self.tables if t.pooling == "none"):
                 if not any(t.dim == s.dim for t in pooled):

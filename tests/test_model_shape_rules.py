@@ -23,8 +23,6 @@ def _spec(**change) -> dict:
 @pytest.mark.parametrize("change,field", [
     ({"bottom_mlp": [64, 32]}, "bottom_mlp"),
     ({"top_mlp": [64, 4]}, "top_mlp"),
-    ({"arch": "deepfm", "tables": [{"name": "C1", "num_rows": 10, "dim": 8},
-                                   {"name": "C2", "num_rows": 10, "dim": 4}]}, "tables"),
     ({"arch": "din", "tables": [{"name": "C1", "num_rows": 10, "dim": 8},
                                 {"name": "H", "num_rows": 10, "dim": 4, "pooling": "none", "max_len": 5}]}, "tables"),
     ({"arch": "wide_deep", "extra": {"wide_tables": ["nope"]}}, "extra.wide_tables"),

@@ -85,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
         extra.append("--preload")
     if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
         raise ValueError("--steps and --epochs must be at least 1")
+    from executor.run_args import MAX_STEPS
+
+    for flag, n in (("--steps", args.steps), ("--epochs", args.epochs)):
+        if n is not None and n > MAX_STEPS:
+            raise ValueError(f"{flag} {n} is beyond any run this machine could finish (at most {MAX_STEPS:,})")
     if args.eval_every < 0:
         raise ValueError("--eval-every must be 0 (only at the end) or positive")
     pred = _memory_check(args)
