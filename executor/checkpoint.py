@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from executor.run_args import MAX_STEPS
+from executor.sparse.embedding import CoverageError
 from executor.trainer import Trainer, tables_from_pieces
 from foundation import fields
 from foundation.files import atomic_write_bytes, fsync_dir, regular_file
@@ -200,13 +202,15 @@ def versions(folder: str | os.PathLike) -> list[Path]:
 def prune(folder: Path, keep: int) -> None:
     """Keep the current version and the newest complete ones up to `keep`; drop the rest.
 
-    Folders without a manifest are leftovers of interrupted saves.
+    Folders without a manifest are leftovers of interrupted saves. The manifest is read
+    again before each removal: whatever it names is never removed (one writer holds the
+    folder, foundation.locks; this guards a writer that does not take the lock).
     """
     current = json.loads((folder / "manifest.json").read_text()).get("dir")
     complete = [v for v in versions(folder) if (v / "manifest.json").is_file() and v.name != current]
     kept = {current, *(v.name for v in complete[max(0, len(complete) - (keep - 1)):] if keep > 1)}
     for v in versions(folder):
-        if v.name not in kept:
+        if v.name not in kept and v.name != _current(folder):
             shutil.rmtree(v, ignore_errors=True)
     fsync_dir(folder)
 
@@ -219,8 +223,8 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         if fmt not in (FORMAT, FORMAT_V2, FORMAT_V1):
             raise CheckpointError(f"{mpath}: not a picasso checkpoint (format {fmt!r})")
         world = fields.integer(m.get("world_size"), "world_size", 1, MAX_WORLD)
-        fields.integer(m.get("steps"), "steps", 0)
-        fields.integer(m.get("data_position"), "data_position", 0)
+        fields.integer(m.get("steps"), "steps", 0, MAX_STEPS)
+        fields.integer(m.get("data_position"), "data_position", 0, MAX_STEPS)
         if m.get("last_eval") is not None:
             _validate_eval(m["last_eval"])
         fields.text(m.get("model_fingerprint"), "model_fingerprint")
@@ -321,7 +325,33 @@ def _saved_packs(m: dict, plan: Plan, only: set[str] | None) -> Iterator[tuple[d
         if only is not None and not only.intersection(tables):
             continue
         holders = range(1) if sharding == Sharding.REPLICATED else range(world)  # replicas are identical
-        yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
+        try:
+            yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
+        except CoverageError as exc:
+            raise CheckpointError(f"{base}: {_uncovered(plan, tables, exc)}: the checkpoint is damaged") from None
+
+
+def _uncovered(plan: Plan, tables: list[str], exc: CoverageError) -> str:
+    """Which table's rows a saved pack's pieces leave out (or give twice), in the table's own numbering."""
+    first = int(exc.rows[0])
+    off = 0
+    for t in tables:
+        n = plan.model.table(t).num_rows
+        if first < off + n:
+            mine = [int(r) - off for r in exc.rows if off <= int(r) < off + n]
+            break
+        off += n
+    else:  # rows past the tables the manifest names
+        t, mine = "?", [int(r) for r in exc.rows]
+    spans, start = [], mine[0]
+    for a, b in zip(mine, mine[1:] + [None]):
+        if b != a + 1:
+            spans.append(f"{start}" if start == a else f"{start}-{a}")
+            if b is not None:
+                start = b
+    how = "in no saved piece" if exc.count == 0 else f"in {exc.count} saved pieces (expected exactly one)"
+    more = f" and {len(spans) - 3} more ranges" if len(spans) > 3 else ""
+    return f"table {t!r} rows {', '.join(spans[:3])}{more} ({len(mine)} rows) are {how}"
 
 
 def saved_tables(m: dict, plan: Plan, only: set[str] | None = None

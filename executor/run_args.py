@@ -6,6 +6,9 @@ Torch-free, so the command line starts without importing torch.
 from __future__ import annotations
 
 import argparse
+import math
+
+MAX_STEPS = 1 << 40  # steps of one model: a trillion is beyond any run; more is a mistake or a forged count
 
 
 def add_training_args(p: argparse.ArgumentParser) -> None:
@@ -22,3 +25,41 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graph", action="store_true",
                    help="capture the steady-state step as one CUDA graph and replay it (one rank on a GPU; "
                         "a plan it does not fit runs without it, said in one line)")
+
+
+def worker_flags(args: argparse.Namespace) -> list[str]:
+    """`picasso run`'s flags checked (one ValueError line each) and turned into the workers' own."""
+    if args.keep < 1:
+        raise ValueError(f"--keep must be at least 1, got {args.keep}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.verify_tolerance is not None and not (math.isfinite(args.verify_tolerance) and args.verify_tolerance >= 0):
+        raise ValueError(f"--verify-tolerance must be a finite number >= 0, got {args.verify_tolerance}")
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    for flag, n in (("--steps", args.steps), ("--epochs", args.epochs)):
+        if n is not None and n > MAX_STEPS:
+            raise ValueError(f"{flag} {n} is beyond any run this machine could finish (at most {MAX_STEPS:,})")
+    extra = ["--timeout", str(args.timeout), "--keep", str(args.keep)]
+    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every", "epochs",
+                 "data_seed", "eval_data", "eval_format", "eval_every", "eval_batch"):
+        v = getattr(args, flag)
+        if v is not None:
+            extra += [f"--{flag.replace('_', '-')}", str(v)]
+    if args.op_timing:
+        extra.append("--op-timing")
+    if args.check_every is not None and args.check_every < 1:
+        raise ValueError(f"--check-every must be at least 1, got {args.check_every}")
+    if args.strict:
+        extra.append("--strict")
+    if args.verify:
+        extra.append("--verify")
+    if args.preload:
+        extra.append("--preload")
+    if args.cuda_graph:
+        extra.append("--cuda-graph")
+    if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
+        raise ValueError("--steps and --epochs must be at least 1")
+    if args.eval_every < 0:
+        raise ValueError("--eval-every must be 0 (only at the end) or positive")
+    return extra

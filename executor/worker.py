@@ -447,14 +447,45 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     return result
 
 
+def _leave_group(failed: bool, timeout_s: float) -> None:
+    """Leave the process group without waiting on a peer that stopped answering.
+
+    Destroying a gloo group waits for its pending work, up to the collective timeout per queued
+    op: with a hung peer that is minutes. A failed rank has said why already and exits at once;
+    a finished one destroys the group, but exits anyway once `timeout_s` has passed.
+    """
+    if not dist.is_initialized():
+        return
+    if not failed:
+        import threading
+
+        done = threading.Event()
+
+        def destroy() -> None:
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - leaving anyway
+                pass
+            done.set()
+
+        threading.Thread(target=destroy, daemon=True, name="leave-group").start()
+        if done.wait(timeout_s):
+            return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if failed else 0)  # the interpreter's own teardown would wait on the group again
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rank = os.environ.get("RANK", "0")
     die_with_parent()  # a rank never outlives its agent
+    failed = True
     try:
         result = run_worker(args)
         if result is not None and not args.result:
             print(json.dumps(result))
+        failed = False
         return 0
     except Exception as exc:  # noqa: BLE001 - one line per rank, no traceback
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -469,9 +500,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"executor rank {rank}: error: {msg}", file=sys.stderr, flush=True)
         return 1
     finally:
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - already failing
-                pass
-
+        _leave_group(failed, args.timeout)

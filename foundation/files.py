@@ -134,3 +134,45 @@ def read_text_file(path: str | os.PathLike, what: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: {what} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+
+
+def _identity(path: Path) -> tuple:
+    """What makes two names one file: the inode of an existing file (hard links, symlinks,
+    `./x` and `x` alike), else the resolved path a new file would get."""
+    try:
+        st = path.stat()
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", str(path.resolve()))
+
+
+def check_distinct(inputs: dict[str, object], outputs: dict[str, object],
+                   folders: dict[str, object] | None = None) -> None:
+    """Refuse a command whose outputs would replace one of its inputs, or each other.
+
+    `inputs` and `outputs` map the flag that names a file ("--data", "-o") to its path (or a
+    list of paths; None is skipped); `folders`, output folders the command may replace whole,
+    which must hold no input. One line names both flags and the file.
+    """
+    def each(named: dict[str, object]):
+        for flag, paths in named.items():
+            for p in paths if isinstance(paths, (list, tuple)) else [paths]:
+                if p is not None and str(p) != "":
+                    yield flag, Path(str(p))
+
+    seen: dict[tuple, tuple[str, Path]] = {ident: (flag, p) for flag, p in each(inputs)
+                                           if (ident := _identity(p))[0] == "inode"}
+    for flag, p in each(outputs):
+        ident = _identity(p)
+        if ident in seen:
+            other, q = seen[ident]
+            what = "input" if any(other == f for f, _ in each(inputs)) else "output"
+            raise ValueError(f"{p}: {flag} would write over the {what} {other} ({q}); "
+                             f"give {flag} another path")
+        seen[ident] = (flag, p)
+    for flag, folder in each(folders or {}):
+        top = folder.resolve()
+        for other, p in each(inputs):
+            if top == p.resolve() or top in p.resolve().parents:
+                raise ValueError(f"{folder}: {flag} would replace the folder holding the input {other} ({p}); "
+                                 f"give {flag} another path")

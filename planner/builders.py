@@ -122,7 +122,13 @@ def baseline_plan(
 
         if hw is None:
             raise PlanError("the torchrec baseline needs the hardware spec (its topology)")
-        return torchrec_plan(model, hw, batch, access)
+        try:
+            return torchrec_plan(model, hw, batch, access)
+        except PlanError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an optional library's failure is not the plan's
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise PlanError(f"TorchRec's planner failed ({type(exc).__name__}: {first})") from None
     raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES + (TORCHREC,))}")
 
 

@@ -128,6 +128,28 @@ class ModelSpec:
         ddt = self.extra.get("dense_dtype", "fp32")
         if ddt not in DENSE_DTYPES:
             raise PlanError(f"model {self.name}: extra.dense_dtype {ddt!r} is not one of {list(DENSE_DTYPES)}")
+        self.check_shapes()
+
+    def check_shapes(self) -> None:
+        """The architecture's shape rules (what executor.dense.model builds), one line naming the field."""
+        where = f"model {self.name}"
+        if self.top_mlp and self.top_mlp[-1] != 1:
+            raise PlanError(f"{where}: field top_mlp ends in {self.top_mlp[-1]}; it must end in 1 (the click logit)")
+        pooled = [t for t in self.tables if t.pooling != "none"]
+        dims = sorted({t.dim for t in self.tables})
+        # tables of several dims plan (the planner studies them) but dlrm/deepfm run one dim: the executor says so
+        if self.arch == "dlrm" and len(dims) == 1 and self.bottom_mlp and self.bottom_mlp[-1] != dims[0]:
+            raise PlanError(f"{where}: field bottom_mlp ends in {self.bottom_mlp[-1]}; dlrm needs it to end in "
+                            f"the tables' dim {dims[0]}")
+        if self.arch == "din":
+            for s in (t for t in self.tables if t.pooling == "none"):
+                if not any(t.dim == s.dim for t in pooled):
+                    raise PlanError(f"{where}: field tables: sequence table {s.name} (dim {s.dim}) has no pooled "
+                                    "query table of its dim")
+        if self.arch == "wide_deep":
+            unknown = [t for t in self.extra.get("wide_tables", []) if t not in self._by_name]
+            if unknown:
+                raise PlanError(f"{where}: field extra.wide_tables names {unknown[0]!r}, not a table of the model")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

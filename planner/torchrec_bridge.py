@@ -53,17 +53,31 @@ HOST_KERNELS = ("fused_uvm", "fused_uvm_caching")
 ORDER = (Sharding.REPLICATED, Sharding.TABLE_WISE, Sharding.COLUMN_WISE, Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE)
 
 
-def torchrec_available() -> bool:
+def torchrec_problem() -> str | None:
+    """Why TorchRec cannot be used on this machine, in one line; None when it can.
+
+    An import that fails for any reason means unavailable: a TorchRec whose fbgemm_gpu
+    cannot load its native library raises OSError or RuntimeError, not ImportError.
+    """
     try:
         import torchrec  # noqa: F401
     except ImportError:
-        return False
-    return True
+        return INSTALL_HINT
+    except Exception as exc:  # noqa: BLE001 - a broken optional install is an absent one
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        return (f"TorchRec is installed but does not import here ({type(exc).__name__}: {first}); "
+                "see README, 'TorchRec baseline'")
+    return None
+
+
+def torchrec_available() -> bool:
+    return torchrec_problem() is None
 
 
 def require_torchrec() -> None:
-    if not torchrec_available():
-        raise PlanError(INSTALL_HINT)
+    problem = torchrec_problem()
+    if problem is not None:
+        raise PlanError(problem)
 
 
 # ---- TorchRec's planner ----------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """The one HTML report writer: plotly figures (plotly.js embedded once) and tables.
 
 Every page picasso writes (analyze, plan, simulate and its sweeps, validate, the demo)
-is assembled here from sections; each section is a title, optional HTML text or table,
-and optional figures. Nothing is fetched when the page opens: plotly.js is inlined in
+is assembled here from sections; each section is a title, optional text or table, and
+optional figures. Every text that reaches a page is escaped here, and only here: a plain
+string is text, and markup is an `Html` value that this module's helpers built from escaped
+pieces, so a model, file or hardware name can never become a tag or a script. Nothing is fetched when the page opens: plotly.js is inlined in
 the first figure, the rest reuse it. The page's head hook marks console errors for
 `tests/browser.py` (the headless-browser check).
 """
@@ -36,29 +38,52 @@ ERROR_HOOK_JS = """<script>
 })();
 </script>""".replace("MARK", ERROR_MARK)
 
+class Html(str):
+    """Markup built by this module's helpers (every text inside it escaped on the way in)."""
+
+
+def markup(*parts: str) -> Html:
+    """The pieces joined as markup: `Html` pieces kept, plain text escaped."""
+    return Html("".join(p if isinstance(p, Html) else html.escape(str(p)) for p in parts))
+
+
+def tag(name: str, *parts: str, cls: str | None = None) -> Html:
+    """`<name class=cls>parts</name>`, the parts joined as by `markup`."""
+    attr = f" class='{html.escape(cls, quote=True)}'" if cls else ""
+    return Html(f"<{name}{attr}>{markup(*parts)}</{name}>")
+
+
+def paragraph(*parts: str) -> Html:
+    return tag("p", *parts)
+
+
+def bold(*parts: str) -> Html:
+    return tag("b", *parts)
+
+
 @dataclass
 class Section:
     title: str
-    html: str = ""
+    html: str = ""  # `Html` from this module's helpers; a plain string is text (escaped)
     figures: list[Any] = field(default_factory=list)  # plotly.graph_objects.Figure
 
 
-def table_html(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, fmt: str = "{:.4g}") -> str:
+def table_html(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, fmt: str = "{:.4g}") -> Html:
     """A plain HTML table of records (numbers formatted, text escaped)."""
     if not rows:
-        return "<p><em>(none)</em></p>"
+        return Html("<p><em>(none)</em></p>")
     cols = list(columns or rows[0].keys())
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
 
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return fmt.format(v)
+            return html.escape(fmt.format(v))
         if isinstance(v, (list, tuple)):
             return html.escape(", ".join(str(x) for x in v))
         return html.escape(str(v))
 
     body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return Html(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
 def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str) -> Any:
@@ -162,12 +187,12 @@ def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_
              ERROR_HOOK_JS,
              f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
     if subtitle:
-        parts.append(f"<p>{subtitle}</p>")
+        parts.append(paragraph(subtitle))
     first = True
     for i, sec in enumerate(sections):
         parts.append(f"<h2>{html.escape(sec.title)}</h2>")
         if sec.html:
-            parts.append(sec.html)
+            parts.append(sec.html if isinstance(sec.html, Html) else paragraph(sec.html))
         figs = []
         pair = i in side_by_side and len(sec.figures) > 1
         for fig in sec.figures:
@@ -198,5 +223,5 @@ def write_page(path: str | os.PathLike, title: str, sections: Sequence[Section],
     return write_report(path, render(title, sections, subtitle, side_by_side))
 
 
-def json_block(obj: Any) -> str:
-    return f"<pre>{html.escape(json.dumps(obj, indent=2, default=str))}</pre>"
+def json_block(obj: Any) -> Html:
+    return tag("pre", json.dumps(obj, indent=2, default=str))

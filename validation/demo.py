@@ -7,7 +7,6 @@ skipped silently.
 
 from __future__ import annotations
 
-import html
 import json
 import sys
 import time
@@ -28,7 +27,17 @@ from simulator.calibration import spec_for_world
 from simulator.export import timeline_figure
 from simulator.hardware import load_hardware
 from simulator.measured import one_step
-from simulator.report import Section, bar_figure, coverage_figure, table_html, write_page
+from simulator.report import (
+    Section,
+    bar_figure,
+    bold,
+    coverage_figure,
+    markup,
+    paragraph,
+    table_html,
+    tag,
+    write_page,
+)
 from traces.profile import profile_file
 from traces.synth import generate_criteo
 from validation.calibrate import CalibrateConfig, calibrate
@@ -214,10 +223,10 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
     pred_sp = _speedups({n: pred[n].iteration_us for n in names})
     meas_sp = _speedups({n: meas[n].iteration_us for n in names})
     refit_sp = _speedups({n: refit[n].iteration_us for n in names if n in refit})
-    intro = (
-        f"<p>Synthetic Criteo data, model {html.escape(plan.model.name)}, {plan.world_size} gloo ranks on this "
-        f"machine, batch {plan.batch_size_per_rank}/rank. Whole demo: {total:.0f} s.</p>"
-        + table_html([{"plan": n, "predicted ms": pred[n].iteration_us / 1e3,
+    intro = markup(
+        paragraph(f"Synthetic Criteo data, model {plan.model.name}, {plan.world_size} gloo ranks on this "
+                  f"machine, batch {plan.batch_size_per_rank}/rank. Whole demo: {total:.0f} s."),
+        table_html([{"plan": n, "predicted ms": pred[n].iteration_us / 1e3,
                        "predicted ms (refit)": refit[n].iteration_us / 1e3 if n in refit else "",
                        "measured ms": meas[n].iteration_us / 1e3,
                        "error": f"{(pred[n].iteration_us - meas[n].iteration_us) / meas[n].iteration_us:+.1%}",
@@ -226,10 +235,10 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
                        "measured samples/s": meas[n].samples_per_s,
                        "picasso speedup (pred.)": "" if n == "picasso" else _fmt_x(pred_sp.get(n)),
                        "picasso speedup (meas.)": "" if n == "picasso" else _fmt_x(meas_sp.get(n))}
-                      for n in names])
-        + f"<p>Validation over {vres['plans']} plans: MAPE <b>{vres['mape']:.1%}</b>, Spearman "
-          f"<b>{_fmt(vres['spearman'])}</b>.</p>"
-        + "<h3>Stages</h3>" + table_html(stages)
+                      for n in names]),
+        paragraph(f"Validation over {vres['plans']} plans: MAPE ", bold(f"{vres['mape']:.1%}"), ", Spearman ",
+                  bold(_fmt(vres["spearman"])), "."),
+        tag("h3", "Stages"), table_html(stages),
     )
     secs.append(Section("Summary", intro))
 
@@ -244,7 +253,7 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
     secs.append(Section("Access profile: coverage curves", table_html(cov_rows),
                         [coverage_figure(curves, "Fraction of lookups covered by the hottest IDs")]))
 
-    secs.append(Section("The plan and why", f"<pre>{html.escape(expl.text())}</pre>"))
+    secs.append(Section("The plan and why", tag("pre", expl.text())))
 
     secs.append(Section("Simulated and measured timelines of the plan (one iteration / timed steps)", "",
                         [timeline_figure(pred["picasso"].timeline, "simulated (calibrated spec)"),
@@ -284,16 +293,16 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
 
 def auc_section(evals: list[dict[str, Any]]) -> Any:
     """The AUC (and logloss) curve on held-out rows over the training steps."""
-    from simulator.report import Section, line_figure, table_html
+    from simulator.report import Section, line_figure, markup, paragraph, table_html
 
     steps = [e["step"] for e in evals]
-    note = ("<p>AUC and logloss of the plan's model on held-out rows, exact across ranks. The demo's synthetic "
-            "labels are random clicks (rate 0.25), so the AUC stays near 0.5 here; on the real Criteo sample "
-            "see docs/benchmarks.md (bench_quality).</p>")
+    note = paragraph("AUC and logloss of the plan's model on held-out rows, exact across ranks. The demo's synthetic "
+                     "labels are random clicks (rate 0.25), so the AUC stays near 0.5 here; on the real Criteo sample "
+                     "see docs/benchmarks.md (bench_quality).")
     fig = line_figure({"AUC": (steps, [e["auc"] for e in evals])}, "Held-out AUC during training", "step", "AUC",
                       y2={"logloss": (steps, [e["logloss"] for e in evals])}, y2axis="logloss")
     rows = [{"step": e["step"], "AUC": e["auc"], "logloss": e["logloss"], "rows": e["rows"]} for e in evals]
-    return Section("Model quality: AUC curve on held-out data", note + table_html(rows, fmt="{:.5g}"), [fig])
+    return Section("Model quality: AUC curve on held-out data", markup(note, table_html(rows, fmt="{:.5g}")), [fig])
 
 
 def _fmt(v: Any) -> str:

@@ -6,34 +6,33 @@ from typing import Any
 
 from simulator.export import timeline_figure
 from simulator.measured import one_step
-from simulator.report import Section, bar_figure, scatter_figure, table_html
+from simulator.report import Section, bar_figure, bold, markup, paragraph, scatter_figure, table_html, tag
 
 
 def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section]:
     """Report sections: summary, scatter, per-plan table, per-op errors, one timeline pair."""
     s = result["summary"]
     met = result["goal"]["met"]
-    lines = [
-        f"<p>{s['plans']} validated plans ({result.get('plans_fit', 0)} more used to fit). "
-        f"MAPE <b>{s['mape']:.1%}</b>, Spearman <b>{(s['spearman'] or float('nan')):.3f}</b>, "
-        f"{s['within_10pct']} of {s['plans']} within 10%. Goal (MAPE &le; 10%, Spearman &ge; 0.9): "
-        f"<span class='{'ok' if met else 'fail'}'>{'met' if met else 'not met'}</span>.</p>"
-    ]
+    lines = [paragraph(
+        f"{s['plans']} validated plans ({result.get('plans_fit', 0)} more used to fit). MAPE ",
+        bold(f"{s['mape']:.1%}"), ", Spearman ", bold(f"{(s['spearman'] or float('nan')):.3f}"),
+        f", {s['within_10pct']} of {s['plans']} within 10%. Goal (MAPE \u2264 10%, Spearman \u2265 0.9): ",
+        tag("span", "met" if met else "not met", cls="ok" if met else "fail"), ".")]
     if "microbench_only" in result:
         mb = result["microbench_only"]
-        lines.append(f"<p>With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
+        lines.append(paragraph(f"With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
                      f"{(mb['spearman'] or float('nan')):.3f}. Refit on the fit plans' op timings: "
                      f"coefficients per world size for {len(result['refit']['op_classes'])} op classes "
                      "(compute ops and collectives); untimed host time per step "
                      + ", ".join(f"{v['step_us'] / 1e3:.2f} ms at {w} rank(s)"
                                  for w, v in result['refit'].get('host_gaps', {}).get('worlds', {}).items())
-                     + ".</p>")
+                     + "."))
     u = result.get("unfitted")
     if u and u["plans"]:
         those, others = (("-" if v is None else f"{v:.1%}") for v in (u["mape_those"], u["mape_others"]))
-        lines.append(f"<p>{u['plans']} of {s['plans']} validated plans hold op classes that no fit plan ran at "
+        lines.append(paragraph(f"{u['plans']} of {s['plans']} validated plans hold op classes that no fit plan ran at "
                      f"their world size (their coefficients there are extrapolated; listed per plan below): "
-                     f"MAPE {those} on those, {others} on the others.</p>")
+                     f"MAPE {those} on those, {others} on the others."))
     rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
              "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
              "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
@@ -42,7 +41,7 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
             for r in result["per_plan"]]
     ops = [{"op": k, **v} for k, v in result["op_errors"].items()]
     secs = [
-        Section("Predicted against measured", "".join(lines),
+        Section("Predicted against measured", markup(*lines),
                 [scatter_figure([{"name": r["name"], "measured_us": r["measured_us"],
                                   "predicted_us": r["predicted_us"]} for r in result["per_plan"]
                                  if r["role"] == "validate"], "Iteration time, validated plans")]),

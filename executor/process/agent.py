@@ -17,6 +17,7 @@ signal, os._exit), else one still running while its peers' collectives timed out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -60,10 +61,12 @@ def _raise_stop(signum, _frame):
 
 
 def stop_ranks(procs: dict[int, subprocess.Popen], grace_s: float) -> list[int]:
-    """SIGTERM the ranks still running, SIGKILL them after `grace_s`; returns the ranks stopped."""
+    """SIGTERM (and SIGCONT) the ranks still running, SIGKILL them after `grace_s`; returns the ranks stopped."""
     alive = [r for r, p in procs.items() if p.poll() is None]
     for r in alive:
         procs[r].terminate()
+        with contextlib.suppress(ProcessLookupError):  # a stopped (SIGSTOP) rank takes its SIGTERM now
+            os.kill(procs[r].pid, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     while any(procs[r].poll() is None for r in alive) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -206,4 +209,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the ranks are gone and nothing is left to write: skip the interpreter's teardown of torch
+    # (seconds on a busy machine), so the run ends when its ranks do
+    os._exit(code)

@@ -94,6 +94,7 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, seen: dict[int, 
     with _signals_deferred():
         seen = {**(seen or {}), **descendants(proc.pid)}
         _signal_all(running(seen), proc.pid, signal.SIGTERM)
+        _signal_all(running(seen), proc.pid, signal.SIGCONT)  # a stopped process takes its SIGTERM now
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
             if proc.poll() is None:

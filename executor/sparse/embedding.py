@@ -592,11 +592,48 @@ def _whole(piece: dict, rows: int, dim: int) -> bool:
             and torch.equal(r, torch.arange(rows, dtype=r.dtype)))
 
 
+class CoverageError(ValueError):
+    """Saved pieces that do not give every row of a pack exactly once: `rows` (packed rows,
+    ascending) came from `count` pieces each (0: none, 2 or more: overlapping pieces)."""
+
+    def __init__(self, rows: torch.Tensor, count: int):
+        super().__init__(f"{len(rows)} packed row(s) from {count} piece(s), expected exactly one")
+        self.rows = rows
+        self.count = count
+
+
+def check_coverage(pieces: list[dict], rows: int, dim: int) -> None:
+    """Every column of every row of the pack in exactly one cold piece, else CoverageError.
+
+    Counts per row and column segment (the pieces' column cuts), so the check costs a few
+    integers per row, not a copy of the weight.
+    """
+    cuts = sorted({0, dim, *(int(c) for p in pieces for c in p["cols"])})
+    segments = list(zip(cuts[:-1], cuts[1:]))
+    count = torch.zeros(rows, len(segments), dtype=torch.int32)
+    for p in pieces:
+        r = torch.as_tensor(p["rows"], dtype=torch.long)
+        c0, c1 = (int(c) for c in p["cols"])
+        if not len(r) or c1 <= c0:
+            continue
+        if int(r.min()) < 0 or int(r.max()) >= rows or c0 < 0 or c1 > dim:
+            raise ValueError(f"a piece holds rows or columns outside the pack's {rows} x {dim}")
+        for j, (a, b) in enumerate(segments):
+            if c0 <= a and b <= c1:
+                count[:, j].index_add_(0, r, torch.ones(len(r), dtype=torch.int32))
+    worst = count.amax(dim=1)
+    least = count.amin(dim=1)
+    for bad, n in ((least == 0, 0), (worst > 1, int(worst.max()) if rows else 0)):
+        if bool(bad.any()):
+            raise CoverageError(bad.nonzero().flatten(), n)
+
+
 def assemble_pieces(pieces: list[dict], rows: int, dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Full packed weight (and row state) of a pack from every rank's `shard_state()`.
 
-    The cold shards give every row; hot caches override the rows they hold (the cold
-    copy of a hot row is never read, so it is stale).
+    The cold shards give every row, each exactly once (else CoverageError: a resume must not
+    start a row from zeros or from the wrong rank's copy); hot caches override the rows they
+    hold (the cold copy of a hot row is never read, so it is stale).
     """
     if len(pieces) == 1 and _whole(pieces[0], rows, dim):  # a replica: used in place, not copied
         p = pieces[0]
@@ -607,6 +644,7 @@ def assemble_pieces(pieces: list[dict], rows: int, dim: int) -> tuple[torch.Tens
             if state is not None and p["hot_state"] is not None:
                 state[p["hot_rows"]] = p["hot_state"]
         return weight, state
+    check_coverage(pieces, rows, dim)
     weight = torch.zeros(rows, dim)
     has_state = any(p["state"] is not None for p in pieces)
     state = torch.zeros(rows) if has_state else None

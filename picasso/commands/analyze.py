@@ -83,6 +83,12 @@ def execute(args) -> tuple[AccessProfile, AccessProfile]:
     for out in (args.output, args.html):
         if out:
             check_output(out)  # before the read, not after it
+    from pathlib import Path
+
+    from foundation.files import check_distinct
+
+    check_distinct({"DATA": args.data}, {"-o": args.output, "-o's arrays": args.output and Path(args.output).with_suffix(".npz"),
+                                         "--html": args.html})
     bar = Progress("analyze")
     try:
         prof = profile_file(args.data, args.format, batch_size=args.batch_size, strict=args.strict,

@@ -22,12 +22,16 @@ def register(sub, common) -> None:
 
 
 def run(args) -> int:
+    import glob
     import json
     import sys
 
+    from foundation.files import check_distinct
     from picasso.progress import Progress
     from traces.convert import convert
 
+    check_distinct({"DATA": [f for d in args.data for f in (glob.glob(d) if glob.has_magic(d) else [d])]}, {},
+                   folders={"-o": args.output})
     options = layout_options(args)
     bar = Progress("convert")
     try:

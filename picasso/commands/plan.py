@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from planner.torchrec_bridge import INSTALL_HINT
+    from planner.torchrec_bridge import torchrec_problem
 
     if args.print_spec:
         from planner.model_spec import spec_yaml
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         print(ex.text())
         if not has_tr:
-            print(f"torchrec baseline: n/a ({INSTALL_HINT})")
+            print(f"torchrec baseline: n/a ({torchrec_problem()})")
     else:
         d = ex.to_dict()
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
@@ -99,6 +99,14 @@ def execute(args: argparse.Namespace) -> Planned:
 
     if not args.hardware:
         raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
+    from pathlib import Path
+
+    from foundation.files import check_distinct
+
+    check_distinct({"--model": args.model, "--hardware": args.hardware, "--profile": args.profile,
+                    "--profile's arrays": args.profile and Path(args.profile).with_suffix(".npz")},
+                   {"-o": args.output, "-o's hot IDs": Path(args.output).with_suffix(".hot.npz"),
+                    "--html": args.html, "--trace": args.trace})
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
     sources = check_profile(model, profile, args)

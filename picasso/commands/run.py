@@ -115,55 +115,42 @@ def run(args: argparse.Namespace) -> int:
 def execute(args: argparse.Namespace) -> RunResult | None:
     """Check the flags and the memory, start the ranks, and return rank 0's result (None on
     another node): the work of `picasso run` and `picasso.run`."""
-    import math
+    import glob
 
     from executor.process.launch import launch
-    from foundation.files import check_output_path
+    from executor.run_args import worker_flags
+    from foundation.files import check_distinct, check_output_path
 
-    if args.keep < 1:
-        raise ValueError(f"--keep must be at least 1, got {args.keep}")
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    if args.verify_tolerance is not None and not (math.isfinite(args.verify_tolerance) and args.verify_tolerance >= 0):
-        raise ValueError(f"--verify-tolerance must be a finite number >= 0, got {args.verify_tolerance}")
-    if args.warmup is not None and args.warmup < 0:
-        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     for out in (args.trace, args.timeline):
         if out is not None:
             check_output_path(out)
-    extra = ["--timeout", str(args.timeout), "--keep", str(args.keep)]
-    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every", "epochs",
-                 "data_seed", "eval_data", "eval_format", "eval_every", "eval_batch"):
-        v = getattr(args, flag)
-        if v is not None:
-            extra += [f"--{flag.replace('_', '-')}", str(v)]
-    if args.op_timing:
-        extra.append("--op-timing")
-    if args.check_every is not None and args.check_every < 1:
-        raise ValueError(f"--check-every must be at least 1, got {args.check_every}")
-    if args.strict:
-        extra.append("--strict")
-    if args.verify:
-        extra.append("--verify")
-    if args.preload:
-        extra.append("--preload")
-    if args.cuda_graph:
-        extra.append("--cuda-graph")
-    if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
-        raise ValueError("--steps and --epochs must be at least 1")
-    if args.eval_every < 0:
-        raise ValueError("--eval-every must be 0 (only at the end) or positive")
+    check_distinct({"PLAN": args.plan, "--data": glob.glob(args.data) if glob.has_magic(args.data) else args.data,
+                    "--eval-data": args.eval_data}, {"--trace": args.trace, "--timeline": args.timeline})
+    extra = worker_flags(args)
     pred = _memory_check(args)
-    res = launch(
-        args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
-        nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-        master_port=args.master_port,
-    )
+    with _checkpoint_writer(args):
+        res = launch(
+            args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
+            nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+            master_port=args.master_port,
+        )
     if res is not None and pred is not None:
         from executor.run_memory import attach_measured
 
         attach_measured(res, pred)
     return res
+
+
+def _checkpoint_writer(args: argparse.Namespace):
+    """The --checkpoint folder's writer lock, held by node 0 for the whole run: a second run
+    writing the same folder is refused before any rank starts."""
+    import contextlib
+
+    from foundation.locks import one_writer
+
+    if args.checkpoint is None or args.node_rank != 0:
+        return contextlib.nullcontext()
+    return one_writer(args.checkpoint, "checkpoint folder")
 
 
 def resume_line(r: dict) -> str:

@@ -26,8 +26,12 @@ def run(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
+    from foundation.files import check_distinct
     from planner.plan import Plan
     from planner.whatif import inputs_for, parse_sweep, predict, sweep
+
+    check_distinct({"PLAN": args.plan, "--hardware": args.hardware, "--profile": args.profile},
+                   {"--trace": args.trace, "--html": args.html})
 
     plan, hw, access = inputs_for(Plan.load(args.plan), args.hardware, args.set, args.profile, args.scale_to,
                                   args.dense_dtype, where=args.plan)

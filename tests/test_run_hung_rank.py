@@ -1,0 +1,131 @@
+"""A rank that stops answering (SIGSTOP: its process frozen, its sockets open) stops the run soon
+after --timeout, the hung rank named, nothing left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from executor.process.process_tree import descendants, running
+from executor.process.rendezvous import free_port
+from planner.plan import PackPlan, Plan
+from planner.presets import get_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _ranks(proc: subprocess.Popen, limit_s: float = 120.0) -> dict[int, int]:
+    """rank -> pid of the run's two workers, once both run."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        found = {int(_environ(p).get("RANK", -1)): p for p in descendants(proc.pid) if "-m executor " in _cmdline(p)}
+        if {0, 1} <= set(found):
+            return found
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail("the workers did not start")
+
+
+@pytest.mark.dist
+def test_a_frozen_rank_stops_the_run_naming_it(tmp_path):
+    timeout_s = 6.0
+    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(8, 16), top_mlp=(8, 1))
+    plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10}, micro_batches=2)
+    plan.save(tmp_path / "plan.json", hot_ids={"C1": np.arange(10)})
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "picasso", "run", str(tmp_path / "plan.json"), "--data", "synthetic",
+           "--steps", "100000000", "--timeout", str(timeout_s)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ranks = _ranks(proc)
+    time.sleep(2.0)  # past the rendezvous, training
+    tree = descendants(proc.pid)
+    os.kill(ranks[1], signal.SIGSTOP)
+    rank0_gone = None
+    deadline = time.monotonic() + timeout_s + 60.0
+    while proc.poll() is None and time.monotonic() < deadline:
+        if rank0_gone is None and not running({ranks[0]: tree[ranks[0]]}):
+            rank0_gone = time.monotonic()
+        time.sleep(0.05)
+    if proc.poll() is None:
+        for pid in running({**tree, **descendants(proc.pid)}):
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+    _, err = proc.communicate()
+    ended = time.monotonic()
+    left = running(tree)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "rank 1 hung" in lines[0], err
+    # rank 0 fails on its collective's timeout; the frozen rank goes at once, not after a grace period
+    assert rank0_gone is not None and ended - rank0_gone < 3.0, ended - rank0_gone
+    assert left == {}, [_cmdline(p) for p in left]
+
+
+FAILING_RANK = """
+import os, signal, sys, time
+import torch, torch.distributed as dist
+import executor.worker as worker
+
+def run_worker(args):
+    comm, _ = worker.setup(args.timeout)
+    x = torch.ones(64)
+    dist.all_reduce(x)
+    if comm.rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(0.3)
+    pending = [dist.all_to_all_single(torch.empty(64), x, async_op=True) for _ in range(3)]
+    print("failing", time.time(), flush=True)
+    raise RuntimeError("bad rows")
+
+worker.run_worker = run_worker
+raise SystemExit(worker.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.dist
+def test_a_failed_rank_does_not_wait_on_a_frozen_peer(tmp_path):
+    """Leaving the group waits for its pending work, a collective timeout per op, when the
+    peer is frozen: a rank that failed exits at once instead, its error line written."""
+    timeout_s = 20.0
+    (tmp_path / "rank.py").write_text(FAILING_RANK)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port("127.0.0.1")), "WORLD_SIZE": "2"}
+    argv = [sys.executable, str(tmp_path / "rank.py"), "--plan", "p.json", "--data", "synthetic",
+            "--timeout", str(timeout_s)]
+    peer = subprocess.Popen(argv, env={**env, "RANK": "1"})
+    try:
+        r0 = subprocess.run(argv, env={**env, "RANK": "0"}, capture_output=True, text=True, timeout=120)
+        ended = time.time()
+    finally:
+        peer.kill()
+        peer.wait()
+    assert r0.returncode == 1 and "executor rank 0: error: bad rows" in r0.stderr, r0.stderr
+    failing = float(r0.stdout.split()[1])
+    assert ended - failing < timeout_s / 2, ended - failing
