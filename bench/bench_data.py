@@ -11,7 +11,7 @@ on the same file.
 
     flock -x /work/bench.lock python bench/bench_data.py [--rows 400000] [--batch 4096]
 
-Writes bench/results/data.json.
+Writes bench/results/data/<machine>.json.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from results_path import results_path  # noqa: E402
 
 from executor.data.batches import dataset_batches, feature_map, global_batches, reader_chunks, to_batch
 from executor.data.text_ranges import TextRanges
@@ -117,7 +119,7 @@ def main() -> None:
                     "note": "shared 2-core machine, run under flock -x /work/bench.lock (no tests or other "
                             "benchmarks meanwhile); best of interleaved rounds; page cache warm"},
     }
-    dest = Path(__file__).resolve().parent / "results" / "data.json"
+    dest = results_path("data")
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {dest}")
     import shutil

@@ -11,7 +11,7 @@ memory:  one epoch at 2 ranks with a small model over each given converted datas
     python bench/bench_data_run.py wait [--rows 400000]
     python bench/bench_data_run.py memory DS_SMALL DS_LARGE
 
-Both write bench/results/data_run.json (each mode its own key).
+Both write bench/results/data_run/<machine>.json (each mode its own key).
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ from planner.sharding import Sharding
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from results_path import results_path  # noqa: E402
+
 from picasso.cli import main as picasso  # noqa: E402
 from planner.plan import PackPlan, Plan  # noqa: E402
 from planner.presets import get_model  # noqa: E402
 from traces.dataset import Dataset  # noqa: E402
 
-DEST = ROOT / "bench" / "results" / "data_run.json"
+DEST = results_path("data_run")
 
 
 def cli(*argv) -> dict:

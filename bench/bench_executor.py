@@ -25,6 +25,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from results_path import results_path  # noqa: E402
+
 from executor.process.launch import launch  # noqa: E402
 from planner.access import table_access  # noqa: E402
 from planner.builders import naive_plan  # noqa: E402
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=256, help="batch size per rank")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--worlds", default="2,4")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "executor.json"))
+    ap.add_argument("--out", default=str(results_path("executor")))
     args = ap.parse_args(argv)
 
     from planner.search import evaluate, search

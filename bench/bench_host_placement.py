@@ -19,7 +19,7 @@ Stages, in one command:
    then the host plan once more under `--verify`.
 
     flock -x /work/bench.lock python bench/bench_host_placement.py [--worlds 1,2] [--batch 512]
-        [--work DIR] [--save-spec FILE] [--out bench/results/host_placement.json]
+        [--work DIR] [--save-spec FILE] [--out bench/results/host_placement/<machine>.json]
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from planner.sharding import Sharding
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+
+from results_path import results_path  # noqa: E402
 
 from executor.process.process_tree import run_tree  # noqa: E402
 from executor.process.threads import rank_env  # noqa: E402
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--quick", action="store_true", help="fewer microbenchmark sizes (a smoke test)")
     ap.add_argument("--lock", default="flock -x /work/bench.lock", help="how the run was serialised (recorded)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "host_placement.json"))
+    ap.add_argument("--out", default=str(results_path("host_placement")))
     args = ap.parse_args(argv)
     try:  # a bad --out fails now, not after minutes of measuring
         check_output_path(args.out)

@@ -36,6 +36,8 @@ from planner.sharding import Sharding
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from results_path import results_path  # noqa: E402
+
 from executor.process.spawn import run_ranks  # noqa: E402
 from planner.model_spec import ModelSpec, TableSpec  # noqa: E402
 from planner.plan import OptimizerPlan, PackPlan, Plan  # noqa: E402
@@ -103,7 +105,7 @@ def main() -> None:
     ap.add_argument("--configs", default="32:200000,512:200000,32:1000000,512:1000000,4096:2000",
                     help="batch per rank : hot rows, comma-separated")
     ap.add_argument("--worlds", default="2,4")
-    ap.add_argument("-o", default=str(ROOT / "bench/results/hot_sync.json"))
+    ap.add_argument("-o", default=str(results_path("hot_sync")))
     a = ap.parse_args()
     configs = [(int(c.split(":")[0]), int(c.split(":")[1])) for c in a.configs.split(",")]
     rows = []

@@ -9,7 +9,7 @@ wall-clock samples/s mostly measures the other processes.
 With `--text FILE` it also times the text loader by byte ranges (rank 0 of 1 and of 2) the same way.
 
     python bench/bench_loader_versions.py DATASET [--base e70a561] [--text FILE]
-        -> bench/results/loader_versions.json
+        -> bench/results/loader_versions/<machine>.json
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from traces import dataset as current  # noqa: E402
 
@@ -99,7 +101,7 @@ def main() -> None:
                        "python": platform.python_version(), "load_average": os.getloadavg(),
                        "note": "shared 2-core machine under load (the exclusive lock was not granted); "
                                "best of interleaved rounds, page cache warm"}}
-    dest = ROOT / "bench" / "results" / "loader_versions.json"
+    dest = results_path("loader_versions")
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {dest}")
 

@@ -6,7 +6,7 @@ Runs the plans of a small `picasso validate` sweep (dlrm-criteo-kaggle capped at
 each through `picasso run --json`, and prints measured / predicted per rank. The goal: every
 ratio at most 1.15 (measured never more than 15% above the prediction).
 
-    python bench/bench_memory.py [--plans 8] [--steps 4] [--full-size] [-o bench/results/memory.json]
+    python bench/bench_memory.py [--plans 8] [--steps 4] [--full-size] [-o bench/results/memory/<machine>.json]
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from results_path import results_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -41,7 +43,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4, help="steps per plan")
     ap.add_argument("--full-size", action="store_true", help="also the full-size plan on 2 ranks (20 steps, ~6 GB)")
     ap.add_argument("--work", help="folder for data and plans (default: a temporary one)")
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench/results/memory.json"))
+    ap.add_argument("-o", "--output", default=str(results_path("memory")))
     args = ap.parse_args()
 
     from planner.access import table_access

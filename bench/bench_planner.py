@@ -1,4 +1,4 @@
-"""Planner goals (issue 4), measured in one run; results in bench/results/planner.json.
+"""Planner goals (issue 4), measured in one run; results in bench/results/planner/<machine>.json.
 
 - DLRM Criteo Kaggle with the profile of the real Criteo sample (8,000 rows of day 1)
   extrapolated to the 45,840,617 rows of the full training set, on 8 x H100 (dgx-h100) and
@@ -14,7 +14,7 @@
   (model extra.dense_dtype, as TorchRec/HugeCTR train DLRM MLPs on A100/H100); presets
   without a bf16 rate (V100) fall back to fp32, noted in the case's `lowering_notes`.
 
-Run: python bench/bench_planner.py [--batch-size 4096] [--out bench/results/planner.json]
+Run: python bench/bench_planner.py [--batch-size 4096] [--out bench/results/planner/<machine>.json]
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dataclasses import replace  # noqa: E402
+
+from results_path import results_path  # noqa: E402
 
 from planner.access import table_access  # noqa: E402
 from planner.explain import explain  # noqa: E402
@@ -99,7 +101,7 @@ def plan_case(name: str, model_name: str, hw_name: str, overrides: list[str], pr
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch-size", type=int, default=4096, help="samples per GPU per step for DLRM")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "planner.json"))
+    ap.add_argument("--out", default=str(results_path("planner")))
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@ iteration time, and the best plan's time if the GPUs computed for free (what the
 alone allows: when it is near the goal, no overlap of compute can reach it). Profile:
 Zipf(1.05) per table (no measured profile of Criteo 1TB here). Needs TorchRec installed.
 
-Run: python bench/bench_planner_torchrec.py [--out bench/results/planner_torchrec.json]
+Run: python bench/bench_planner_torchrec.py [--out bench/results/planner_torchrec/<machine>.json]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from planner.access import table_access  # noqa: E402
 from planner.bounds import embedding_free_us  # noqa: E402
@@ -113,7 +115,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch-size", type=int, default=4096)
     ap.add_argument("--budget", type=float, default=20.0)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "planner_torchrec.json"))
+    ap.add_argument("--out", default=str(results_path("planner_torchrec")))
     ap.add_argument("--plans-dir", help="also save each case's chosen plan (JSON) in this folder")
     args = ap.parse_args()
     if args.plans_dir:

@@ -8,7 +8,7 @@ so the figure is the time the search needs to finish, not a cap; the default bud
 a 600 s search cap, measured on this machine (issue 18); it is not re-run here.
 
 Run under the exclusive lock of the shared machine (PICASSO_BENCH_LOCK_HELD: how it ran, recorded):
-    flock -x /work/bench.lock python bench/bench_planning_time.py [-o bench/results/planning_time.json]
+    flock -x /work/bench.lock python bench/bench_planning_time.py [-o bench/results/planning_time/<machine>.json]
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from planner.access import table_access  # noqa: E402
 from planner.presets import get_model  # noqa: E402
@@ -50,7 +52,7 @@ def timed(model_name: str, hw_name: str, over: list[str], batch: int, budget: fl
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=300.0)
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "planning_time.json"))
+    ap.add_argument("-o", "--output", default=str(results_path("planning_time")))
     args = ap.parse_args()
     from validation.validate import machine
 

@@ -14,8 +14,8 @@ ranks (`picasso calibrate --nproc 4`, or --hardware), given to both planners.
 - TorchRec's: `picasso plan --baseline torchrec` (TorchRec's EmbeddingShardingPlanner, in
   the Python of --torchrec-python), converted to a picasso plan and run by the same executor
   as TorchRec runs it: the tables of one sharding type in one exchange per stage
-  (executor.sparse.pooled_flat; before session 35 it ran pack by pack, 4 exchanges per stage here,
-  which made TorchRec's plan ~15% slower than TorchRec runs it).
+  (executor.sparse.pooled_flat; run pack by pack, 4 exchanges per stage here, TorchRec's plan
+  is ~15% slower than TorchRec runs it).
 
 - TorchRec's DMP (--dmp, default on): TorchRec 1.8's own DistributedModelParallel with its
   own planner, on the same model (TorchRec's DLRM_DCN: low-rank cross over [bottom output,
@@ -34,7 +34,7 @@ Runs alternate (ours, TorchRec's, TorchRec's, ours, ...) and each figure is the 
 exists (the shared machine's protocol), so the figures come from a quiet machine; a caller
 that holds the lock for the whole bench says so in PICASSO_BENCH_LOCK_HELD (recorded).
 
-    python bench/bench_pooled_gloo.py [--repeats 3] [--steps 10] [-o bench/results/pooled_gloo.json]
+    python bench/bench_pooled_gloo.py [--repeats 3] [--steps 10] [-o bench/results/pooled_gloo/<machine>.json]
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from results_path import results_path  # noqa: E402
 from torchrec_side import run_dmp, torchrec_rows  # noqa: E402
 
 LOCK = Path("/work/bench.lock")
@@ -115,7 +116,7 @@ def main() -> int:
     ap.add_argument("--bound", action=argparse.BooleanOptionalAction, default=True,
                     help="also run the model with one-row tables: what any plan could reach here")
     ap.add_argument("--work", type=Path)
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "pooled_gloo.json"))
+    ap.add_argument("-o", "--output", default=str(results_path("pooled_gloo")))
     args = ap.parse_args()
     from validation.validate import machine
 

@@ -12,7 +12,7 @@ Case: the multi-hot DCNv2 table C21 (pooling 100) at the owner of a 4-rank table
 with 512 samples per rank (bench/bench_pooled_gloo.py's setup): 204,800 lookups a step into
 100,000 rows of dim 32, Zipf(1.05).
 
-    python bench/bench_pooled_owner.py [--repeats 9] [-o bench/results/pooled_owner.json]
+    python bench/bench_pooled_owner.py [--repeats 9] [-o bench/results/pooled_owner/<machine>.json]
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from executor.sparse import kernels as K  # noqa: E402
 
@@ -78,7 +80,7 @@ def timed(fn, c: dict, repeats: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "pooled_owner.json"))
+    ap.add_argument("-o", "--output", default=str(results_path("pooled_owner")))
     args = ap.parse_args()
     torch.set_num_threads(1)  # one core per rank, as the 2-rank runs on this machine
     if not K.load_native():

@@ -10,7 +10,7 @@ The baseline is logistic regression on the same inputs (log1p dense features, on
 categorical row with the same ID -> row mapping), trained with Adam over the same epochs; its
 learning rate and epoch are chosen on dev AUC, and the test AUC of that choice is reported.
 
-    python bench/bench_quality.py     ->  bench/results/quality.json
+    python bench/bench_quality.py     ->  bench/results/quality/<machine>.json
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from planner.sharding import Sharding
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from executor.data.batches import RawBatch, chunk_from_reader, feature_map, to_batch  # noqa: E402
 from executor.evaluate import auc, logloss  # noqa: E402
@@ -150,7 +152,7 @@ def main() -> None:
         "machine": {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
                     "python": platform.python_version(), "torch": torch.__version__},
     }
-    dest = ROOT / "bench" / "results" / "quality.json"
+    dest = results_path("quality")
     dest.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {dest}")
     import shutil

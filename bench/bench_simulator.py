@@ -2,7 +2,7 @@
 ratio, and the time to simulate one iteration at 8, 128 and 1,024 GPUs (symmetric graphs).
 
 Goals (issue 3): simpy >= 30k ops/s, fast >= 150k ops/s, fast/simpy >= 5x.
-Writes bench/results/simulator.json. Usage: python bench/bench_simulator.py [--quick]
+Writes bench/results/simulator/<machine>.json. Usage: python bench/bench_simulator.py [--quick]
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from simulator import load_hardware, simulate  # noqa: E402
 from simulator.synthetic import layered_graph  # noqa: E402
@@ -44,7 +46,7 @@ def run_engine(graph, hw, engine: str, cached: bool) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("-o", default=str(ROOT / "bench/results/simulator.json"))
+    ap.add_argument("-o", default=str(results_path("simulator")))
     args = ap.parse_args()
     rep = 2 if args.quick else 4
     base = load_hardware("dgx-a100")

@@ -14,7 +14,7 @@ Also (3), out of range and for information: the 8,000-row sample scaled to the f
 45,840,617 rows against the published per-feature cardinalities.
 
 Usage: python bench/bench_traces.py [--rows 2000000] [--workdir DIR] [--quick]
-Writes bench/results/traces.json.
+Writes bench/results/traces/<machine>.json.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from traces.extrapolate import scale_profile, validation_errors, write_row_sample  # noqa: E402
 from traces.profile import profile_file  # noqa: E402
@@ -144,7 +146,7 @@ def main() -> None:
     ap.add_argument("--extrap-rows", type=int, default=1_000_000)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of pyarrow/analyze/pandas (best kept)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "traces.json"))
+    ap.add_argument("--out", default=str(results_path("traces")))
     ap.add_argument("--measure", nargs=2, metavar=("METHOD", "FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:

@@ -35,7 +35,7 @@ TorchRec is a benchmark dependency only: it lives in its own virtual environment
 created with the three pip commands below when missing), and its side runs as a
 subprocess there (bench/torchrec_worker.py).
 
-    python bench/bench_vs_torchrec.py [--venv DIR] [--quick] [--repeats 3] [-o bench/results/vs_torchrec.json]
+    python bench/bench_vs_torchrec.py [--venv DIR] [--quick] [--repeats 3] [-o bench/results/vs_torchrec/<machine>.json]
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from dense_floor import dense_floor  # noqa: E402
+from results_path import results_path  # noqa: E402
 from torchrec_side import default_venv, ensure_venv, run_dmp, run_env, torchrec_rows  # noqa: E402
 
 ROW_CAP = 200_000
@@ -129,7 +130,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="check the pipeline: dim 16, batch 256, 2 steps, 1 run each")
     ap.add_argument("--bf16", action="store_true", help="also run picasso with bf16 dense layers (a separate line)")
     ap.add_argument("--work", type=Path, help="folder for data and plans (default: a temporary one)")
-    ap.add_argument("-o", "--output", default=str(ROOT / "bench" / "results" / "vs_torchrec.json"))
+    ap.add_argument("-o", "--output", default=str(results_path("vs_torchrec")))
     args = ap.parse_args()
     if args.quick:
         args.dims, args.batches, args.repeats, args.steps, args.warmup = "16", "256", 1, 2, 1

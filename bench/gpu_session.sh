@@ -5,8 +5,8 @@
 # fp16 tables, and the simulator's calibration and validation on CUDA. JSON results go to
 # $OUT (default ./gpu-out), long logs to $LOGS.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info test executor profile verify calibrate validate
-#                                             (default: info test executor profile verify)
+#   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor profile verify calibrate validate
+#                                             (default: all of them)
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy plotly
@@ -25,7 +25,7 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
 fi
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 PY=python3
-stages=${*:-info test executor profile verify}
+stages=${*:-info test embedding executor profile verify calibrate validate}
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -38,8 +38,16 @@ for s in $stages; do
     ;;
   test)
     stamp test
-    timeout ${TEST_S:-150} $PY -m pytest -q -p no:cacheprovider -m "not dist" tests/test_kernels_triton.py \
-      tests/test_executor_precision.py ${GPU_TESTS:-} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$LOGS/gpu_tests.log" | tail -15
+    timeout ${TEST_S:-200} $PY -m pytest -q -p no:cacheprovider -m "not dist" tests/test_kernels_triton.py \
+      tests/test_kernels_native.py tests/test_kernels_dispatch.py tests/test_init_rng.py tests/test_cuda_graph.py \
+      tests/test_dense_bf16_gemms.py tests/test_executor_precision.py ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
+      | tee "$LOGS/gpu_tests.log" | tail -15
+    ;;
+  embedding)  # the pack's embedding kernels alone, Triton against torch, and the byte floor
+    stamp embedding
+    for dim in 16 128; do
+      timeout 60 $PY bench/bench_embedding_gpu.py --dim $dim -o "$OUT/embedding_gpu_d$dim.json" 2>&1 | tail -16
+    done
     ;;
   executor)
     stamp executor
@@ -78,15 +86,16 @@ PY
     ;;
   calibrate)
     stamp calibrate
-    timeout ${CALIBRATE_S:-90} $PY -m picasso calibrate --nproc 1 --base ${HW:-h200} -o "$OUT/hw_calibrated.json" 2>&1 | tail -5
+    timeout ${CALIBRATE_S:-120} $PY -m picasso calibrate --device cuda --base ${HW:-h200} -o "$OUT/hw_gpu.json" 2>&1 | tail -5
     ;;
   validate)
     stamp validate
     d=$(mktemp -d)
-    $PY -m picasso synth --preset criteo-kaggle --rows 100000 -o "$d/data.tsv" --seed 0 >/dev/null
-    timeout ${VALIDATE_S:-300} $PY -m picasso validate --data "$d/data.tsv" --format criteo --hardware "$OUT/hw_calibrated.json" \
-      --row-cap 1000000 --plans ${VALIDATE_PLANS:-16} --fit-plans ${VALIDATE_FIT:-4} --nproc-max 1 --batch-sizes 1024,4096,16384,65536 \
-      --steps 5 --warmup 2 -o "$d/val" --results "$OUT/validate_gpu.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed|MAPE"
+    $PY -m picasso synth --preset criteo-kaggle --rows 300000 -o "$d/data.tsv" --seed 0 >/dev/null
+    timeout ${VALIDATE_S:-300} $PY -m picasso validate --data "$d/data.tsv" --format criteo --hardware "$OUT/hw_gpu.json" \
+      --nproc-max 1 --batch-sizes 1024,4096,16384,65536 --plans ${VALIDATE_PLANS:-20} --fit-plans ${VALIDATE_FIT:-6} \
+      --variants gpu --steps 5 --max-steps 10 --timed-seconds 0.3 --warmup 2 --repeats 1 --run-timeout 45 \
+      -o "$d/val" --results "$OUT/validate_gpu.json" --json 2>&1 >/dev/null | tee "$LOGS/validate.err" | grep -E "measured|failed|MAPE|Spearman"
     echo "validate rc=${PIPESTATUS[0]}"; tail -4 "$LOGS/validate.err"
     ;;
   esac

@@ -5,7 +5,7 @@ results of two `picasso validate` runs over the same sweep (same data, plans, se
 each with its own `picasso calibrate`), it reports per plan the two measured iterations,
 the between-sweep difference, the pass-to-pass difference inside each sweep (with
 `--repeats` > 1), and both sweeps' MAPE and Spearman; writes
-bench/results/validate_repeatability.json.
+bench/results/validate_repeatability/<machine>.json.
 
     python bench/validate_repeatability.py first.json second.json [-o OUT]
 """
@@ -22,6 +22,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from foundation.files import atomic_write_bytes  # noqa: E402
 
@@ -65,7 +67,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("first")
     ap.add_argument("second")
-    ap.add_argument("-o", "--out", default=str(ROOT / "bench" / "results" / "validate_repeatability.json"))
+    ap.add_argument("-o", "--out", default=str(results_path("validate_repeatability")))
     args = ap.parse_args()
     res = compare(json.loads(Path(args.first).read_text()), json.loads(Path(args.second).read_text()))
     print(f"{'plan':<34} {'first ms':>9} {'second ms':>9} {'diff':>7}")

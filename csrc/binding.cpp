@@ -1,5 +1,5 @@
 // Python binding of the native kernels: checks arguments, allocates outputs with torch and calls
-// the torch-free kernels of kernels_cpu.cpp (or, for CUDA tensors, binding_cuda.cpp).
+// the torch-free kernels of kernels_cpu.cpp. CPU tensors only: the GPU's kernels are Triton.
 #include <torch/extension.h>
 
 #include <optional>
@@ -44,14 +44,8 @@ at::Tensor as_long(const at::Tensor& t) { return t.to(at::kLong).contiguous(); }
 
 namespace {
 
-#ifdef PICASSO_WITH_CUDA
-constexpr bool kWithCuda = true;
-#else
-constexpr bool kWithCuda = false;
-#endif
-
-void require_cuda_build(const at::Tensor& t) {
-  TORCH_CHECK(kWithCuda, "picasso native: tensor on ", t.device(), " but the library was built without CUDA");
+void require_cpu(const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "picasso native: runs on CPU tensors, got one on ", t.device());
 }
 
 // Offsets are CSR: non-decreasing, starting at >= 0 and ending inside indices.
@@ -84,10 +78,7 @@ at::Tensor bag_forward(const at::Tensor& weight_in, const at::Tensor& indices_in
   const Pool pool = pool_of(mode);
   TORCH_CHECK_VALUE(!(psw_in && pool != Pool::Sum),
                     "picasso native: per_sample_weights is only supported for mode='sum'");
-  if (weight_in.is_cuda()) {
-    require_cuda_build(weight_in);
-    return cuda_ops::bag_forward(weight_in, indices_in, offsets_in, pool, psw_in);
-  }
+  require_cpu(weight_in);
   const at::Tensor weight = weight_in.contiguous();
   const at::Tensor indices = as_long(indices_in), offsets = as_long(offsets_in);
   std::optional<at::Tensor> psw;
@@ -110,10 +101,7 @@ std::tuple<at::Tensor, at::Tensor> bag_backward(const at::Tensor& grad_in, const
   TORCH_CHECK_VALUE(grad_in.size(0) == offsets_in.numel() - 1, "picasso native: grad_out has ", grad_in.size(0),
                     " rows for ", offsets_in.numel() - 1, " bags");
   const Pool pool = pool_of(mode);
-  if (grad_in.is_cuda()) {
-    require_cuda_build(grad_in);
-    return cuda_ops::bag_backward(grad_in, indices_in, offsets_in, pool, psw_in);
-  }
+  require_cpu(grad_in);
   const at::Tensor grad = grad_in.contiguous();
   const at::Tensor indices = as_long(indices_in), offsets = as_long(offsets_in);
   std::optional<at::Tensor> psw;
@@ -136,10 +124,7 @@ std::tuple<at::Tensor, at::Tensor> bag_backward(const at::Tensor& grad_in, const
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique(const at::Tensor& ids_in) {
   TORCH_CHECK_TYPE(!at::isFloatingType(ids_in.scalar_type()) && !at::isComplexType(ids_in.scalar_type()),
                    "picasso native: unique expects integer ids");
-  if (ids_in.is_cuda()) {
-    require_cuda_build(ids_in);
-    return cuda_ops::unique(ids_in);
-  }
+  require_cpu(ids_in);
   const at::Tensor ids = as_long(ids_in).reshape({-1});
   const int64_t n = ids.numel();
   at::Tensor uniq = at::empty({n}, ids.options());
@@ -166,10 +151,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids
     const at::Tensor& ids_in, const std::optional<at::Tensor>& hot_map_in, int64_t num_owners) {
   TORCH_CHECK_VALUE(ids_in.dim() == 1, "picasso native: ids must be 1-D");
   TORCH_CHECK_VALUE(num_owners >= 1, "picasso native: num_owners must be >= 1, got ", num_owners);
-  if (ids_in.is_cuda()) {
-    require_cuda_build(ids_in);
-    return cuda_ops::route_ids(ids_in, hot_map_in, num_owners);
-  }
+  require_cpu(ids_in);
   const at::Tensor ids = as_long(ids_in);
   const auto [hot_map, is_int32] = hot_map_arg(hot_map_in);
   const int64_t n = ids.numel();
@@ -195,7 +177,7 @@ at::Tensor bag_owner_counts(const at::Tensor& ids_in, const at::Tensor& offsets_
   TORCH_CHECK_VALUE(ids_in.dim() == 1 && offsets_in.dim() == 1 && offsets_in.numel() >= 1,
                     "picasso native: ids and offsets must be 1-D (offsets with at least one entry)");
   TORCH_CHECK_VALUE(num_owners >= 1, "picasso native: num_owners must be >= 1, got ", num_owners);
-  TORCH_CHECK_VALUE(!ids_in.is_cuda(), "picasso native: bag_owner_counts runs on the CPU");
+  require_cpu(ids_in);
   const at::Tensor ids = as_long(ids_in), offsets = as_long(offsets_in);
   const auto [hot_map, is_int32] = hot_map_arg(hot_map_in);
   const int64_t num_bags = offsets.numel() - 1;
@@ -229,10 +211,7 @@ void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, c
   TORCH_CHECK_TYPE(grads_in.scalar_type() == weight.scalar_type(), "picasso native: grads dtype must match weight");
   if (rows_in.numel() == 0) return;
   check_state(state, weight, opt);
-  if (weight.is_cuda()) {
-    require_cuda_build(weight);
-    return cuda_ops::sparse_update(weight, state, rows_in, grads_in, opt, lr, eps);
-  }
+  require_cpu(weight);
   const at::Tensor rows = as_long(rows_in), grads = grads_in.contiguous();
   void* state_ptr = opt == Optim::RowwiseAdagrad ? state->data_ptr() : nullptr;
   pybind11::gil_scoped_release nogil;
@@ -246,7 +225,7 @@ void sparse_update_indexed(at::Tensor& weight, const std::optional<at::Tensor>& 
                            const at::Tensor& grads_in, const at::Tensor& index_in, const std::string& optimizer,
                            double lr, double eps) {
   const Optim opt = optim_of(optimizer);
-  TORCH_CHECK_VALUE(!weight.is_cuda(), "picasso native: sparse_update_indexed runs on CPU tensors");
+  require_cpu(weight);
   TORCH_CHECK_VALUE(weight.dim() == 2 && weight.is_contiguous(),
                     "picasso native: sparse_update_indexed needs a contiguous 2-D weight");
   TORCH_CHECK_VALUE(rows_in.dim() == 1 && index_in.dim() == 1 && index_in.numel() == rows_in.numel(),
@@ -331,5 +310,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("inputs"));
   m.def("dot_interaction_backward", &picasso::dot_interaction_backward, "gradients of the dot interaction",
         pybind11::arg("grad"), pybind11::arg("inputs"));
-  m.def("has_cuda", []() { return picasso::kWithCuda; }, "whether the CUDA kernels were compiled in");
 }

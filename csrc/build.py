@@ -1,9 +1,10 @@
 """Build (once, cached) and load the native kernels with torch.utils.cpp_extension + ninja.
 
-The CPU library always builds where a C++ compiler exists; the CUDA kernels are added when
-torch itself has CUDA and a toolkit is found. Builds are cached under csrc/_build (gitignored;
-~/.cache/picasso/native where csrc/ is read-only) or $PICASSO_NATIVE_BUILD_DIR, one directory
-per torch version and build flavour; ninja only recompiles changed sources.
+The library holds the CPU kernels and builds where a C++ compiler exists, with or without a
+GPU (the GPU's embedding kernels are Triton, in executor/sparse). Builds are cached under
+csrc/_build (gitignored; ~/.cache/picasso/native where csrc/ is read-only) or
+$PICASSO_NATIVE_BUILD_DIR, one directory per torch and Python version; ninja only recompiles
+changed sources.
 `python -m csrc.build [-v]` builds and prints what it did.
 """
 
@@ -20,7 +21,6 @@ from types import ModuleType
 
 SRC_DIR = Path(__file__).resolve().parent
 CPU_SOURCES = ("kernels_cpu.cpp", "interaction_cpu.cpp", "binding.cpp")
-CUDA_SOURCES = ("binding_cuda.cpp", "kernels_cuda.cu")
 HEADERS = ("kernels.h", "binding.h")
 
 _lock = threading.Lock()
@@ -32,24 +32,10 @@ class NativeBuildError(RuntimeError):
     """The native library could not be compiled or imported."""
 
 
-def want_cuda() -> bool:
-    """CUDA kernels are built only against a CUDA torch with a visible GPU and toolkit."""
+def build_dir() -> Path:
     import torch
 
-    if not (torch.version.cuda and torch.cuda.is_available()):
-        return False
-    from torch.utils.cpp_extension import CUDA_HOME
-
-    return CUDA_HOME is not None
-
-
-def build_dir(with_cuda: bool) -> Path:
-    import torch
-
-    flavour = f"cu{torch.version.cuda.replace('.', '')}" if with_cuda else "cpu"
-    tag = (
-        f"torch{torch.__version__.split('+')[0]}-{flavour}-py{sys.version_info.major}{sys.version_info.minor}"
-    )
+    tag = f"torch{torch.__version__.split('+')[0]}-cpu-py{sys.version_info.major}{sys.version_info.minor}"
     if os.environ.get("PICASSO_NATIVE_BUILD_DIR"):
         root = Path(os.environ["PICASSO_NATIVE_BUILD_DIR"])
     elif os.access(SRC_DIR, os.W_OK):
@@ -70,22 +56,18 @@ def load(verbose: bool = False) -> ModuleType:
             from torch.utils import cpp_extension
         except ImportError as exc:  # pragma: no cover - torch is a dependency
             raise NativeBuildError(f"torch.utils.cpp_extension unavailable: {exc}") from exc
-        with_cuda = want_cuda()
-        sources = list(CPU_SOURCES) + (list(CUDA_SOURCES) if with_cuda else [])
-        defines = ["-DPICASSO_WITH_CUDA"] if with_cuda else []
-        directory = build_dir(with_cuda)
+        directory = build_dir()
         directory.mkdir(parents=True, exist_ok=True)
         try:
             with _build_lock(directory):
                 module = cpp_extension.load(
-                    name="picasso_native_cuda" if with_cuda else "picasso_native",
-                    sources=[str(SRC_DIR / s) for s in sources],
+                    name="picasso_native",
+                    sources=[str(SRC_DIR / s) for s in CPU_SOURCES],
                     extra_include_paths=[str(SRC_DIR)],
-                    extra_cflags=["-O3", "-fopenmp", *defines],
-                    extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", *defines],
+                    extra_cflags=["-O3", "-fopenmp"],
                     extra_ldflags=["-fopenmp"],
                     build_directory=str(directory),
-                    with_cuda=with_cuda,
+                    with_cuda=False,
                     verbose=verbose,
                 )
         except Exception as exc:  # noqa: BLE001 - compiler/ninja/import errors of every kind
@@ -127,7 +109,7 @@ def main() -> int:
     except NativeBuildError as exc:
         print(f"picasso native: build failed: {exc}", file=sys.stderr)
         return 1
-    print(f"picasso native: loaded {module.__file__} in {build_seconds:.1f} s (cuda: {module.has_cuda()})")
+    print(f"picasso native: loaded {module.__file__} in {build_seconds:.1f} s")
     return 0
 
 

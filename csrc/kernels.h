@@ -1,8 +1,8 @@
 // Native kernels of the embedding hot path, declared without torch headers.
 //
-// The CPU versions live in kernels_cpu.cpp (plain C++ + OpenMP), the CUDA launchers in
-// kernels_cuda.cu; binding.cpp (and binding_cuda.cpp) are the only files that see torch.
-// Conventions follow executor/kernels.py: `indices` are packed rows of `weight`, `offsets`
+// They live in kernels_cpu.cpp (plain C++ + OpenMP) and serve the CPU (the GPU's embedding
+// kernels are Triton, in executor/sparse); binding.cpp is the only file that sees torch.
+// Conventions follow executor/sparse/kernels.py: `indices` are packed rows of `weight`, `offsets`
 // has num_bags + 1 entries (CSR), all index arrays are int64. Errors are reported by
 // throwing std::invalid_argument / std::out_of_range outside of any parallel region.
 #pragma once
@@ -65,37 +65,5 @@ void dot_interaction_backward(const float* grad, const float* const* rows, int64
 
 }  // namespace cpu
 
-#ifdef PICASSO_WITH_CUDA
-namespace cuda {
-
-// Device memory for temporaries, provided by the binding (torch's caching allocator).
-struct Allocator {
-  void* (*alloc)(size_t bytes, void* ctx);
-  void (*release)(void* ptr, void* ctx);
-  void* ctx;
-};
-
-// Same contracts as the cpu namespace; every pointer is device memory, work is queued on
-// `stream` (a cudaStream_t). Functions returning a count synchronise the stream to read it,
-// as do the range checks (error_flag: -1, or the position of a bad index).
-// bag_backward takes `indices` and `psw` already advanced to offsets[0], with
-// num_indices = offsets[num_bags] - offsets[0] (the binding reads both ends).
-void bag_forward(DType dt, const void* weight, int64_t num_rows, int64_t dim, const int64_t* indices,
-                 const int64_t* offsets, int64_t num_bags, Pool mode, const void* psw, void* out,
-                 int64_t* error_flag, void* stream);
-int64_t bag_backward(DType dt, const void* grad_out, int64_t dim, const int64_t* indices,
-                     const int64_t* offsets, int64_t num_bags, int64_t num_indices, Pool mode, const void* psw,
-                     int64_t* rows_out, void* grads_out, const Allocator& mem, void* stream);
-int64_t unique(const int64_t* ids, int64_t n, int64_t* uniq, int64_t* inverse, int64_t* counts,
-               const Allocator& mem, void* stream);
-int64_t route_ids(const int64_t* ids, int64_t n, const void* hot_map, bool hot_map_is_int32,
-                  int64_t hot_map_size, int64_t num_owners, int64_t* hot_pos, int64_t* hot_slot, int64_t* cold_pos,
-                  int64_t* cold_local, int64_t* counts, const Allocator& mem, void* stream);
-void sparse_update(DType dt, void* weight, int64_t num_rows, int64_t dim, void* state, const int64_t* rows,
-                   int64_t n, const void* grads, Optim opt, double lr, double eps, const Allocator& mem,
-                   void* stream);
-
-}  // namespace cuda
-#endif
 
 }  // namespace picasso

@@ -97,7 +97,7 @@ class RunResult:
     eval: list[Evaluation] = field(default_factory=list)
     predicted_samples_per_s: float | None = None
     measured_over_predicted_samples: float | None = None
-    op_durations_us: dict[str, float] | None = None  # per op name, with --op-timing
+    op_durations_us: dict[str, float] | None = None  # per op name: mean per timed step, with --op-timing
     trace: str | None = None
     timeline: str | None = None
     checkpoint: str | None = None

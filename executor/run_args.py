@@ -19,3 +19,6 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
     p.add_argument("--eval-batch", type=int, help="rows per evaluation batch (default: the global batch)")
     p.add_argument("--warmup", type=int, help="untimed first steps (default: 1 to 3, a quarter of the steps)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="capture the steady-state step as one CUDA graph and replay it (one rank on a GPU; "
+                        "a plan it does not fit runs without it, said in one line)")

@@ -25,9 +25,10 @@ from executor.data.batches import Batch
 from executor.dense.model import DenseArch, build_dense
 from executor.dense.optim import DenseOptimizer
 from executor.dense.precision import apply_global, dense_precision
-from executor.sparse.embedding import Lookup, ShardedPack, assemble_pieces
+from executor.sparse.embedding import Lookup, assemble_pieces
 from executor.sparse.exchange_check import ExchangeCounts
 from executor.sparse.pack_groups import make_packs
+from executor.sparse.protocol import PackExchange
 from executor.timing import OpTimer
 from planner.dense import dense_cost
 from planner.grad_buckets import early_buckets
@@ -159,7 +160,7 @@ class Trainer:
         self.plan = plan
         self.comm = comm
         self.dev = comm.device
-        self.packs = make_packs(plan, hot_ids, comm)  # fused pooled groups share their collectives
+        self.packs: list[PackExchange] = make_packs(plan, hot_ids, comm)  # fused pooled groups share their collectives
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # the dense layers' precision as the planner costed it, where this device has it
@@ -398,7 +399,7 @@ class Trainer:
         # per sparse hot pack: each rank's touched hot rows (set on the pack by the step they are for)
         return {j: [recv_h[src * n_cols + e_n + x] for src in range(world)] for x, (j, _) in enumerate(sparse)}
 
-    def _read_local(self, p: ShardedPack, lk: Lookup, i: int) -> torch.Tensor:
+    def _read_local(self, p: PackExchange, lk: Lookup, i: int) -> torch.Tensor:
         """A lookup without exchange reads its cold rows: cold_gather; from host memory, the
         host gather (cold_gather) and the PCIe copy (cold_h2d) as lowering has them."""
         T = self.timer
@@ -410,7 +411,7 @@ class Trainer:
         with T.op("fwd", p.name, "cold_h2d", i):
             return p.assemble(lk, p.copy_rows(staged))
 
-    def _gather(self, p: ShardedPack, lk: Lookup, i: int) -> None:
+    def _gather(self, p: PackExchange, lk: Lookup, i: int) -> None:
         lk.handle.wait()
         T = self.timer
         # the rows' return is launched asynchronously and, without overlap, waited for at

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import Comm
+from executor.cuda_graph import graph_stepper
 from executor.data.batches import (
     BadRows,
     DataError,
@@ -110,7 +111,9 @@ def predicted_samples_per_s(plan: Plan) -> float | None:
         return None
     if p.samples_per_s:
         return p.samples_per_s
-    return plan.global_batch / (p.iteration_us * 1e-6) if p.iteration_us else None
+    from planner.throughput import samples_per_s
+
+    return samples_per_s(plan, p.iteration_us)
 
 
 def resumed_batches(open_chunks, global_batch: int, skip: int):
@@ -289,6 +292,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
         evaluator = Evaluator(trainer, args.eval_data, args.eval_format or args.format, args.eval_batch or g)
     clock = StepClock(device)
+    stepper = graph_stepper(trainer, args.cuda_graph, op_timing, say=None if rank == 0 else (lambda line: None))
     trimmer = HeapTrimmer()
     losses = LossLog(start_step, max(1, args.check_every))
     comm.barrier()
@@ -309,7 +313,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
             if keep is not None:
                 kept.append(keep)
             clock.start()
-            losses.add(trainer.step(local, nxt[0] if nxt is not None else None))
+            losses.add(stepper.step(local, nxt[0] if nxt is not None else None))
             trimmer.after_step()  # freed buffers back to the system once RSS grows: not with the run's length
             clock.stop(timed=s >= warmup)
             if s >= warmup:
@@ -420,7 +424,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         "host_rss_bytes_per_rank": [pk["host_rss"] for pk in peaks],
     }
     if op_timing:
-        result["op_durations_us"] = tl.op_durations()
+        from simulator.measured import drop_warmup, mean_op_durations
+
+        result["op_durations_us"] = mean_op_durations(drop_warmup(tl, warmup))  # per step, as validate measures
     if args.trace:
         tl.save_chrome_trace(args.trace)
         result["trace"] = str(args.trace)

@@ -16,7 +16,7 @@ import threading
 import traceback
 
 COMMANDS = ("synth", "analyze", "plan", "simulate", "run", "calibrate", "validate", "demo", "doctor",
-            "export", "convert")
+            "export", "convert", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:

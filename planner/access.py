@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from scipy.special import zeta
@@ -29,6 +29,10 @@ from planner.features import data_feature
 from planner.model_spec import ModelSpec, TableSpec
 from planner.presets import DEFAULT_ZIPF_ALPHA
 from traces.coverage import presence
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from traces.profile import AccessProfile
+
 
 MEASURED = "profile"  # TableAccess.source of statistics read from a profile; any other is assumed
 
@@ -253,7 +257,7 @@ class ProfileAccess:
         return rows.astype(np.int64)
 
 
-def table_access(model: ModelSpec, profile: Any | None = None) -> dict[str, TableAccess]:
+def table_access(model: ModelSpec, profile: AccessProfile | None = None) -> dict[str, TableAccess]:
     """Access statistics for every table of `model`, from `profile` where it has the feature."""
     alpha_cfg = model.extra.get("zipf_alpha", DEFAULT_ZIPF_ALPHA)
     features = getattr(profile, "features", {}) if profile is not None else {}
@@ -280,13 +284,13 @@ def _zipf_cached(name: str, rows: int, pooling: float, alpha: float) -> ZipfAcce
 # ---- where each table's statistics come from ------------------------------------------
 
 
-def unmatched_tables(model: ModelSpec, profile: Any) -> list[str]:
+def unmatched_tables(model: ModelSpec, profile: AccessProfile) -> list[str]:
     """Tables of `model` that `profile` has no feature for (they would get an assumed Zipf)."""
     features = getattr(profile, "features", {}) or {}
     return [t.name for t in model.tables if data_feature(model, t.name, features) is None]
 
 
-def access_sources(model: ModelSpec, profile: Any | None, profile_name: str | None = None) -> dict[str, str]:
+def access_sources(model: ModelSpec, profile: AccessProfile | None, profile_name: str | None = None) -> dict[str, str]:
     """Per table, in words, where its access statistics come from (what --explain and --json show)."""
     features = getattr(profile, "features", {}) if profile is not None else {}
     alpha_cfg = model.extra.get("zipf_alpha", DEFAULT_ZIPF_ALPHA)

@@ -10,13 +10,17 @@ any plan can reach over that baseline (Amdahl's law, with the simulator's overla
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from planner import op_names as on
 from planner.access import TableAccess
 from planner.dense import DenseCost
 from planner.lowering import Lowered, Op, analyze, build_program, emit_graph, lower
 from planner.plan import Plan
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+
 
 DENSE_SCOPES = ("dense", "input")
 
@@ -45,7 +49,7 @@ def _dense_only(ops: list[Op], dense: DenseCost) -> list[Op]:
     return kept
 
 
-def embedding_free_us(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = "simpy") -> float:
+def embedding_free_us(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], engine: str = "simpy") -> float:
     """Iteration time (us) of `plan` on `hw` if every embedding op took no time, at the best of
     the dense-side choices the search gives any plan (micro-batch count, gradient buckets):
     a bound on every plan, not on those sharing `plan`'s choices. The packs' volumes are

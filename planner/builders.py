@@ -6,7 +6,7 @@ Baselines, scored by the same lowering and simulator as the planner's own plans:
 - `torchrec-like`: cost-balanced placement as TorchRec's planner does it: tables too big
   or too busy for one rank are row-wise over all ranks (one fused pack per attribute
   group), the others are placed table-wise by greedy cost balancing, one pack per rank
-  and group; scored as one fused exchange per group (`Plan.exchange == "fused"`), as
+  and group; scored as one fused exchange per group (`Provenance.scoring` fused_table_wise), as
   TorchRec runs it; no hot replication, no interleaving.
 - `dp-hot-only`: every table replicated (pure data parallelism, the "all hot" extreme of
   P2RES): no all-to-all at all, a full-table gradient all-reduce; only where it fits.
@@ -34,9 +34,11 @@ from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec, attribute_groups
+from planner.modes import Scoring
 from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
 from planner.volumes import STATE_BYTES, table_cost
+from simulator.hardware import HardwareSpec
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
 # TorchRec's own planner (planner.torchrec_bridge): needs the optional TorchRec install
@@ -61,7 +63,7 @@ def naive_plan(model: ModelSpec, world: int, batch: int, hw_name: str | None = N
 
 
 def torchrec_like_plan(
-    model: ModelSpec, world: int, batch: int, hw: Any | None = None,
+    model: ModelSpec, world: int, batch: int, hw: HardwareSpec | None = None,
     access: dict[str, TableAccess] | None = None, hw_name: str | None = None,
 ) -> Plan:
     """Cost-balanced table-wise / row-wise placement with fused per-group lookups, no hot rows."""
@@ -91,7 +93,7 @@ def torchrec_like_plan(
     plan = _baseline(model, world, batch, packs, hw_name, "torchrec-like")
     # TorchRec runs all table-wise tables of a group in one all-to-all; explain() scores it
     # so (lower(..., fuse_table_wise=True)); the executor runs the packs one by one
-    plan.exchange = "fused"
+    plan.provenance.scoring = Scoring.FUSED_TABLE_WISE
     plan.input_pipeline = world > 1  # TorchRec trains with TrainPipelineSparseDist: IDs a batch ahead
     plan.grad_bucket_mb = DDP_BUCKET_CAP_MB if world > 1 else 0.0  # and its dense part with DDP's buckets
     return plan
@@ -104,7 +106,7 @@ def dp_hot_only_plan(model: ModelSpec, world: int, batch: int, hw_name: str | No
 
 
 def baseline_plan(
-    name: str, model: ModelSpec, world: int, batch: int, hw: Any | None = None,
+    name: str, model: ModelSpec, world: int, batch: int, hw: HardwareSpec | None = None,
     access: dict[str, TableAccess] | None = None,
 ) -> Plan:
     """A baseline by name (see BASELINES)."""
@@ -169,18 +171,18 @@ def _make(model: Any, world: int, batch: int, packs: list[Any], *, hot: tuple[di
 PLANNER_BUDGET_S = 5.0  # the search is deterministic; a short budget keeps the sweep quick
 
 # A recipe builds one plan: (model, world, batch, access, hw) -> (Plan, hot ids, knobs).
-Recipe = Callable[[Any, int, int, dict, Any], tuple[Any, dict, dict]]
+Recipe = Callable[[ModelSpec, int, int, dict, HardwareSpec], tuple[Plan, dict, dict]]
 
 
 def r_baseline(name: str) -> Recipe:
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         plan = baseline_plan(name, model, world, batch, hw=hw, access=access)
         return plan, {}, {"baseline": name}
     return build
 
 
 def r_packed(sharding: str, hot: float = 0.0, mb: int = 1, ki: bool = False, packing: bool = True) -> Recipe:
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         groups = _groups(model, packing)
         packs = []
         for i, g in enumerate(groups):
@@ -198,7 +200,7 @@ def r_packed(sharding: str, hot: float = 0.0, mb: int = 1, ki: bool = False, pac
 
 def r_mixed(hot: float = 0.0, mb: int = 1, ki: bool = False) -> Recipe:
     """Large tables row-wise in one pack, small tables replicated in another (P2RES two-fold)."""
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         rows = sorted(t.num_rows for t in model.tables)
         cut = rows[len(rows) // 2]
         big = [t.name for t in model.tables if t.num_rows > cut]
@@ -214,7 +216,7 @@ def r_mixed(hot: float = 0.0, mb: int = 1, ki: bool = False) -> Recipe:
 
 
 def r_planner() -> Recipe:
-    def build(model: Any, world: int, batch: int, access: dict, hw: Any) -> tuple[Any, dict, dict]:
+    def build(model: ModelSpec, world: int, batch: int, access: dict, hw: HardwareSpec) -> tuple[Plan, dict, dict]:
         from planner.search import search  # the planner's own choice; required, fails loudly
 
         res = search(model, hw, access=access, batch_size_per_rank=batch, time_budget_s=PLANNER_BUDGET_S)

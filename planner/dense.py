@@ -6,11 +6,15 @@ the backward of each costs twice its forward FLOPs (grad w.r.t. input and weight
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from planner.errors import PlanError
 from planner.model_spec import DENSE_DTYPES, ModelSpec
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+
 
 # the dense layers' precision (model.extra["dense_dtype"]): tf32 keeps fp32 storage but runs
 # GEMMs on tensor cores, bf16 also halves the activation bytes
@@ -131,10 +135,29 @@ def mlp_shapes(model: ModelSpec) -> tuple[tuple[int, int], ...]:
     return tuple(shapes)
 
 
-def dense_dtype(model: ModelSpec, hw: Any) -> tuple[str, str | None]:
+def default_dense_dtype(hw: HardwareSpec) -> str:
+    """The dense precision a plan gets when nobody asks: tf32 on a GPU with a TF32 rate (as
+    NVIDIA's DLRM trains: tensor-core GEMMs, fp32 storage and optimizer), fp32 elsewhere (CPUs,
+    calibrated CPU workers, GPUs without tensor cores)."""
+    return "tf32" if hw.kind == "gpu" and "tf32" in hw.gpu.flops else "fp32"
+
+
+def with_dense_dtype(model: ModelSpec, hw: HardwareSpec, asked: str | None = None) -> ModelSpec:
+    """`model` with extra["dense_dtype"] set, so the plan records what the executor runs:
+    `asked` (--dense-dtype) first, then the model's own, then the hardware's default."""
+    want = asked or model.extra.get("dense_dtype") or default_dense_dtype(hw)
+    if want not in DENSE_DTYPES:
+        raise PlanError(f"model {model.name}: dense_dtype {want!r} is not one of {list(DENSE_DTYPES)}")
+    if model.extra.get("dense_dtype") == want:
+        return model
+    return replace(model, extra={**model.extra, "dense_dtype": want})
+
+
+def dense_dtype(model: ModelSpec, hw: HardwareSpec) -> tuple[str, str | None]:
     """(dtype the dense ops are costed at, note or None) for `model` on `hw`.
 
-    The model asks with extra["dense_dtype"] (default fp32); a preset without a FLOP rate
+    The model asks with extra["dense_dtype"] (absent: fp32, as plans written before the
+    hardware default and the executor agree; with_dense_dtype fills it in); a preset without a FLOP rate
     for that dtype (V100 has no tf32 nor bf16) falls back to fp32, and the note says so.
     """
     want = model.extra.get("dense_dtype", "fp32")

@@ -18,16 +18,21 @@ of a pooled pack (op names: planner.op_names.POOLED_OPS).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from planner import op_names as on
 from planner.access import TableAccess
+from planner.modes import Exchange, Placement
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
 from simulator.device_perf import RANDOM_KEY
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+
 
 
 def poolable(plan: Plan, pack: PackPlan) -> bool:
@@ -57,7 +62,7 @@ def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) 
     rows = pv.recv_ids
     owners = np.nonzero(rows > 0)[0]
     produced = pv.world * out_b  # an owner's partial sums for every rank
-    if pv.placement == "host":  # host gather of the rows, then their copy over PCIe and the pooling
+    if pv.placement == Placement.HOST:  # host gather of the rows, then their copy over PCIe and the pooling
         ops.append(compute(n("cold_gather"), [n("a2a_ids")], host=rows * (pv.slice_bytes * 2 + ID_BYTES),
                             ranks=owners, stage=4))
         ops.append(Op(on.op_name("fwd", pv.name, "cold_h2d", mb), "copy", "copy",
@@ -88,7 +93,7 @@ def pooled_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> list[
 # ---- the choice -------------------------------------------------------------------------------
 
 
-def a2a_line(hw: Any, world: int) -> tuple[float, float]:
+def a2a_line(hw: HardwareSpec, world: int) -> tuple[float, float]:
     """(latency us, us per byte) of an all-to-all over every rank (the simulator's cost is
     linear in the buffer: two evaluations give it, so a search need not ask per pack)."""
     from simulator.cost import collective_cost
@@ -99,7 +104,7 @@ def a2a_line(hw: Any, world: int) -> tuple[float, float]:
     return lat, bw / 64e6
 
 
-def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableAccess],
+def exchange_costs(plan: Plan, pack: PackPlan, hw: HardwareSpec, access: dict[str, TableAccess],
                    samples: float, line: tuple[float, float] | None = None) -> dict[str, float]:
     """Predicted microseconds per iteration of the pack's cold exchange each way: its
     all-to-alls (IDs, rows or pooled vectors, gradients; the largest buffer of any rank, as
@@ -117,7 +122,7 @@ def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableA
     for ex in ("rows", "pooled"):
         pv = pack_volumes(plan, replace(pack, exchange=ex), access, samples, hw.gpus_per_node)
         rows = float(np.max(pv.recv_ids))
-        read_us = rows * pv.slice_bytes * (pcie_us if pv.placement == "host" else 2 * hbm_us)
+        read_us = rows * pv.slice_bytes * (pcie_us if pv.placement == Placement.HOST else 2 * hbm_us)
         if ex == "pooled":
             coll = a2a(pv.pooled_ids_bytes) + 2 * a2a(pv.pooled_out_bytes)
             owner = (pv.world * pv.samples * pv.pooled_width * 4 + rows * pv.grad_row_bytes * 3) * hbm_us
@@ -130,7 +135,7 @@ def exchange_costs(plan: Plan, pack: PackPlan, hw: Any, access: dict[str, TableA
     return out
 
 
-def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float,
+def choose_exchange(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], samples: float,
                     memo: dict | None = None) -> dict[str, dict[str, float]]:
     """Set each pack's exchange to the cheaper by `exchange_costs` (rows where pooled cannot run);
     returns the costs per poolable pack (--explain recomputes them from the plan). `memo` (one
@@ -144,7 +149,7 @@ def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples
     for pack in plan.packs:
         if member(plan, pack):  # in the plan's fused pooled exchange (planner.pooled_twrw): stays
             continue
-        pack.exchange = "rows"
+        pack.exchange = Exchange.ROWS
         if poolable(plan, pack):
             key = (tuple(pack.tables), pack.sharding, tuple(pack.ranks or ()), pack.placement, pack.hot_sync,
                    tuple(plan.hot_rows.get(t, 0) for t in pack.tables), plan.micro_batches, samples)
@@ -152,5 +157,5 @@ def choose_exchange(plan: Plan, hw: Any, access: dict[str, TableAccess], samples
             if c is None:
                 c = memo[key] = exchange_costs(plan, pack, hw, access, samples, line)
             costs[pack.name] = {k: round(v, 1) for k, v in c.items()}
-            pack.exchange = "pooled" if c["pooled"] < c["rows"] else "rows"
+            pack.exchange = Exchange.POOLED if c["pooled"] < c["rows"] else Exchange.ROWS
     return costs

@@ -10,15 +10,17 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.bounds import embedding_free_us
-from planner.builders import BASELINES, baseline_plan
+from planner.builders import BASELINES, TORCHREC, baseline_plan
+from planner.dense import default_dense_dtype
 from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
 from planner.memory import gib
+from planner.modes import HotSync, Placement, PlanExchange, Scoring
 from planner.plan import Plan, wire_id_bytes
 from planner.pooled_twrw import exchange_bytes as group_bytes
 from planner.pooled_twrw import explain_lines as fused_lines
@@ -32,7 +34,13 @@ from planner.search import (
     sparse_presence_threshold,
 )
 from planner.sharding import Sharding
+from planner.throughput import samples_per_s
 from traces.coverage import presence, presence_threshold
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+    from traces.profile import AccessProfile
+
 
 # How each baseline synchronises embedding gradients (a replicated pack all-gathers sparse
 # gradients from every rank; hot rows of a sharded pack ride in the dense all-reduce).
@@ -51,6 +59,13 @@ def pack_sync(sharding: str, hot_rows: int, sparse_hot: bool = False) -> str:
     if sharding == Sharding.REPLICATED:
         return "all-gather of sparse grads" + (hot if sparse_hot else "")
     return "all-to-all" + hot
+
+
+def _dtype_origin(dtype: str, hw: Any) -> str:
+    """Why the dense layers run at `dtype`, when it is the GPU's default rather than fp32."""
+    if hw is not None and dtype == "tf32" and default_dense_dtype(hw) == "tf32":
+        return " (tensor-core matmuls, this GPU's default; --dense-dtype fp32 for full fp32)"
+    return ""
 
 
 def _pipeline(d: dict[str, Any]) -> str:
@@ -84,7 +99,7 @@ class Explanation:
     # the iteration with every embedding op free: no plan of this model on this hardware
     # can beat it (planner.bounds)
     embedding_free_us: float | None = None
-    hw: Any = None
+    hw: HardwareSpec | None = None
     access: dict[str, TableAccess] | None = None
     sources: dict[str, str] | None = None  # per table: where its access statistics come from
 
@@ -152,7 +167,7 @@ class Explanation:
         _, p_top = acc.head(0, 1)
         p1 = float(p_top[0]) if len(p_top) else 0.0
         q1 = presence(p1, lookups)
-        on_host = pack.placement == "host"
+        on_host = pack.placement == Placement.HOST
         c_gather = 1e6 / self.hw.pcie_bw if on_host and self.hw is not None else (
             2e6 / self.hw.gpu.hbm_bw if self.hw is not None else 0.0)
         per_mb = wire_id_bytes(t.num_rows) + 2 * rb  # ID out, row back, gradient back
@@ -163,14 +178,14 @@ class Explanation:
             "scale_kept": scale,
         }
         # a pack that syncs its hot rows sparsely sizes them by that sync's cost (search.size_for_sparse_sync)
-        sparse_us = self._sparse_row_us(pack) if pack.hot_sync == "sparse" and world > 1 else None
+        sparse_us = self._sparse_row_us(pack) if pack.hot_sync == HotSync.SPARSE and world > 1 else None
         closed = hot_threshold_rows(t, acc, self.plan.batch_size_per_rank / k, k, c_a2a, c_ar, c_gather, sparse_us)
         if sparse_us is None:
             theta = rb * c_ar / (k * (per_mb * c_a2a + rb * c_gather))
         else:
             theta = sparse_presence_threshold(sparse_us / (per_mb * c_a2a + rb * c_gather), k)
             rec["hot_row_cost_us"] = sparse_us  # in each step that touches it
-            rec["hot_sync"] = "sparse"
+            rec["hot_sync"] = HotSync.SPARSE
         rec["threshold_in_micro_batch"] = theta if theta < 1 else None
         rec["threshold_share"] = presence_threshold(theta, lookups) if theta < 1 else None
         rec["closed_form_rows"] = closed
@@ -274,7 +289,7 @@ class Explanation:
             "backward_by_layer": self.plan.layered_backward,
             "dense_dtype": ev.lowered.dense_dtype, "lowering_notes": list(ev.lowered.notes),
             "predicted_iteration_us": ev.iteration_us, "engine": ev.engine,
-            "samples_per_s": (self.plan.global_batch / ev.iteration_us * 1e6) if ev.iteration_us else None,
+            "samples_per_s": samples_per_s(self.plan, ev.iteration_us),
             "packs": self.packs(),
             "tables": self.tables(),
             "baseline_sync": {n: BASELINE_SYNC.get(n, "") for n in self.baselines},
@@ -304,7 +319,7 @@ class Explanation:
             f"{'on' if d['kernel_interleaving'] else 'off'}, input pipeline {_pipeline(d)}, "
             f"gradient buckets {_buckets(d['grad_bucket_mb'])}, "
             f"{_backward(d)}"
-            f"dense layers in {d['dense_dtype']})",
+            f"dense layers in {d['dense_dtype']}{_dtype_origin(d['dense_dtype'], self.hw)})",
             *(f"note: {n}" for n in d["lowering_notes"]),
             f"predicted iteration: {d['predicted_iteration_us']:.1f} us ({d['engine']}), "
             f"{d['samples_per_s']:.0f} samples/s",
@@ -399,8 +414,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def explain(
     plan: Plan,
-    hw: Any,
-    profile: Any | None = None,
+    hw: HardwareSpec,
+    profile: AccessProfile | None = None,
     access: dict[str, TableAccess] | None = None,
     baselines: tuple[str, ...] = BASELINES,
     engine: str = "simpy",
@@ -419,14 +434,15 @@ def explain(
     for name in baselines:
         try:
             # the plan may be TorchRec's own already: not planned twice
-            own = name == "torchrec" and plan.exchange == "torchrec"
+            own = name == TORCHREC and plan.exchange == PlanExchange.TORCHREC
             bp = plan if own else baseline_plan(name, plan.model, plan.world_size, plan.batch_size_per_rank, hw,
                                                 access)
         except PlanError as exc:
             out[name] = Evaluation(name, plan, None, engine, problem=str(exc))
             continue
-        # torchrec-like is scored as TorchRec runs it: one exchange per group of table-wise tables
-        fused = bp.exchange == "fused"
+        # torchrec-like is scored as TorchRec runs it (one exchange per group of table-wise
+        # tables) and as the executor runs it (pack by pack)
+        fused = bp.provenance.scoring == Scoring.FUSED_TABLE_WISE
         out[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name, fuse_table_wise=fused)
         if fused:
             executed[name] = evaluate(bp, hw, access, ev.engine, full_symmetry(bp), name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.access import table_access
+from planner.dense import with_dense_dtype
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 from planner.presets import get_model
@@ -17,10 +18,13 @@ from traces.profile import AccessProfile
 
 
 def load_inputs(model_name: str | ModelSpec, hw_name: str, overrides: list[str], profile_path: str | None,
-                scale_to: int | None, row_cap: int | None) -> tuple[Any, Any, Any, dict]:
+                scale_to: int | None, row_cap: int | None,
+                dense_dtype: str | None = None) -> tuple[Any, Any, Any, dict]:
     """(model, hardware, profile or None, per-table access statistics) from their names:
     a model preset or spec (or the spec itself), a hardware preset or file with --set
-    overrides, an optional profile file extrapolated to `scale_to` rows, and a row cap."""
+    overrides, an optional profile file extrapolated to `scale_to` rows, and a row cap. The
+    model comes back with its dense precision set (`dense_dtype`, else its own, else the
+    hardware's default: planner.dense.with_dense_dtype)."""
     model = get_model(model_name) if isinstance(model_name, str) else model_name
     caps = {t.name: t.num_rows for t in model.tables}  # known cardinalities, before any --row-cap
     if row_cap is not None:
@@ -28,6 +32,7 @@ def load_inputs(model_name: str | ModelSpec, hw_name: str, overrides: list[str],
             raise PlanError(f"--row-cap must be at least 1, got {row_cap}")
         model = model.with_row_cap(row_cap)
     hw = load_hardware(hw_name, overrides)
+    model = with_dense_dtype(model, hw, dense_dtype)
     profile = None
     if profile_path:
         profile = AccessProfile.load(profile_path)

@@ -54,7 +54,7 @@ slowest, so per-op maxima are what an iteration pays).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -65,6 +65,7 @@ from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.grad_buckets import early_buckets, grad_buckets
 from planner.memory import MemoryReport, memory_report
+from planner.modes import PlanExchange, Scoring
 from planner.plan import PackPlan, Plan, fused_runs, table_optimizer
 from planner.pooled_twrw import bwd as group_bwd
 from planner.pooled_twrw import fuse as fuse_pooled
@@ -77,6 +78,11 @@ from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
 from simulator.device_perf import RANDOM_KEY
 from simulator.measured import BUCKET_LANE, INPUT_COPY_LANE, INPUT_LANE, SYNC_LANE
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+    from traces.profile import AccessProfile
+
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
 @dataclass
@@ -100,8 +106,8 @@ class Lowered:
 
 def lower(
     plan: Plan,
-    hw: Any,
-    profile: Any | None = None,
+    hw: HardwareSpec,
+    profile: AccessProfile | None = None,
     access: dict[str, TableAccess] | None = None,
     symmetric: bool | None = None,
     check_memory: bool = True,
@@ -135,14 +141,14 @@ def lower(
     return Lowered(plan, graph, ops, packs, memory, dense, symmetric, ddt, [note] if note else [])
 
 
-def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
+def analyze(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess],
             fuse_table_wise: bool = False) -> tuple[list[PackVolumes], MemoryReport, DenseCost]:
     """Per-pack volumes for one micro-batch, peak memory per rank, dense costs."""
     samples = plan.batch_size_per_rank / plan.micro_batches
     tr = torchrec_exchange(plan)
     packs = [pack_volumes(plan, p, access, samples, hw.gpus_per_node, dedup=not tr) for p in plan.packs]
     if fuse_table_wise or tr:
-        packs = _fuse_runs(packs, fused_runs(plan, "torchrec" if tr else "fused"))
+        packs = _fuse_runs(packs, fused_runs(plan, PlanExchange.TORCHREC if tr else Scoring.FUSED_TABLE_WISE))
     packs = fuse_pooled(plan, packs)  # Plan.exchange "fused_pooled": planner.pooled_twrw
     for pv in packs:
         pv.longest_run = kernel_passes.longest_run(pv, access)
@@ -152,7 +158,7 @@ def analyze(plan: Plan, hw: Any, access: dict[str, TableAccess],
 
 def torchrec_exchange(plan: Plan) -> bool:
     """Whether `plan` is scored as TorchRec runs it (see the module docstring)."""
-    return plan.exchange == "torchrec"
+    return plan.exchange == PlanExchange.TORCHREC
 
 
 def _fuse_runs(packs: list[PackVolumes], runs: list[list[PackPlan]]) -> list[PackVolumes]:
@@ -426,12 +432,14 @@ def _packs_bwd(plan: Plan, packs: list[PackVolumes], mb: int | None, mi: int, af
 
 
 def _order_key(plan: Plan, stage: int, mb: int, pack: int) -> tuple:
+    if stage <= 1:  # as Trainer._route: every lookup deduplicated and routed first, lookup by lookup
+        return (0, mb, pack, stage)
     if plan.overlapped:
-        return (stage, mb, pack)
-    return (pack, stage)
+        return (1, stage, mb, pack)
+    return (1, pack, stage)
 
 
-def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Any) -> list[Op]:
+def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: HardwareSpec) -> list[Op]:
     """The ops of one iteration in issue order, with their dependencies (per rank)."""
     tr = torchrec_exchange(plan)
     # the counts exchange before each ID exchange: one more link latency (none alone), a demand
@@ -468,8 +476,11 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
                 first_exchange = exchanges(plan, pv) and not any(exchanges(plan, q) for q in packs[:pi]) and mi == 0
                 stages = _pack_fwd(plan, pv, mb, count_steps if first_exchange else 0.0)
             stages[0].deps.append(h2d)  # packs of a step that is not overlapped: the serial chain orders them
+            local = not tr and not exchanges(plan, pv)
             for op in stages:
-                if op.args["stage"] == POOL_STAGE:
+                # a pack that exchanges nothing reads its rows (cold_gather, cold_h2d) as it pools
+                # (Trainer._pool), with the micro-batch's dense step
+                if op.args["stage"] == POOL_STAGE or (local and op.args["stage"] >= 4):
                     pools[mb].append(op)  # issued with the micro-batch's dense step
                 else:
                     fwd.append((_order_key(plan, op.args["stage"], mi, pi), op))
@@ -553,6 +564,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
     launched: list[Op] = []  # collectives launched before the all-reduce
     updates: list[Op] = []  # cold updates
     hot_updates: list[Op] = []
+    hot_syncs: list[Op] = []  # launched after every replica's gather (Trainer.step)
     sync_op = None
     if sync_bytes:
         sync_op = _collective(grad_sync, (buckets if tr else dense_grads) + hot_deps, "all_reduce", sync_bytes)
@@ -597,7 +609,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             # the touched hot rows' gradients, all-gathered with their rows in one gather (sizes
             # from the step's one sizes exchange; executor.comm), then applied by every replica
             sync = on.op_name("opt", pv.name, "hot_sync")
-            launched.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k)))
+            hot_syncs.append(_collective(sync, grads_by_pack[pv.name], "all_gather", pv.hot_sync_bytes(k)))
             rows = pv.hot_unique * k * plan.world_size
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
                                         hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
@@ -606,7 +618,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: An
             rows = pv.hot_rows
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
                                         hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2), flops=rows * pv.dim * 3))
-    ops.extend(launched + ([sync_op] if sync_op is not None else []) + updates + hot_updates)
+    ops.extend(launched + hot_syncs + ([sync_op] if sync_op is not None else []) + updates + hot_updates)
     n_params = dense.params
     states = {"sgd": 3, "adagrad": 5, "adam": 7}.get(plan.optimizer.dense, 3)
     ops.append(_compute(on.op_name("opt", "dense", "update"), buckets + early,
@@ -634,8 +646,6 @@ def pipeline_input_dist(ops: list[Op], launch_mb: int) -> None:
     what read a moved op waits for what it waited for."""
     piped = {op.name for op in ops
              if op.kind == "collective" and on.split_name(on.base_name(op.name))[2] == "a2a_ids"}
-    if not piped:
-        return
     # every pack's routing goes ahead (Trainer._route covers replicas too): stages 0-1
     ahead = {op.name for op in ops if op.kind == "compute" and op.args.get("stage") in (0, 1)
              and on.split_name(op.name)[0] == "fwd"}
@@ -663,14 +673,17 @@ def pipeline_input_dist(ops: list[Op], launch_mb: int) -> None:
     first_pool = pools[0] if pools else len(ops)
     after_pools = max((i for i in pools if ops[i].name in launch_pools), default=first_pool - 1) + 1
     head, mid, tail = ops[:first_pool], ops[first_pool:after_pools], ops[after_pools:]
-    ops[:] = ([op for op in head if op.name not in moved] + [op for op in head if op.name in ahead] + mid
+    # the routing goes ahead once the step's gathers are issued, before its bottom MLPs (Trainer.step)
+    stay = [op for op in head if op.name not in moved]
+    at = next((i for i, op in enumerate(stay) if on.split_name(op.name)[:3] == ("fwd", "dense", "bottom_mlp")), len(stay))
+    ops[:] = (stay[:at] + [op for op in head if op.name in ahead] + stay[at:] + mid
               + [op for op in head if op.name in piped] + tail)
 
 
 # ---- OpGraph emission ----------------------------------------------------------------------
 
 
-def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: Any) -> dict[str, float]:
+def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> dict[str, float]:
     """Predicted microseconds per iteration of each way to synchronise a pack's hot-row
     gradients, as build_program lowers them: "dense" adds the hot set's gradient to the dense
     all-reduce (its bandwidth term; the latency is paid by the dense gradients anyway), zeroes
@@ -696,7 +709,7 @@ def _sparse_passes(plan: Plan, pv: PackVolumes) -> int:
     return {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
 
 
-def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: Any) -> float:
+def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> float:
     """Predicted microseconds one hot row touched by one rank in a step adds to a sparse hot
     sync: its gradient and ID in the all-gather (bandwidth term, linear in the bytes) and its
     apply on every rank. The planner sizes a sparsely synchronised hot set with it."""
@@ -714,7 +727,7 @@ def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: Any) -> float:
     return float(ag_bw / n + apply * hbm_us)
 
 
-def choose_hot_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], samples: float) -> None:
+def choose_hot_sync(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], samples: float) -> None:
     """Set each pack's hot_sync to the cheaper of the two by `hot_sync_costs`."""
     for pack in plan.packs:
         pack.hot_sync = "dense"

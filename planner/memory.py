@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.dense import DenseCost, dense_cost
+from planner.modes import Placement
 from planner.plan import Plan
 from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
@@ -119,7 +120,7 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
             tables += pv.rows * (pv.row_bytes + pv.state_bytes)
             # the all-gathered sparse gradients of every rank
             buffers += pv.allgather_bytes(k) * world
-        elif pv.placement == "host":
+        elif pv.placement == Placement.HOST:
             host += pv.shard_rows * per_row
         else:
             tables += pv.shard_rows * per_row

@@ -212,3 +212,16 @@ def attribute_groups(model: ModelSpec) -> list[list[TableSpec]]:
     for t in model.tables:
         groups.setdefault(t.attributes(), []).append(t)
     return list(groups.values())
+
+
+def spec_yaml(model: ModelSpec) -> str:
+    """The model spec as YAML that `--model FILE.yaml` reads back (one flow-style line per table)."""
+    import yaml
+
+    d = model.to_dict()
+    tables = d.pop("tables")
+    head = yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}, sort_keys=False,
+                          default_flow_style=None)
+    rows = "".join(f"  - {yaml.safe_dump(t, default_flow_style=True, sort_keys=False, width=1 << 16).strip()}\n"
+                   for t in tables)
+    return f"# picasso model spec ({model.name}); see docs/guide.md 'Model specs'\n{head}tables:\n{rows}"

@@ -19,6 +19,8 @@ packs, whose sparse-gradient all-gather is part of `opt/<pack>/cold_update`.
 
 from __future__ import annotations
 
+from planner.modes import Exchange
+
 PHASES = ("fwd", "bwd", "opt")
 
 # Ops per pack, in execution order (the executor dedups a pack's IDs before routing them).
@@ -59,7 +61,7 @@ DENSE_OPT = ("update",)
 
 def pack_op(op: str, exchange: str) -> str:
     """A pack op's name under the pack's exchange ("rows" or "pooled"; see POOLED_OPS)."""
-    return POOLED_OPS.get(op, op) if exchange == "pooled" else op
+    return POOLED_OPS.get(op, op) if exchange == Exchange.POOLED else op
 
 
 def op_name(phase: str, scope: str, op: str, micro_batch: int | None = None) -> str:

@@ -35,6 +35,7 @@ from foundation.fields import FieldError
 from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
+from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
 from planner.sharding import POOLED_SHARDINGS, SHARDINGS, Sharding
 
 PLAN_VERSION = 1
@@ -45,9 +46,6 @@ def wire_id_bytes(rows: int) -> int:
     """Bytes of one ID (or bag length) on the wire for a pack of `rows` packed rows."""
     return 4 if rows < INT32_ROWS else 8
 
-PLACEMENTS = ("hbm", "host")
-HOT_SYNCS = ("dense", "sparse")
-PACK_EXCHANGES = ("rows", "pooled")
 SPARSE_OPTIMIZERS = ("sgd", "rowwise_adagrad")
 DENSE_OPTIMIZERS = ("sgd", "adagrad", "adam")
 
@@ -58,20 +56,25 @@ class PackPlan:
     tables: list[str]
     sharding: Sharding = Sharding.ROW_WISE  # a plain name is taken (and kept when unknown: validate says so)
     ranks: list[int] | None = None  # ranks holding shards; None means every rank
-    placement: str = "hbm"  # where cold rows live: device memory or host memory over PCIe
-    # how the hot rows' gradients are synchronised: "dense", the whole hot set's gradient in
-    # the dense all-reduce; "sparse", an all-gather of only the hot rows touched this step.
-    # The planner picks the cheaper by its cost model (planner.lowering.hot_sync_costs)
-    hot_sync: str = "dense"
-    # what crosses ranks for the cold lookups: "rows", the owners return the deduplicated rows
-    # and the requester pools them; "pooled", the owners pool their part of every bag and
-    # return one vector per sample and table (partial sums, added to the locally pooled hot
-    # part). Planner: the cheaper by planner.exchange.exchange_costs
-    exchange: str = "rows"
+    placement: Placement = Placement.HBM  # where cold rows live: device memory or host memory over PCIe
+    # how the hot rows' gradients are synchronised (HotSync); the planner picks the cheaper by
+    # its cost model (planner.lowering.hot_sync_costs)
+    hot_sync: HotSync = HotSync.DENSE
+    # what crosses ranks for the cold lookups (Exchange; pooled: partial sums, added to the
+    # locally pooled hot part). Planner: the cheaper by planner.exchange.exchange_costs
+    exchange: Exchange = Exchange.ROWS
 
     def __post_init__(self) -> None:
-        if isinstance(self.sharding, str) and self.sharding in SHARDINGS:
-            self.sharding = Sharding(self.sharding)
+        # plain names are taken; an unknown one is kept for validate to name
+        self.sharding = _mode(Sharding, self.sharding)
+        self.placement = _mode(Placement, self.placement)
+        self.hot_sync = _mode(HotSync, self.hot_sync)
+        self.exchange = _mode(Exchange, self.exchange)
+
+
+def _mode(kind: type, value: Any) -> Any:
+    """`value` as a member of the mode enum `kind` when it names one, else unchanged."""
+    return kind(value) if isinstance(value, str) and value in kind.values() else value
 
 
 @dataclass
@@ -97,21 +100,21 @@ def table_optimizer(plan: Plan, table: TableSpec) -> str:
     return table.optimizer if table.optimizer != "sgd" else plan.optimizer.sparse
 
 
-PLAN_EXCHANGES = ("per_pack", "fused", "torchrec", "fused_pooled")
+# the shardings whose runs of packs exchange as one (TorchRec fuses a sharding type's tables
+# into one lookup and one collective): as TorchRec's own plans run, and as the torchrec-like
+# baseline is scored
+FUSED_SHARDINGS: dict[PlanExchange | Scoring, tuple[Sharding, ...]] = {
+    PlanExchange.TORCHREC: (Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE),
+    Scoring.FUSED_TABLE_WISE: (Sharding.TABLE_WISE,)}
 
 
-# Plan.exchange -> the shardings whose runs of packs exchange as one (TorchRec fuses a
-# sharding type's tables into one lookup and one collective)
-FUSED_SHARDINGS = {"torchrec": (Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE), "fused": (Sharding.TABLE_WISE,)}
-
-
-def fused_runs(plan: Plan, exchange: str | None = None) -> list[list[PackPlan]]:
-    """The runs of consecutive packs that exchange as one under `exchange` (default: the
-    plan's): packs of a sharding in FUSED_SHARDINGS whose sharding, placement and tables'
+def fused_runs(plan: Plan, rule: PlanExchange | Scoring | None = None) -> list[list[PackPlan]]:
+    """The runs of consecutive packs that exchange as one under `rule` (default: the plan's
+    exchange): packs of a sharding in FUSED_SHARDINGS whose sharding, placement and tables'
     attributes are equal. A run may be one pack; packs of no run exchange on their own.
     Lowering scores each run as one exchange; the executor runs a run of pooled packs so
     (executor.sparse.pooled_flat)."""
-    kinds = FUSED_SHARDINGS.get(plan.exchange if exchange is None else exchange, ())
+    kinds = FUSED_SHARDINGS.get(plan.exchange if rule is None else rule, ())
     runs: list[list[PackPlan]] = []
     key = None
     for p in plan.packs:
@@ -128,9 +131,10 @@ def fused_runs(plan: Plan, exchange: str | None = None) -> list[list[PackPlan]]:
 
 
 def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
-    """Whether a pack joins its plan's fused pooled exchange (Plan.exchange "fused_pooled",
+    """Whether a pack joins its plan's fused pooled exchange (PlanExchange.FUSED_POOLED,
     planner.pooled_twrw): a table-row-wise pack whose owners pool."""
-    return plan.exchange == "fused_pooled" and pack.exchange == "pooled" and pack.sharding == Sharding.TABLE_ROW_WISE
+    return (plan.exchange == PlanExchange.FUSED_POOLED and pack.exchange == Exchange.POOLED
+            and pack.sharding == Sharding.TABLE_ROW_WISE)
 
 
 @dataclass
@@ -139,6 +143,8 @@ class Provenance:
 
     planner: str | None = None  # "picasso.search" for the search's own choice
     baseline: str | None = None  # naive, torchrec-like, dp-hot-only, torchrec
+    # how explain scores this baseline beside how it runs (planner.modes.Scoring); None: as it runs
+    scoring: Scoring | None = None
     label: str | None = None  # the search candidate it is
     profile: str | None = None  # the access profile it was planned from (absolute path)
     profile_scale_to: int | None = None  # ... extrapolated to this many rows
@@ -195,16 +201,17 @@ class Plan:
     optimizer: OptimizerPlan = field(default_factory=OptimizerPlan)
     hardware: str | None = None  # name of the hardware spec it was planned for
     seed: int = 0
-    # how the plan's exchanges are scored and run: per pack, "fused" (TorchRec-like: the
-    # table-wise packs of a group scored as one exchange, run pack by pack) or "torchrec"
-    # (TorchRec's own plan, planner.lowering; its runs of pooled packs are run fused too,
-    # executor.sparse.pooled_flat); "fused_pooled": planner.pooled_twrw
-    exchange: str = "per_pack"
+    # how the plan's exchanges run, and are scored (PlanExchange; a baseline scored otherwise
+    # says so in Provenance.scoring)
+    exchange: PlanExchange = PlanExchange.PER_PACK
     provenance: Provenance = field(default_factory=Provenance)
     prediction: Prediction | None = None
     version: int = PLAN_VERSION
     # the file it was loaded from (hot IDs are found beside it); not part of the document
     path: Path | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.exchange = _mode(PlanExchange, self.exchange)
 
     # ---- derived views -------------------------------------------------------------
     def pack_of(self, table: str) -> PackPlan:
@@ -233,7 +240,7 @@ class Plan:
         all-to-alls, lowering has none) and its rows are synchronised with the hot rows."""
         # column-wise is left out: its owners hold slices, and a hot row is read whole
         return (pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE)
-                and pack.exchange == "rows"
+                and pack.exchange == Exchange.ROWS
                 and all(self.hot_rows.get(t, 0) >= self.model.table(t).num_rows for t in pack.tables))
 
     def wire_id_bytes(self, pack: PackPlan) -> int:
@@ -301,13 +308,10 @@ class Plan:
                 raise PlanError(f"pack {p.name} has no tables")
             if p.sharding not in SHARDINGS:
                 raise PlanError(f"pack {p.name}: sharding {p.sharding!r} is not one of {list(SHARDINGS)}")
-            if p.placement not in PLACEMENTS:
-                raise PlanError(f"pack {p.name}: placement {p.placement!r} is not one of {list(PLACEMENTS)}")
-            if p.hot_sync not in HOT_SYNCS:
-                raise PlanError(f"pack {p.name}: hot_sync {p.hot_sync!r} is not one of {list(HOT_SYNCS)}")
-            if p.exchange not in PACK_EXCHANGES:
-                raise PlanError(f"pack {p.name}: exchange {p.exchange!r} is not one of {list(PACK_EXCHANGES)}")
-            if p.exchange == "pooled":
+            p.placement = Placement.from_str(p.placement, f"pack {p.name}: placement")
+            p.hot_sync = HotSync.from_str(p.hot_sync, f"pack {p.name}: hot_sync")
+            p.exchange = Exchange.from_str(p.exchange, f"pack {p.name}: exchange")
+            if p.exchange == Exchange.POOLED:
                 self._check_pooled(p)
             ranks = self.pack_ranks(p)
             if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < self.world_size for r in ranks):
@@ -343,9 +347,10 @@ class Plan:
             raise PlanError("hot_rows are set but hot_ids_file is missing")
         if self.optimizer.sparse not in SPARSE_OPTIMIZERS:
             raise PlanError(f"sparse optimizer {self.optimizer.sparse!r} is not one of {list(SPARSE_OPTIMIZERS)}")
-        if self.exchange not in PLAN_EXCHANGES:
-            raise PlanError(f"exchange {self.exchange!r} is not one of {list(PLAN_EXCHANGES)}")
-        if self.exchange == "fused_pooled":
+        self.exchange = PlanExchange.from_str(self.exchange, "exchange")
+        if self.provenance.scoring is not None:
+            self.provenance.scoring = Scoring.from_str(self.provenance.scoring, "provenance.scoring")
+        if self.exchange == PlanExchange.FUSED_POOLED:
             self._check_fused_pooled()
         if self.optimizer.dense not in DENSE_OPTIMIZERS:
             raise PlanError(f"dense optimizer {self.optimizer.dense!r} is not one of {list(DENSE_OPTIMIZERS)}")
@@ -512,8 +517,11 @@ def _plan_from_dict(d: object) -> Plan:
     if "notes" in d:
         exchange, prov, pred = _legacy_notes(d)
     else:
-        exchange = fields.text(d.get("exchange", "per_pack"), "exchange", PLAN_EXCHANGES)
+        exchange = fields.text(d.get("exchange", PlanExchange.PER_PACK), "exchange")
         prov = dict(fields.mapping(d.get("provenance", {}), "provenance"))
+        if exchange == LEGACY_FUSED:  # run pack by pack, scored fused (planner.modes)
+            exchange, prov = PlanExchange.PER_PACK, {"scoring": Scoring.FUSED_TABLE_WISE, **prov}
+        exchange = PlanExchange.from_str(exchange, "field exchange")
         pred = d.get("prediction")
     hot = fields.mapping(d.get("hot_rows", {}), "hot_rows")
     hot_file = d.get("hot_ids_file")
@@ -547,12 +555,13 @@ def _plan_from_dict(d: object) -> Plan:
     )
 
 
-def _legacy_notes(d: dict) -> tuple[str, dict, dict | None]:
+def _legacy_notes(d: dict) -> tuple[PlanExchange, dict, dict | None]:
     """(exchange, provenance, prediction) of a plan written with a "notes" object instead."""
     notes = fields.mapping(d["notes"], "notes")
-    exchange = ("torchrec" if notes.get("exchange") == "torchrec" else
-                "fused" if notes.get("fused_exchange") is True else "per_pack")
+    exchange = PlanExchange.TORCHREC if notes.get("exchange") == PlanExchange.TORCHREC else PlanExchange.PER_PACK
     prov = {k: notes[k] for k in NOTE_PROVENANCE if notes.get(k) is not None}
+    if notes.get("fused_exchange") is True:  # run pack by pack, scored fused (planner.modes)
+        prov["scoring"] = Scoring.FUSED_TABLE_WISE
     pred = {new: notes[old] for old, new in NOTE_PREDICTION.items() if notes.get(old) is not None}
     return exchange, prov, pred or None
 
@@ -567,6 +576,7 @@ def _provenance(d: dict) -> Provenance:
 
     return Provenance(
         planner=opt("planner", fields.text), baseline=opt("baseline", fields.text), label=opt("label", fields.text),
+        scoring=opt("scoring", Scoring.from_str),
         profile=opt("profile", fields.text), profile_scale_to=opt("profile_scale_to", fields.integer),
         row_cap=opt("row_cap", fields.integer),
         hardware_overrides=[fields.text(x, "provenance.hardware_overrides")
@@ -616,9 +626,9 @@ def _pack_from_dict(p: object, where: str, world: int) -> PackPlan:
         sharding=fields.text(p.get("sharding", Sharding.ROW_WISE), f"{where}.sharding", SHARDINGS),
         ranks=None if ranks is None else [fields.integer(r, f"{where}.ranks[{i}]", 0, world - 1)
                                           for i, r in enumerate(fields.sequence(ranks, f"{where}.ranks"))],
-        placement=fields.text(p.get("placement", "hbm"), f"{where}.placement", PLACEMENTS),
-        hot_sync=fields.text(p.get("hot_sync", "dense"), f"{where}.hot_sync", HOT_SYNCS),
-        exchange=fields.text(p.get("exchange", "rows"), f"{where}.exchange", PACK_EXCHANGES),
+        placement=Placement.from_str(p.get("placement", Placement.HBM), f"field {where}.placement"),
+        hot_sync=HotSync.from_str(p.get("hot_sync", HotSync.DENSE), f"field {where}.hot_sync"),
+        exchange=Exchange.from_str(p.get("exchange", Exchange.ROWS), f"field {where}.exchange"),
     )
 
 

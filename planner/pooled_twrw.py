@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from planner import op_names as on
+from planner.modes import Exchange, PlanExchange
 from planner.plan import PackPlan, Plan, fused_pooled_member, wire_id_bytes
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.sharding import Sharding
@@ -41,7 +42,7 @@ GROUP = "pooled"  # the scope of the fused group's ops: fwd/pooled/a2a_ids, ...
 
 
 def fused_pooled(plan: Plan) -> bool:
-    return plan.exchange == "fused_pooled"
+    return plan.exchange == PlanExchange.FUSED_POOLED
 
 
 member = fused_pooled_member  # whether a pack joins the plan's fused pooled exchange (Plan's rule)
@@ -95,7 +96,7 @@ def fuse(plan: Plan, packs: list[PackVolumes]) -> list[PackVolumes]:
         members = [q for q in packs if names.get(q.name) == gi]
         merged = fuse_table_wise(members)
         kw = {f.name: getattr(merged, f.name) for f in fields(PackVolumes)}
-        kw.update(name=group_name(gi), exchange="pooled", hot_sync=members[0].hot_sync)
+        kw.update(name=group_name(gi), exchange=Exchange.POOLED, hot_sync=members[0].hot_sync)
         out.append(GroupVolumes(**kw, members=members))
     return out
 
@@ -226,7 +227,7 @@ def layout(plan_tables: list[Any], pooling: dict[str, float], nodes: int, g: int
     packs = [PackPlan(f"{prefix}{SMALL_PACK}", list(small), Sharding.ROW_WISE)] if small else []
     packs += [PackPlan(f"{prefix}{ROWS_PACK}", list(rows), Sharding.ROW_WISE)] if rows else []
     packs += [PackPlan(f"{prefix}node{j}", sorted(b, key=order.__getitem__), Sharding.TABLE_ROW_WISE, list(range(j * g, j * g + g)),
-                       exchange="pooled") for j, b in enumerate(bins) if b]
+                       exchange=Exchange.POOLED) for j, b in enumerate(bins) if b]
     return packs
 
 

@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,10 +55,16 @@ from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
 from planner.grad_buckets import DDP_BUCKET_CAP_MB, early_buckets
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
+from planner.modes import Exchange, HotSync, Placement, PlanExchange
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer, wire_id_bytes
 from planner.sharding import Sharding
 from planner.volumes import STATE_BYTES, table_cost
 from traces.coverage import presence_threshold
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+    from traces.profile import AccessProfile
+
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 BUCKET_CAPS_MB = (4.0, 1.0)  # tried after DDP's 25 MiB (bucket_stage)
@@ -100,7 +106,7 @@ class SearchResult:
 # ---- scoring -----------------------------------------------------------------------------
 
 
-def evaluate(plan: Plan, hw: Any, access: dict[str, TableAccess], engine: str = "fast",
+def evaluate(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], engine: str = "fast",
              symmetric: bool | None = True, label: str = "", check_memory: bool = True,
              fuse_table_wise: bool = False) -> Evaluation:
     """Lower and simulate `plan`; a plan that does not fit gets iteration_us None and the reason.
@@ -130,7 +136,7 @@ def full_symmetry(plan: Plan) -> bool | None:
 # ---- cost per byte of the two exchange paths ----------------------------------------------
 
 
-def byte_costs(hw: Any, world: int) -> tuple[float, float]:
+def byte_costs(hw: HardwareSpec, world: int) -> tuple[float, float]:
     """(us per byte of all-to-all buffer, us per byte of all-reduce buffer) over all ranks."""
     from simulator.cost import collective_cost
     from simulator.opgraph import Collective
@@ -225,7 +231,7 @@ def _small_enough_to_replicate(t: TableSpec, hbm: float) -> bool:
     return t.num_rows * _hot_row_bytes(t) < 0.01 * hbm
 
 
-def size_for_sparse_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], scale: float, budget: float,
+def size_for_sparse_sync(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], scale: float, budget: float,
                          c_a2a: float, c_ar: float, c_gather: dict[str, float]) -> None:
     """Re-size the hot sets of the packs that sync them sparsely (`plan.hot_rows` holds the
     sizes a dense all-reduce justifies, hot_sync the cheaper sync for them): under a sparse
@@ -235,7 +241,7 @@ def size_for_sparse_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], sc
     from planner.lowering import sparse_sync_row_us
     from planner.volumes import pack_volumes
 
-    sparse = [p for p in plan.packs if p.hot_sync == "sparse"]
+    sparse = [p for p in plan.packs if p.hot_sync == HotSync.SPARSE]
     if not sparse:
         return
     k, batch = plan.micro_batches, plan.batch_size_per_rank
@@ -247,7 +253,7 @@ def size_for_sparse_sync(plan: Plan, hw: Any, access: dict[str, TableAccess], sc
                           dict.fromkeys(pack.tables, row_us))
         sizes.update(sized)
         if not sized:
-            pack.hot_sync = "dense"
+            pack.hot_sync = HotSync.DENSE
     plan.hot_rows = within_budget(plan.model, sizes, budget)
 
 
@@ -277,7 +283,7 @@ def balanced_split(tables: list[TableSpec], costs: dict[str, float], parts: int)
     return [sorted(b, key=order.__getitem__) for b in bins if b]
 
 
-def pooled_tables(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int) -> set[str]:
+def pooled_tables(model: ModelSpec, access: dict[str, TableAccess], hw: HardwareSpec, batch: int) -> set[str]:
     """Tables that, alone in a row-wise pack, would exchange cheaper as pooled vectors than as
     rows (planner.exchange.exchange_costs): long bags of wide rows."""
     out: set[str] = set()
@@ -337,7 +343,7 @@ class Candidates:
     `make` is the one way a candidate is built from packs: placement when device memory
     runs out, hot sizes, exchange and hot-row sync by cost (the closed-form rules above)."""
 
-    def __init__(self, model: ModelSpec, hw: Any, access: dict[str, TableAccess], batch: int,
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, access: dict[str, TableAccess], batch: int,
                  time_budget_s: float, progress: Callable[[float, float], None] | None) -> None:
         self.t0 = time.perf_counter()
         self.model, self.hw, self.access, self.batch = model, hw, access, batch
@@ -392,12 +398,12 @@ class Candidates:
         if free <= 0:
             for p in sorted((p for p in plan.packs if p.sharding != Sharding.REPLICATED),
                             key=lambda p: (-plan.pack_rows(p) * model.table(p.tables[0]).bytes_per_row, p.name)):
-                p.placement = "host"
+                p.placement = Placement.HOST
                 free = _free_hbm(plan, hw, access)
                 if free > 0:
                     break
         cold = [t for p in plan.packs if p.sharding != Sharding.REPLICATED for t in p.tables]
-        c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == "hbm" else 1e6 / hw.pcie_bw)
+        c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == Placement.HBM else 1e6 / hw.pcie_bw)
                     for p in plan.packs for t in p.tables}
         budget = HOT_MEMORY_SHARE * free
         plan.hot_rows = hot_sizes(model, cold, access, batch, k, self.c_a2a, self.c_ar, scale, budget, c_gather)
@@ -526,7 +532,7 @@ def exchange_stage(c: Candidates) -> None:
     for i, pack in enumerate(list(c.best.plan.packs)):
         if c.over_budget() or not poolable(c.best.plan, pack):
             continue
-        flip = "rows" if pack.exchange == "pooled" else "pooled"
+        flip = Exchange.ROWS if pack.exchange == Exchange.POOLED else Exchange.POOLED
         packs = [replace(p) for p in c.best.plan.packs]
         packs[i].exchange = flip
         c.consider(f"{c.best.label} {pack.name}:{flip}", replace(c.best.plan, packs=packs))
@@ -617,8 +623,8 @@ STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_s
 
 def search(
     model: ModelSpec,
-    hw: Any,
-    profile: Any | None = None,
+    hw: HardwareSpec,
+    profile: AccessProfile | None = None,
     batch_size_per_rank: int = 4096,
     *,
     access: dict[str, TableAccess] | None = None,
@@ -649,7 +655,7 @@ def search(
     return SearchResult(plan, hot_ids, chosen, c.log, time.perf_counter() - c.t0)
 
 
-def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: Any, batch: int,
+def _fused_pooled_layouts(model: ModelSpec, access: dict[str, TableAccess], hw: HardwareSpec, batch: int,
                           c_a2a: float, c_ar: float, hbm: float) -> list[tuple[str, list[PackPlan]]]:
     """(tag, packs) of the fused pooled candidates (planner.pooled_twrw.layout), per attribute
     group; none on one node, or where a table has no bags to pool.
@@ -690,12 +696,12 @@ def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
     all-reduce, as TorchRec's data-parallel tables), else their hot sets as sized."""
     from planner.pooled_twrw import SMALL_PACK
 
-    plan.exchange = "fused_pooled"
+    plan.exchange = PlanExchange.FUSED_POOLED
     for p in plan.packs:
         if p.sharding == Sharding.TABLE_ROW_WISE:
-            p.exchange = "pooled"
+            p.exchange = Exchange.POOLED
         elif data_parallel and p.name.endswith(SMALL_PACK):  # the layout's replicated tables
-            p.exchange, p.hot_sync = "rows", "dense"
+            p.exchange, p.hot_sync = Exchange.ROWS, HotSync.DENSE
             plan.hot_rows.update({t: plan.model.table(t).num_rows for t in p.tables})
     return plan
 
@@ -720,7 +726,7 @@ def _plan_key(plan: Plan) -> str:
                  plan.grad_bucket_mb, plan.input_pipeline, plan.ids_after_mb, plan.backward_by_layer))
 
 
-def _free_hbm(plan: Plan, hw: Any, access: dict[str, TableAccess]) -> float:
+def _free_hbm(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess]) -> float:
     from planner.lowering import analyze
 
     saved = plan.hot_rows

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from planner.modes import Mode
 
 
-class Sharding(str, Enum):
+class Sharding(Mode):
     """A pack's sharding. A str enum: plan files keep the plain names and compare equal to them.
 
     - table_wise: each table whole on one of the pack's ranks;
@@ -21,10 +21,6 @@ class Sharding(str, Enum):
     COLUMN_WISE = "column_wise"
     REPLICATED = "replicated"
     TABLE_ROW_WISE = "table_row_wise"
-
-    # the plain name wherever it is printed or formatted (messages, JSON, explanations)
-    __str__ = str.__str__
-    __format__ = str.__format__
 
     @property
     def exchanges(self) -> bool:

@@ -11,7 +11,7 @@ TorchRec sharding plan, per table::
   `meta` with a `Topology` built from the hardware spec, and converts its ShardingPlan.
 - `plan_from_torchrec(...)`: neutral form -> picasso Plan. Tables of one attribute group
   and one placement become one pack per (sharding, ranks), as TorchRec fuses them into one
-  lookup kernel; the plan is scored as TorchRec runs it (Plan.exchange == "torchrec").
+  lookup kernel; the plan is scored as TorchRec runs it (PlanExchange.TORCHREC).
 - `torchrec_sharding(plan)`: picasso Plan -> neutral form plus the list of what TorchRec
   cannot express (`picasso export --torchrec`).
 
@@ -25,16 +25,21 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec
+from planner.modes import Exchange, Placement, PlanExchange
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
 
-INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see README, "
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from simulator.hardware import HardwareSpec
+
+
+INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see docs/guide.md, "
                 "'TorchRec baseline')")
 # TorchRec sharding type -> picasso sharding
 FROM_TORCHREC = {"data_parallel": Sharding.REPLICATED, Sharding.TABLE_WISE: Sharding.TABLE_WISE, Sharding.ROW_WISE: Sharding.ROW_WISE,
@@ -64,7 +69,7 @@ def require_torchrec() -> None:
 # ---- TorchRec's planner ----------------------------------------------------------------------
 
 
-def run_torchrec_planner(model: ModelSpec, hw: Any, batch: int,
+def run_torchrec_planner(model: ModelSpec, hw: HardwareSpec, batch: int,
                          access: dict[str, TableAccess] | None = None) -> tuple[dict[str, dict], float]:
     """TorchRec's EmbeddingShardingPlanner on `model` (device meta): (neutral plan, seconds)."""
     require_torchrec()
@@ -148,7 +153,7 @@ def describe_sharding_plan(sharding_plan: Any) -> dict[str, dict]:
     return out
 
 
-def torchrec_plan(model: ModelSpec, hw: Any, batch: int, access: dict[str, TableAccess] | None = None) -> Plan:
+def torchrec_plan(model: ModelSpec, hw: HardwareSpec, batch: int, access: dict[str, TableAccess] | None = None) -> Plan:
     """TorchRec's plan for `model` on `hw` as a picasso Plan (see the module docstring)."""
     neutral, seconds = run_torchrec_planner(model, hw, batch, access)
     plan = plan_from_torchrec(model, hw.world_size, batch, neutral, getattr(hw, "name", None))
@@ -189,7 +194,7 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
             ranks = distinct
         if sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE) and d.get("shards") and len(d["shards"]) > 1:
             approx.append(f"{t.name}: {st} contiguous row ranges -> cyclic rows over the same ranks")
-        placement = "host" if kernel in HOST_KERNELS else "hbm"
+        placement = Placement.HOST if kernel in HOST_KERNELS else Placement.HBM
         if kernel == "fused_uvm_caching":
             approx.append(f"{t.name}: {kernel} (HBM cache over UVM) -> cold rows in host memory, no cache")
         # one pack per fused group; column-wise tables are sharded alone
@@ -203,12 +208,12 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
         # TorchRec pools at the owner: the executor runs the converted plan so where it can
         # (column-wise shards and data-parallel tables keep the rows exchange)
         if world > 1 and sharding in POOLED_SHARDINGS and all(model.table(n).pooling != "none" for n in names):
-            pack.exchange = "pooled"
+            pack.exchange = Exchange.POOLED
         packs.append(pack)
     plan = Plan(model=model, world_size=world, batch_size_per_rank=batch, packs=packs, hardware=hw_name,
                 optimizer=model_optimizer(model), input_pipeline=world > 1,  # TrainPipelineSparseDist, run so too
                 grad_bucket_mb=DDP_BUCKET_CAP_MB if world > 1 else 0.0,  # DMP's DDP, run so too
-                exchange="torchrec", provenance=Provenance(
+                exchange=PlanExchange.TORCHREC, provenance=Provenance(
                     baseline="torchrec", torchrec={"sharding_types": dict(kinds), "approximations": approx}))
     plan.validate()
     return plan
@@ -253,7 +258,7 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
             lost.append(f"pack {p.name}: {len(p.tables)} tables packed into one table with row offsets "
                         "(TorchRec fuses lookups of a group but keeps tables apart)")
         ranks = list(range(plan.world_size)) if p.sharding == Sharding.REPLICATED else plan.pack_ranks(p)
-        kernel = "dense" if p.sharding == Sharding.REPLICATED else ("fused_uvm" if p.placement == "host" else "fused")
+        kernel = "dense" if p.sharding == Sharding.REPLICATED else ("fused_uvm" if p.placement == Placement.HOST else "fused")
         for t in p.tables:
             spec = plan.model.table(t)
             rows, dim = spec.num_rows, spec.dim
@@ -271,7 +276,7 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
                       "shards": shards}
         if p.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE) and len(ranks) > 1:
             lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
-        if p.exchange == "rows" and p.sharding != Sharding.REPLICATED and plan.world_size > 1:
+        if p.exchange == Exchange.ROWS and p.sharding != Sharding.REPLICATED and plan.world_size > 1:
             lost.append(f"pack {p.name}: exchange of deduplicated rows (TorchRec always pools at the owner: "
                         "exchange pooled)")
     hot = {t: n for t, n in plan.hot_rows.items() if n}

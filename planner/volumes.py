@@ -35,6 +35,7 @@ import numpy as np
 
 from planner.access import TableAccess
 from planner.model_spec import TableSpec
+from planner.modes import Exchange, HotSync
 from planner.plan import PackPlan, Plan, table_optimizer, wire_id_bytes
 from planner.sharding import Sharding
 from traces.coverage import presence
@@ -76,19 +77,21 @@ class PackVolumes:
     owned_width: np.ndarray | None = None
     # TorchRec: distinct rows each owner updates per micro-batch (its TBE sorts and merges)
     update_rows: np.ndarray | None = None
-    hot_sync: str = "dense"  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
-    exchange: str = "rows"  # PackPlan.exchange: rows back to the requester, or pooled at the owner
+    hot_sync: HotSync = HotSync.DENSE  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
+    exchange: Exchange = Exchange.ROWS  # PackPlan.exchange: rows back to the requester, or pooled at the owner
     id_bytes: int = ID_BYTES  # one ID or bag length on the wire (Plan.wire_id_bytes)
     fully_hot: bool = False  # Plan.fully_hot: every row replicated, nothing exchanged
     # lookups of the pack's most frequent row in one micro-batch (planner.kernel_passes: the
     # longest run its backward sums; set by lowering's analyze)
     longest_run: float = 0.0
-    # ("torchrec": scored as TorchRec runs it, planner.lowering's own path)
+    # scored as TorchRec runs it (Plan.exchange torchrec: planner.lowering's own path, every
+    # lookup's ID sent); the exchange above is then not PICASSO's rows or pooled path
+    torchrec: bool = False
 
     # ---- pooled exchange (PackPlan.exchange "pooled"; see the module docstring) ----------
     @property
     def pooled(self) -> bool:
-        return self.exchange == "pooled"
+        return self.exchange == Exchange.POOLED and not self.torchrec
 
     @property
     def bags(self) -> float:
@@ -140,7 +143,7 @@ class PackVolumes:
     @property
     def sparse_hot(self) -> bool:
         """The hot gradients travel as an all-gather of the touched rows (several ranks only)."""
-        return self.hot_sync == "sparse" and self.world > 1 and self.hot_rows > 0
+        return self.hot_sync == HotSync.SPARSE and self.world > 1 and self.hot_rows > 0
 
     def hot_sync_bytes(self, micro_batches: int) -> float:
         """Sparse hot sync: each rank's contribution to the all-gather (touched rows + IDs)."""
@@ -272,7 +275,7 @@ def pack_volumes(
             tail += L
             coverage[spec.name] = 0.0
             continue
-        if pack.exchange == "pooled":  # every lookup travels; hot ones pooled locally
+        if pack.exchange == Exchange.POOLED:  # every lookup travels; hot ones pooled locally
             cov = _table_stats(acc, L, hot, False)[0]
             lookups += L
             hot_l += L * cov
@@ -325,7 +328,7 @@ def pack_volumes(
         slice_bytes = float(row_bytes)
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
-        placement=pack.placement, hot_sync=pack.hot_sync, exchange=pack.exchange if dedup else "torchrec", dim=first.dim, row_bytes=row_bytes, state_bytes=state,
+        placement=pack.placement, hot_sync=pack.hot_sync, exchange=pack.exchange, torchrec=not dedup, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
         samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
@@ -370,7 +373,7 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         recv_ids=recv, shard_rows=shard, slice_bytes=first.slice_bytes, coverage=cov,
         gpus_per_node=first.gpus_per_node, owned_width=owned,
         update_rows=None if first.update_rows is None else sum(p.update_rows for p in packs),
-        exchange=first.exchange, id_bytes=max(p.id_bytes for p in packs),
+        exchange=first.exchange, torchrec=first.torchrec, id_bytes=max(p.id_bytes for p in packs),
     )
 
 

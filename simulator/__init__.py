@@ -8,13 +8,12 @@ from simulator.engine import ENGINES, simulate
 from simulator.hardware import PRESETS, HardwareError, HardwareSpec, load_hardware, parse_quantity
 from simulator.opgraph import COLLECTIVE_TYPES, Collective, OpGraph, OpGraphError
 from simulator.result import SimResult
-from simulator.sweep import SweepResult, hardware_sweep, sweep
 from simulator.symmetry import fold_symmetric
 from simulator.timeline import Event, Timeline
 
 __all__ = [
     "COLLECTIVE_TYPES", "ENGINES", "PRESETS", "RESOURCES", "Collective", "Event", "HardwareError",
     "HardwareSpec", "OpGraph", "OpGraphError", "SimResult", "Timeline", "collective_cost", "load_hardware",
-    "SweepResult", "fold_symmetric", "hardware_sweep", "op_busy", "op_cost_us", "parse_quantity",
-    "resource_capacity", "simulate", "sweep",
+    "fold_symmetric", "op_busy", "op_cost_us", "parse_quantity",
+    "resource_capacity", "simulate",
 ]

@@ -4,7 +4,7 @@ Every page picasso writes (analyze, plan, simulate and its sweeps, validate, the
 is assembled here from sections; each section is a title, optional HTML text or table,
 and optional figures. Nothing is fetched when the page opens: plotly.js is inlined in
 the first figure, the rest reuse it. The page's head hook marks console errors for
-`simulator.browser` (the headless-browser check).
+`tests/browser.py` (the headless-browser check).
 """
 
 from __future__ import annotations

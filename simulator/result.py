@@ -101,7 +101,6 @@ class SimResult:
         cp = self.critical_path
         idx = {self.st.ids[i]: i for i in self._cache["critical_path_idx"]}
         per_s = 1e6 / self.iteration_us if self.iteration_us > 0 else None
-        samples = self.st.graph.meta.get("samples_per_iteration")  # global batch, set by whoever lowered the graph
         util = self.utilisation
         res_util = {k: util[k] for k in RESOURCES}
         return {
@@ -109,7 +108,6 @@ class SimResult:
             "hardware": self.hardware,
             "iteration_us": self.iteration_us,
             "iterations_per_s": per_s,
-            "samples_per_s": per_s * float(samples) if (per_s and samples) else None,
             "bottleneck": max(res_util, key=res_util.get) if self.iteration_us > 0 else None,
             "ops": len(self.st.ids),
             "ranks_simulated": len(self.st.held),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,13 +57,6 @@ class Timeline:
         if not self.events:
             return 0.0
         return max(e.end_us for e in self.events) - min(e.start_us for e in self.events)
-
-    def op_durations(self) -> dict[str, float]:
-        """Mean duration per op name over ranks (and over repeated iterations)."""
-        acc: dict[str, list[float]] = defaultdict(list)
-        for e in self.events:
-            acc[e.name].append(e.dur_us)
-        return {k: sum(v) / len(v) for k, v in acc.items()}
 
     def to_dict(self) -> dict[str, Any]:
         out = {"meta": self.meta, "events": [asdict(e) for e in self.events]}

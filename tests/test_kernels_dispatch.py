@@ -132,6 +132,11 @@ def test_doctor_json_reports_torch_backends_and_native():
     assert info["backends"]["gloo"] is torch.distributed.is_gloo_available()
     assert len(info["gpus"]) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
     assert info["native"]["loaded"] is True and info["native"]["reason"] is None
+    # the C++ library is the CPU's; the GPU's kernels are Triton, whose version doctor reports
+    from importlib import metadata
+
+    assert "cuda" not in info["native"] and "-cpu-" in info["native"]["build_dir"]
+    assert info["toolchain"]["triton"] == metadata.version("triton")
 
 
 def test_doctor_text_says_why_native_is_off():

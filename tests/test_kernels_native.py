@@ -370,3 +370,16 @@ def test_sparse_update_indexed_refuses_a_bad_gradient_index(native):
     with pytest.raises(ValueError, match="one length"):
         native.sparse_update_indexed(weight, None, torch.tensor([0, 1]), torch.ones(3, 4), torch.tensor([0]),
                                      "sgd", 0.1, 1e-8)
+
+
+def test_the_library_is_cpu_only_and_refuses_other_devices(native):
+    """The C++ kernels serve the CPU (the GPU's are Triton): a tensor elsewhere gets one clear
+    ValueError from the binding, never a kernel reading device memory."""
+    assert not hasattr(native, "has_cuda")
+    meta = torch.empty(5, 4, device="meta")
+    with pytest.raises(ValueError, match="runs on CPU tensors"):
+        native.bag_forward(meta, torch.tensor([0]), torch.tensor([0, 1]), "sum", None)
+    with pytest.raises(ValueError, match="runs on CPU tensors"):
+        native.unique(torch.empty(3, dtype=torch.int64, device="meta"))
+    with pytest.raises(ValueError, match="runs on CPU tensors"):
+        native.sparse_update(meta, None, torch.tensor([0]), torch.ones(1, 4), "sgd", 0.1, 1e-8)

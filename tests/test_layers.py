@@ -89,3 +89,51 @@ def test_every_module_imports(name):
 def test_picasso_is_thin():
     lines = sum(len(f.read_text().splitlines()) for f in (ROOT / "picasso").rglob("*.py"))
     assert lines < 1500, lines
+
+
+# The executor's wings (DESIGN.md): what each may import of the rest of the executor, besides itself.
+# process/ starts and watches ranks and knows nothing of training; data/ reads rows; sparse/ and
+# dense/ are the two halves of the model, neither of which knows the trainer or the worker.
+WINGS = {
+    "executor.process": {"executor.result"},  # launch hands back the run's typed result
+    "executor.data": set(),
+    "executor.sparse": {"executor.comm"},
+    "executor.dense": set(),
+}
+# the documented seams between sparse/ and dense/: executor.sparse.kernels is the executor's one
+# native-kernel dispatch (the embedding hot path and the dense interaction alike)
+SEAMS = {
+    ("executor.dense.model", "executor.sparse.kernels"): "the interaction's native kernel, through the dispatch",
+    ("executor.sparse.kernels", "executor.dense.interaction"): "the interaction's reference, which the native matches",
+}
+
+
+def wing_breaches(mods: dict[str, Path]) -> list[str]:
+    wrong = []
+    for name, path in mods.items():
+        wing = next((w for w in WINGS if name == w or name.startswith(w + ".")), None)
+        if wing is None:
+            continue
+        for m in sorted(imports(path, top_level_only=False)):
+            if not m.startswith("executor.") or m == wing or m.startswith(wing + "."):
+                continue
+            allowed = any(m == a or m.startswith(a + ".") for a in WINGS[wing])
+            # `from executor.sparse import kernels` names the package too
+            seam = any(name == a and (m == b or m.startswith(b + ".") or b.startswith(m + ".")) for a, b in SEAMS)
+            if not (allowed or seam):
+                wrong.append(f"{name} imports {m}")
+    return wrong
+
+
+def test_executor_wings_import_only_their_own_and_the_seams():
+    assert not wing_breaches(modules()), wing_breaches(modules())
+
+
+def test_a_wing_breach_is_caught(tmp_path):
+    """The rule is live: a dense module that reads the trainer, and a process module that
+    reads a sparse one, are both named."""
+    (tmp_path / "a.py").write_text("from executor.trainer import Trainer\n")
+    (tmp_path / "b.py").write_text("def f():\n    from executor.sparse import embedding\n")
+    found = wing_breaches({"executor.dense.a": tmp_path / "a.py", "executor.process.b": tmp_path / "b.py"})
+    assert found == ["executor.dense.a imports executor.trainer", "executor.dense.a imports executor.trainer.Trainer",
+                     "executor.process.b imports executor.sparse", "executor.process.b imports executor.sparse.embedding"]

@@ -27,15 +27,17 @@ def test_an_old_plan_with_notes_loads_into_the_typed_fields(tmp_path):
                   "profile": "/data/profile.json", "profile_scale_to": 1000, "hardware_overrides": ["nodes=2"]}
     (tmp_path / "old.json").write_text(json.dumps(d))
     plan = Plan.load(tmp_path / "old.json")
-    assert plan.exchange == "fused" and plan.provenance.baseline == "torchrec-like"
-    assert plan.provenance.label == "rw-hot" and plan.provenance.hardware_overrides == ["nodes=2"]
+    # run pack by pack, scored fused: the two halves of the old "fused" apart
+    assert plan.exchange == "per_pack" and plan.provenance.scoring == "fused_table_wise"
+    assert plan.provenance.baseline == "torchrec-like" and plan.provenance.label == "rw-hot"
+    assert plan.provenance.hardware_overrides == ["nodes=2"]
     assert plan.provenance.profile == "/data/profile.json" and plan.provenance.profile_scale_to == 1000
     assert plan.prediction == Prediction(iteration_us=123.0, engine="simpy", speedups={"naive": 2.0})
     plan.save(tmp_path / "new.json")
     text = (tmp_path / "new.json").read_text()
     assert '"notes"' not in text and "_path" not in text and "elsewhere" not in text
     again = Plan.load(tmp_path / "new.json")
-    assert again.to_dict() == plan.to_dict() and json.loads(text)["exchange"] == "fused"
+    assert again.to_dict() == plan.to_dict() and json.loads(text)["exchange"] == "per_pack"
 
 
 def test_the_loaded_path_does_not_survive_a_resave(tmp_path):
@@ -52,7 +54,8 @@ def test_the_loaded_path_does_not_survive_a_resave(tmp_path):
 
 def test_fused_exchange_is_a_plan_field_and_bad_values_are_refused(tmp_path):
     tl = baseline_plan("torchrec-like", model(), 2, 16)
-    assert tl.exchange == "fused" and tl.provenance.baseline == "torchrec-like"
+    assert tl.exchange == "per_pack" and tl.provenance.scoring == "fused_table_wise"
+    assert tl.provenance.baseline == "torchrec-like"
     d = tl.to_dict()
     (tmp_path / "p.json").write_text(json.dumps({**d, "exchange": "magic"}))
     with pytest.raises(PlanError, match="exchange"):

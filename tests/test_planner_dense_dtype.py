@@ -93,7 +93,7 @@ def test_cli_dense_dtype_reaches_plan_and_simulate(tmp_path, capsys):
     out = tmp_path / "p.json"
     argv = ["plan", "--model", "dlrm-criteo-kaggle", "--hardware", "dgx-h100", "--baseline", "naive",
             "--batch-size", "1024", "-o", str(out), "--json"]
-    assert main(argv) == 0
+    assert main(argv + ["--dense-dtype", "fp32"]) == 0
     fp32 = json.loads(capsys.readouterr().out)
     assert main(argv + ["--dense-dtype", "bf16"]) == 0
     bf16 = json.loads(capsys.readouterr().out)
@@ -104,3 +104,37 @@ def test_cli_dense_dtype_reaches_plan_and_simulate(tmp_path, capsys):
     sim = json.loads(capsys.readouterr().out)
     assert sim["dense_dtype"] == "fp32"
     assert sim["predicted_iteration_us"] == pytest.approx(fp32["predicted_iteration_us"], rel=1e-6)
+
+
+@pytest.mark.parametrize("hardware,want", [("dgx-h100", "tf32"), ("p2res-v100", "fp32"), ("local-cpu", "fp32")])
+def test_default_dense_dtype_is_tf32_on_tensor_core_gpus_only(tmp_path, capsys, hardware, want):
+    """Without --dense-dtype, a GPU with a TF32 rate plans tf32 (as NVIDIA's DLRM trains), a GPU
+    without one (V100) or a CPU plans fp32; the plan file records it, so the executor runs it."""
+    import json
+
+    out = tmp_path / "p.json"
+    assert main(["plan", "--model", "dlrm-criteo-kaggle", "--hardware", hardware, "--baseline", "naive",
+                 "--batch-size", "256", "--row-cap", "1000", "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dense_dtype"] == want
+    assert Plan.load(out).model.extra["dense_dtype"] == want
+
+
+def test_explain_says_tf32_is_the_gpus_default(tmp_path, capsys):
+    argv = ["plan", "--model", "dlrm-criteo-kaggle", "--hardware", "dgx-h100", "--baseline", "naive",
+            "--batch-size", "1024", "-o", str(tmp_path / "p.json"), "--explain"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "dense layers in tf32 (tensor-core matmuls, this GPU's default; --dense-dtype fp32" in text
+    assert main(argv + ["--dense-dtype", "fp32"]) == 0
+    assert "dense layers in fp32)" in capsys.readouterr().out
+
+
+def test_a_models_own_dense_dtype_beats_the_hardware_default():
+    from planner.dense import with_dense_dtype
+
+    hw = load_hardware("dgx-h100")
+    m = get_model("dlrm-criteo-kaggle")
+    assert with_dense_dtype(m, hw).extra["dense_dtype"] == "tf32"
+    own = replace(m, extra={**m.extra, "dense_dtype": "fp32"})
+    assert with_dense_dtype(own, hw).extra["dense_dtype"] == "fp32"
+    assert with_dense_dtype(own, hw, "bf16").extra["dense_dtype"] == "bf16"

@@ -39,7 +39,7 @@ def test_torchrec_ddp_bucket_waits_for_the_last_dense_backward_and_the_update_fo
     # the comm lane keeps that order)
     assert names.index("bwd/pack0/a2a_grad@mb1") < names.index(DENSE)
     # picasso's own plans keep one all-reduce, of the dense and hot gradients, after the packs'
-    # backward (bench/results/grad_overlap.json: why)
+    # backward (bench/results/ab/cpu-2core-grad-buckets.json: why)
     lo = lower(_plan(exchange="per_pack", micro_batches=2, hot_rows={"C3": 100}, hot_ids_file="x"),
                load_hardware("dgx-h100"))
     assert DENSE not in [o.name for o in lo.ops]

@@ -118,11 +118,11 @@ def test_planning_scale_caps_each_table_at_num_rows(criteo_profile, rows):
         assert profile.features[t.name].distinct <= t.num_rows, t.name
 
 
-def test_model_spec_documented_in_readme(tmp_path):
+def test_model_spec_documented_in_the_guide(tmp_path):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Model specs", 1)[1]
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    section = guide.split("## Model specs", 1)[1]
     assert "--print-spec" in section
     (tmp_path / "m.yaml").write_text(section.split("```yaml", 1)[1].split("```", 1)[0])
     model = get_model(str(tmp_path / "m.yaml"))  # the documented example is a complete, valid spec

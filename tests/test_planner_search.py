@@ -107,7 +107,7 @@ def test_torchrec_like_is_scored_with_a_fused_exchange():
     hw = load_hardware("p2res-v100")
     acc = table_access(m)
     plan = baseline_plan("torchrec-like", m, hw.world_size, 4096, hw, acc)
-    assert plan.exchange == "fused"
+    assert plan.exchange == "per_pack" and plan.provenance.scoring == "fused_table_wise"
     fused = evaluate(plan, hw, acc, "fast", fuse_table_wise=True)
     apart = evaluate(plan, hw, acc, "fast")
     tw = [p for p in plan.packs if p.sharding == "table_wise"]

@@ -85,8 +85,9 @@ def test_streaming_reader_and_cpu_runtime_are_in_the_prediction(setup):
 
 def test_table_init_streams_in_chunks_and_stays_bit_identical():
     """A 10M-row table: no full-size numpy temporaries (numpy allocations are traced), and
-    every row as the per-chunk generator gives it."""
-    from executor.sparse.layout import INIT_CHUNK, _chunk, init_table_rows
+    every row as the counter-based generator gives it on its own."""
+    from executor.sparse.init_rng import init_values
+    from executor.sparse.layout import INIT_CHUNK_ELEMS, init_table_rows
 
     m = get_model("dlrm-criteo-kaggle")
     spec = m.table("C3")
@@ -94,11 +95,11 @@ def test_table_init_streams_in_chunks_and_stays_bit_identical():
     w = init_table_rows(m, "C3", seed=3)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert peak < 8 * INIT_CHUNK * spec.dim * 4, peak  # a few chunks, not 10M rows
+    assert peak < 8 * INIT_CHUNK_ELEMS["cpu"] * 4, peak  # a few chunks, not 10M rows
     index = m.table_names.index("C3")
-    for c in (0, 7, spec.num_rows // INIT_CHUNK):
-        lo = c * INIT_CHUNK
-        assert torch.equal(w[lo : lo + INIT_CHUNK], torch.from_numpy(_chunk(spec, index, 3, c)))
+    for lo in (0, 7 * 65_536 + 5, spec.num_rows - 1000):
+        rows = torch.arange(lo, lo + 1000)
+        assert torch.equal(w[lo : lo + 1000], init_values(spec, index, 3, rows))
 
 
 @pytest.mark.dist

@@ -4,7 +4,6 @@ import pytest
 
 from simulator import Timeline, simulate
 from simulator.export import timeline_html
-from simulator.sweep import hardware_sweep, sweep
 from simulator.synthetic import layered_graph
 from tests.test_sim_helpers import toy_hw
 
@@ -46,15 +45,3 @@ def test_summary_fields(result):
     json.dumps(s)  # serialisable
 
 
-def test_sweep_and_plot(tmp_path):
-    g = layered_graph(4, layers=2, micro_batches=2)
-    hw = toy_hw(gpus_per_node=4)
-    sw = hardware_sweep(lambda _: g, hw, "gpu.hbm_bw", ["0.5TB/s", "1TB/s", "2TB/s"])
-    assert sw.metrics[0] > sw.metrics[1] > sw.metrics[2]  # the gathers are HBM-bound
-    assert sw.to_dict()["points"][1]["value"] == "1TB/s"
-    sw.save_html(tmp_path / "sweep.html")
-    assert (tmp_path / "sweep.html").stat().st_size > 1000
-    seen = []
-    s2 = sweep(lambda mb: simulate(layered_graph(4, layers=2, micro_batches=mb), hw), [1, 2, 4], param="micro_batches",
-               progress=lambda d, t: seen.append((d, t)))
-    assert s2.metrics[0] < s2.metrics[1] < s2.metrics[2] and seen[-1] == (3, 3)

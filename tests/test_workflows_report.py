@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from simulator.browser import ERROR_MARK, find_chromium, open_in_chromium
 from simulator.export import timeline_figure
 from simulator.report import (
     Section,
@@ -25,6 +24,7 @@ from simulator.report import (
     write_report,
 )
 from simulator.timeline import Timeline
+from tests.browser import ERROR_MARK, find_chromium, open_in_chromium
 
 
 def need_chromium() -> None:

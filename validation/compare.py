@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from executor.result import RunResult
 from planner.access import TableAccess, table_access
 from planner.builders import Case
 from planner.op_names import base_name, op_class, split_name
@@ -18,6 +19,10 @@ from simulator.hardware import HardwareSpec
 from simulator.measured import mean_op_durations
 from simulator.timeline import Timeline
 from validation.measure import Measured, ValidateError
+
+if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
+    from traces.profile import AccessProfile
+
 
 DOMINANT_SHARE = 0.8  # per-op errors for the ops making up this share of measured op time
 MAX_DOMINANT = 6
@@ -31,7 +36,7 @@ class Predicted:
     graph: Any = None
 
 
-def predict(plan: Plan, hw: HardwareSpec, profile: Any = None, access: dict[str, TableAccess] | None = None,
+def predict(plan: Plan, hw: HardwareSpec, profile: AccessProfile | None = None, access: dict[str, TableAccess] | None = None,
             engine: str = "fast") -> Predicted:
     """The prediction of one iteration, through the one path `picasso plan` and `simulate`
     take (planner.search.evaluate: the spec of the plan's world size, its calibration applied
@@ -80,15 +85,7 @@ def by_base_name(op_us: dict[str, float]) -> dict[str, float]:
 
 def compare(case: Case, m: Measured, p: Predicted) -> dict[str, Any]:
     err = (p.iteration_us - m.iteration_us) / m.iteration_us
-    ops = []
-    mops, pops = by_base_name(m.op_us), by_base_name(p.op_us)
-    for name in dominant_ops(mops):
-        pred = pops.get(name)
-        ops.append({
-            "op": name, "measured_us": round(mops[name], 1),
-            "predicted_us": None if pred is None else round(pred, 1),
-            "error": None if pred is None else round((pred - mops[name]) / mops[name], 4),
-        })
+    ops = [asdict(o) for o in op_comparisons(by_base_name(m.op_us), by_base_name(p.op_us))]
     return {
         "name": case.name, "role": case.role, "knobs": case.knobs,
         "measured_us": round(m.iteration_us, 1), "predicted_us": round(p.iteration_us, 1),
@@ -135,3 +132,55 @@ def op_error_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             acc[f"{phase}/{scope}/{op}"].append(o["error"])
     return {k: {"n": len(v), "mean_error": round(float(np.mean(v)), 4),
                 "mean_abs_error": round(float(np.mean(np.abs(v))), 4)} for k, v in sorted(acc.items())}
+
+
+@dataclass
+class OpComparison:
+    op: str  # base name: summed over micro-batches
+    measured_us: float
+    predicted_us: float | None  # None: lowering has no op of that name
+    error: float | None  # (predicted - measured) / measured
+
+
+@dataclass
+class RunComparison:
+    """One finished run against the plan's prediction on the same spec: the step, and its
+    largest ops (measured per-op times need `picasso run --op-timing`)."""
+
+    measured_us: float
+    predicted_us: float
+    error: float
+    ops: list[OpComparison]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def text(self) -> str:
+        lines = [f"step         measured {self.measured_us / 1e3:.2f} ms, predicted {self.predicted_us / 1e3:.2f} ms "
+                 f"(error {self.error:+.1%})"]
+        if not self.ops:
+            lines.append("ops          none measured (run with --op-timing for per-op times)")
+        for o in self.ops:
+            pred = "not predicted" if o.predicted_us is None else f"predicted {o.predicted_us:9.1f} us ({o.error:+.0%})"
+            lines.append(f"  {o.op:<34} measured {o.measured_us:9.1f} us, {pred}")
+        return "\n".join(lines)
+
+
+def op_comparisons(measured: dict[str, float], predicted: dict[str, float]) -> list[OpComparison]:
+    """The dominant measured ops beside their predictions (per-step us by base name)."""
+    out = []
+    for name in dominant_ops(measured):
+        pred = predicted.get(name)
+        out.append(OpComparison(name, round(measured[name], 1), None if pred is None else round(pred, 1),
+                                None if pred is None else round((pred - measured[name]) / measured[name], 4)))
+    return out
+
+
+def compare_run(result: RunResult, predicted: Timeline, predicted_us: float) -> RunComparison:
+    """A run's step and largest ops (`result.op_durations_us`: per-step means of the timed
+    steps) against a predicted timeline of the same plan."""
+    measured = result.iteration_us()
+    if measured <= 0:
+        raise ValidateError(f"{result.plan}: the run timed no step")
+    ops = op_comparisons(by_base_name(result.op_durations_us or {}), by_base_name(mean_op_durations(predicted)))
+    return RunComparison(round(measured, 1), round(predicted_us, 1), round((predicted_us - measured) / measured, 4), ops)

@@ -289,7 +289,7 @@ def auc_section(evals: list[dict[str, Any]]) -> Any:
     steps = [e["step"] for e in evals]
     note = ("<p>AUC and logloss of the plan's model on held-out rows, exact across ranks. The demo's synthetic "
             "labels are random clicks (rate 0.25), so the AUC stays near 0.5 here; on the real Criteo sample "
-            "see the README's quality figures.</p>")
+            "see docs/benchmarks.md (bench_quality).</p>")
     fig = line_figure({"AUC": (steps, [e["auc"] for e in evals])}, "Held-out AUC during training", "step", "AUC",
                       y2={"logloss": (steps, [e["logloss"] for e in evals])}, y2axis="logloss")
     rows = [{"step": e["step"], "AUC": e["auc"], "logloss": e["logloss"], "rows": e["rows"]} for e in evals]

@@ -27,9 +27,6 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
                      "(compute ops and collectives); untimed host time per step "
                      + ", ".join(f"{v['step_us'] / 1e3:.2f} ms at {w} rank(s)"
                                  for w, v in result['refit'].get('host_gaps', {}).get('worlds', {}).items())
-                     + (", iteration factors " + ", ".join(
-                         f"{k} x{v:.3g}" for k, v in result['refit']['iterations']['factors'].items())
-                        if result['refit']['iterations']['factors'] else "")
                      + ".</p>")
     u = result.get("unfitted")
     if u and u["plans"]:

@@ -139,8 +139,12 @@ def to_batch(raw: RawBatch, model: ModelSpec, fmap: dict[str, str]) -> Batch:
     sparse = {}
     for t in model.tables:
         ids, off = raw.sparse[fmap[t.name]]
-        rows = np.asarray(ids, dtype=np.int64) % t.num_rows
+        rows = np.asarray(ids, dtype=np.int64) % t.num_rows  # every ID lands in its table
         off = np.asarray(off, dtype=np.int64)
+        # the embedding kernels trust the bags: checked here, where the batch is built
+        if len(off) != len(raw.labels) + 1 or off[0] != 0 or off[-1] != len(rows) or (np.diff(off) < 0).any():
+            raise DataError(f"table {t.name}: bag offsets of feature {fmap[t.name]!r} are not a non-decreasing "
+                            f"0..{len(rows)} over {len(raw.labels)} rows")
         if t.pooling == "none":
             lens = np.minimum(np.diff(off), t.max_len)
             keep = np.arange(len(rows)) - np.repeat(off[:-1], np.diff(off)) < np.repeat(lens, np.diff(off))

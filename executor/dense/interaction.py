@@ -66,8 +66,14 @@ def _maps(f: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dot_interaction_ref(xs: list[torch.Tensor]) -> torch.Tensor:
     """[n, d + f(f-1)/2]: xs[0], then x_i . x_j for i > j in row-major lower-triangle order."""
-    tri, sym = _maps(len(xs), xs[0].device)
+    dev = xs[0].device
+    tri, sym = _maps(len(xs), dev)
     t = torch.stack(xs, dim=1)
+    if torch.is_autocast_enabled(dev.type):
+        # autocast reaches the forward's bmm but not a custom Function's backward: cast the
+        # stacked features to the autocast dtype here, so the backward's bmm runs at it too
+        # (tensor cores under bf16) and only the cast's backward returns to the inputs' dtype
+        t = t.to(torch.get_autocast_dtype(dev.type))
     return torch.cat([xs[0], LowerTriangleDots.apply(t, tri, sym)], dim=1)
 
 

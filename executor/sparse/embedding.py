@@ -24,6 +24,7 @@ from executor.sparse import lowp, syncfree
 from executor.sparse.layout import PackLayout, init_packed_rows, pack_layout
 from executor.sparse.syncfree import Route
 from planner import op_names
+from planner.modes import Exchange, HotSync, Placement
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
 
@@ -58,7 +59,7 @@ class Lookup:
 
 
 class ShardedPack:
-    exchange = "rows"  # PackPlan.exchange this class runs (executor.sparse.pooled: "pooled")
+    exchange = Exchange.ROWS  # PackPlan.exchange this class runs (executor.sparse.pooled: pooled)
     fused = False  # its collectives are shared with other packs' (executor.sparse.pooled_twrw, pooled_flat)
 
     def op(self, name: str) -> str:
@@ -93,13 +94,14 @@ class ShardedPack:
         self.step_index = 0  # the trainer's step: the stochastic rounding's draw depends on it
         # placement "host" (PICASSO caching): the cold shard lives in host memory (pinned where
         # a GPU copies from it), the hot cache stays on the device
-        self.host = pack.placement == "host"
+        self.host = pack.placement == Placement.HOST
         self.cold_dev = torch.device("cpu") if self.host else self.dev
         local = L.local_packed_rows()
-        w = init_packed_rows(plan.model, L, plan.seed, local)
-        if L.sharding == Sharding.COLUMN_WISE:
-            w = w[:, self.my_cols[0] : self.my_cols[1]]
-        self.weight = self._cold_tensor(w.to(self.dtype))
+        # generated where it lives, in its storage dtype (a GPU builds its shard in place; a
+        # host-placed shard is generated on the GPU and copied): executor.sparse.init_rng
+        cols = self.my_cols if L.sharding == Sharding.COLUMN_WISE else None
+        self.weight = self._cold_tensor(init_packed_rows(plan.model, L, plan.seed, local, self.cold_dev, self.dtype,
+                                                         cols, compute=self.dev))
         self.state = self._cold_tensor(torch.zeros(len(local))) if self.adagrad else None
         hot = [L.table_offsets[t] + np.asarray(hot_ids[t], dtype=np.int64) for t in L.tables if len(hot_ids.get(t, []))]
         hot_packed = np.concatenate(hot) if hot else np.zeros(0, dtype=np.int64)
@@ -108,13 +110,13 @@ class ShardedPack:
         if len(hot_packed):
             self.hot_map = torch.full((L.rows,), -1, dtype=torch.int64, device=self.dev)
             self.hot_map[self.hot_packed] = torch.arange(len(hot_packed), device=self.dev)
-        self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed).to(self.dtype).to(self.dev)
+        self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed, self.dev, self.dtype)
         self.hot_state = torch.zeros(len(hot_packed), device=self.dev) if self.adagrad else None
         self.hot_keys = self.keys(self.hot_packed) if self.low else None
         # hot_sync "sparse": the touched hot rows' gradients are all-gathered (their counts ride
         # in the step's one sizes read) instead of the whole hot set's in the dense all-reduce.
         # One rank synchronises nothing either way.
-        self.sparse_hot = pack.hot_sync == "sparse" and L.world > 1 and self.num_hot > 0
+        self.sparse_hot = pack.hot_sync == HotSync.SPARSE and L.world > 1 and self.num_hot > 0
         self.zero_grad()
 
     def _cold_tensor(self, t: torch.Tensor) -> torch.Tensor:
@@ -327,6 +329,8 @@ class ShardedPack:
         """Place the cold rows among the unique rows: `cold`, the local rows already read
         (`local_rows`), for a lookup without exchange; else the returned rows, waited for."""
         L = self.layout
+        if self.fuses_update and cold is None:  # `pool` reads the rows by ID: no unique rows' buffer
+            return self.weight
         u = lk.unique_emb
         if self.local_only and cold is None:
             cold = self.copy_rows(self.host_gather_local(lk)) if self.host else self.read_local(self.local_rows(lk))
@@ -352,10 +356,12 @@ class ShardedPack:
         return u
 
     def pool(self, lk: Lookup, u: torch.Tensor) -> torch.Tensor:
-        u = u.float()  # 16-bit rows are pooled (accumulated) in fp32
+        ids = lk.indices if u is self.weight else lk.inverse  # the table itself (assemble): read by ID
         if self.layout.mode == "none":
-            return u.index_select(0, lk.inverse)
-        return syncfree.bag_forward(u, lk.inverse, lk.offsets, self.layout.mode)
+            return u.index_select(0, ids).float()
+        if u is not self.weight:
+            u = u.float()  # 16-bit rows are pooled (accumulated) in fp32
+        return syncfree.bag_forward(u, ids, lk.offsets, self.layout.mode)
 
     # ---- backward -----------------------------------------------------------------
     @property

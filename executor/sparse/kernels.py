@@ -10,7 +10,7 @@ or loads the native library (csrc/build.py, cached) and swaps those names for th
 versions; if it cannot load, one warning is issued and the *_ref functions stay in place.
 `PICASSO_NATIVE=0` forces the reference path. `native_status()` says which path is live.
 The native versions fall back to the reference per call for what they do not cover (gradients
-for per-sample weights, CUDA tensors without the CUDA build, non-float dtypes); autograd through
+for per-sample weights, tensors off the CPU, non-float dtypes); autograd through
 `weight` is native and gives the reference's dense gradient.
 """
 
@@ -173,17 +173,9 @@ _reason: str | None = None  # why the native path is not live
 
 
 def _lib_handles(*tensors: torch.Tensor | None) -> bool:
-    """True when every tensor sits where the loaded library can run (CPU, or CUDA if built)."""
+    """True when every tensor sits where the loaded library runs: the CPU."""
     assert _lib is not None
-    for t in tensors:
-        if t is None:
-            continue
-        if t.is_cuda:
-            if not _lib.has_cuda():
-                return False
-        elif t.device.type != "cpu":
-            return False
-    return True
+    return all(t is None or t.device.type == "cpu" for t in tensors)
 
 
 class _NativeBag(torch.autograd.Function):
@@ -397,7 +389,6 @@ def native_status() -> dict[str, Any]:
         "tried": _tried,
         "loaded": _lib is not None,
         "active": live,
-        "cuda": bool(_lib is not None and _lib.has_cuda()),
         "path": getattr(_lib, "__file__", None),
         "build_seconds": build.build_seconds,
         "reason": _reason if _tried else "not loaded yet (loads on first kernel call)",

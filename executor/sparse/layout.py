@@ -1,73 +1,31 @@
 """Where every embedding row lives under a Plan, and the deterministic initial weights.
 
-Initial weights depend only on (plan seed, table, row): each table is generated in
-chunks of INIT_CHUNK rows from a per-(seed, table, chunk) generator, so any rank can
-build any shard, the hot cache or the whole table, and all of them agree bit for bit
-with the single-process reference. Rows are written into their destination one chunk
-at a time: building a shard costs the shard plus one chunk (the planner counts it so).
+Initial weights depend only on (plan seed, table, row, column): a counter-based generator
+in torch integer ops (executor.sparse.init_rng) gives every element from its own counter, so
+any rank builds any shard, the hot cache or the whole table, on the CPU or on its GPU, and
+all of them agree bit for bit with the single-process reference. Rows are generated into
+their destination one chunk at a time: building a shard costs the shard plus one chunk's
+temporaries (the planner counts it so).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from executor.sparse.init_rng import init_values
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import PackPlan, Plan, table_optimizer
 from planner.sharding import Sharding
 
-INIT_CHUNK = 1 << 14
+# elements generated per call: bounds the generator's int64 temporaries (a few per element)
+INIT_CHUNK_ELEMS = {"cpu": 1 << 20, "cuda": 1 << 24}
 
 
-def init_scale(table: TableSpec) -> float:
-    """Uniform bound / normal std of a table's initial weights (DLRM uses 1/sqrt(rows))."""
-    if table.initializer == "uniform":
-        return math.sqrt(1.0 / table.num_rows)
-    return 1.0 / math.sqrt(table.dim)
-
-
-def _chunk(table: TableSpec, table_index: int, seed: int, chunk: int) -> np.ndarray:
-    start = chunk * INIT_CHUNK
-    n = min(INIT_CHUNK, table.num_rows - start)
-    if table.initializer == "zeros":
-        return np.zeros((n, table.dim), dtype=np.float32)
-    rng = np.random.default_rng([seed, table_index, chunk])
-    a = init_scale(table)
-    if table.initializer == "uniform":
-        return (rng.random((n, table.dim), dtype=np.float32) * (2 * a) - a).astype(np.float32)
-    return (rng.standard_normal((n, table.dim), dtype=np.float32) * a).astype(np.float32)
-
-
-def _fill_strided(dst: np.ndarray, spec: TableSpec, index: int, seed: int, first: int, step: int) -> None:
-    """dst[j] = initial row `first + step * j` of a table, one generator chunk at a time
-    (no index arrays: a 10M-row shard costs its own rows plus one chunk)."""
-    n = len(dst)
-    if n == 0:
-        return
-    last = first + step * (n - 1)
-    for c in range(first // INIT_CHUNK, last // INIT_CHUNK + 1):
-        base = c * INIT_CHUNK
-        j0 = max(0, -(-(base - first) // step))
-        j1 = min(n, -(-(base + INIT_CHUNK - first) // step))
-        if j1 > j0:
-            lo = first + step * j0 - base
-            dst[j0:j1] = _chunk(spec, index, seed, c)[lo : lo + step * (j1 - j0) : step]
-
-
-def _fill_rows(dst: np.ndarray, spec: TableSpec, index: int, seed: int, rows: np.ndarray) -> None:
-    """dst[i] = initial row rows[i] (any order): rows grouped by chunk with one sort."""
-    chunks = rows // INIT_CHUNK
-    order = np.argsort(chunks, kind="stable")
-    sorted_chunks = chunks[order]
-    starts = np.flatnonzero(np.r_[True, sorted_chunks[1:] != sorted_chunks[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    for a, b in zip(starts, ends):
-        c = int(sorted_chunks[a])
-        sel = order[a:b]
-        dst[sel] = _chunk(spec, index, seed, c)[rows[sel] - c * INIT_CHUNK]
+def _chunk_rows(device: torch.device, width: int) -> int:
+    return max(1, INIT_CHUNK_ELEMS.get(device.type, 1 << 20) // max(1, width))
 
 
 def _progression(rows: np.ndarray) -> tuple[int, int] | None:
@@ -88,16 +46,31 @@ def _progression(rows: np.ndarray) -> tuple[int, int] | None:
     return first, step
 
 
-def init_table_rows(model: ModelSpec, table: str, seed: int, rows: np.ndarray | None = None) -> torch.Tensor:
-    """Initial weights of `rows` (table-local, any order) of a table, or of all rows."""
+def _fill(out: torch.Tensor, spec: TableSpec, index: int, seed: int, rows: np.ndarray | range,
+          cols: tuple[int, int] | None, compute: torch.device) -> None:
+    """out[i] = initial row rows[i] (table-local; a range is generated on `compute` without an
+    index array on the host), `compute` generating one chunk at a time."""
+    n = len(rows)
+    step = _chunk_rows(compute, out.shape[1])
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        if isinstance(rows, range):
+            part = rows[a:b]
+            idx = torch.arange(part.start, part.stop, part.step, dtype=torch.int64, device=compute)
+        else:
+            idx = torch.from_numpy(np.ascontiguousarray(rows[a:b])).to(compute)
+        out[a:b] = init_values(spec, index, seed, idx, cols).to(out.dtype)
+
+
+def init_table_rows(model: ModelSpec, table: str, seed: int, rows: np.ndarray | None = None,
+                    device: torch.device | str = "cpu") -> torch.Tensor:
+    """Initial weights of `rows` (table-local, any order) of a table, or of all rows, on `device`."""
     spec = model.table(table)
     index = model.table_names.index(table)
-    n = spec.num_rows if rows is None else len(rows)
-    out = torch.empty(n, spec.dim, dtype=torch.float32)
-    if rows is None:
-        _fill_strided(out.numpy(), spec, index, seed, 0, 1)
-    elif n:
-        _fill_rows(out.numpy(), spec, index, seed, np.asarray(rows, dtype=np.int64))
+    dev = torch.device(device)
+    order: np.ndarray | range = range(spec.num_rows) if rows is None else np.asarray(rows, dtype=np.int64)
+    out = torch.empty(len(order), spec.dim, dtype=torch.float32, device=dev)
+    _fill(out, spec, index, seed, order, None, dev)
     return out
 
 
@@ -176,11 +149,17 @@ def pack_layout(plan: Plan, pack: PackPlan, rank: int) -> PackLayout:
     )
 
 
-def init_packed_rows(model: ModelSpec, layout: PackLayout, seed: int, packed: np.ndarray) -> torch.Tensor:
-    """Initial full-width weights of packed rows of a pack, written in place chunk by chunk."""
+def init_packed_rows(model: ModelSpec, layout: PackLayout, seed: int, packed: np.ndarray,
+                     device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                     cols: tuple[int, int] | None = None, compute: torch.device | str | None = None) -> torch.Tensor:
+    """Initial weights of packed rows of a pack, columns `cols` (default all), as `dtype` on
+    `device`, generated chunk by chunk on `compute` (default `device`: a GPU builds its shard in
+    place; a host-placed shard can be generated on the GPU and copied)."""
     packed = np.asarray(packed, dtype=np.int64)
-    out = torch.empty(len(packed), layout.dim, dtype=torch.float32)
-    dst = out.numpy()
+    dev = torch.device(device)
+    comp = dev if compute is None else torch.device(compute)
+    width = layout.dim if cols is None else cols[1] - cols[0]
+    out = torch.empty(len(packed), width, dtype=dtype, device=dev)
     prog = _progression(packed)
     for t in layout.tables:
         lo = layout.table_offsets[t]
@@ -192,11 +171,12 @@ def init_packed_rows(model: ModelSpec, layout: PackLayout, seed: int, packed: np
             i0 = max(0, -(-(lo - first) // step))
             i1 = min(len(packed), max(0, -(-(hi - first) // step)))
             if i1 > i0:
-                _fill_strided(dst[i0:i1], spec, index, seed, first + step * i0 - lo, step)
+                start = first + step * i0 - lo
+                _fill(out[i0:i1], spec, index, seed, range(start, start + step * (i1 - i0), step), cols, comp)
             continue
         sel = np.flatnonzero((packed >= lo) & (packed < hi))
         if len(sel):
-            part = np.empty((len(sel), layout.dim), dtype=np.float32)
-            _fill_rows(part, spec, index, seed, packed[sel] - lo)
-            dst[sel] = part
+            part = torch.empty(len(sel), width, dtype=dtype, device=dev)
+            _fill(part, spec, index, seed, packed[sel] - lo, cols, comp)
+            out[torch.from_numpy(sel).to(dev)] = part
     return out

@@ -8,15 +8,19 @@ its own (executor.sparse.pooled.make_pack).
 
 from __future__ import annotations
 
-from executor.comm import wire_id_dtype
+import numpy as np
+
+from executor.comm import Comm, wire_id_dtype
 from executor.sparse.pooled import make_pack
 from executor.sparse.pooled_flat import FlatFuser
 from executor.sparse.pooled_twrw import FusedPooledPack, Fuser
+from executor.sparse.protocol import PackExchange
+from planner.modes import Exchange, PlanExchange
 from planner.plan import PackPlan, Plan, fused_runs
 from planner.pooled_twrw import groups
 
 
-def make_packs(plan: Plan, hot_ids, comm) -> list:
+def make_packs(plan: Plan, hot_ids: dict[str, np.ndarray], comm: Comm) -> list[PackExchange]:
     """Every pack of the plan as the executor runs it (executor.sparse.pooled.make_pack), the members
     of a fused pooled group sharing one Fuser: a table-row-wise group's (Plan.exchange
     "fused_pooled"), or a run of pooled packs that TorchRec fuses (Plan.exchange "torchrec",
@@ -48,7 +52,7 @@ def flat_runs(plan: Plan) -> list[list[PackPlan]]:
     """The runs of planner.plan.fused_runs the executor fuses (executor.sparse.pooled_flat): those of
     TorchRec's own plans, of two packs or more, every member pooled at its owners. A run of
     the rows exchange (sequence tables) runs pack by pack; so do the torchrec-like baseline's
-    runs (Plan.exchange "fused"), which explain scores both ways."""
-    if plan.exchange != "torchrec" or plan.world_size == 1:
+    runs (Provenance.scoring fused_table_wise), which explain scores both ways."""
+    if plan.exchange != PlanExchange.TORCHREC or plan.world_size == 1:
         return []
-    return [run for run in fused_runs(plan) if len(run) > 1 and all(p.exchange == "pooled" for p in run)]
+    return [run for run in fused_runs(plan) if len(run) > 1 and all(p.exchange == Exchange.POOLED for p in run)]

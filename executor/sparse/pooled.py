@@ -25,6 +25,7 @@ import torch
 
 from executor.sparse import kernels, syncfree
 from executor.sparse.embedding import Lookup, ShardedPack
+from planner.modes import Exchange
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
 
@@ -62,7 +63,7 @@ class _Both:
 class PooledPack(ShardedPack):
     """ShardedPack with the pooled exchange; the trainer drives it through the same stages."""
 
-    exchange = "pooled"
+    exchange = Exchange.POOLED
 
     def __init__(self, plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> None:
         super().__init__(plan, pack, hot_ids, comm)
@@ -259,6 +260,6 @@ class PooledPack(ShardedPack):
 
 def make_pack(plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> ShardedPack:
     """The pack as its plan exchanges it (on one rank both exchanges are a local lookup)."""
-    if pack.exchange == "pooled" and comm.world > 1:
+    if pack.exchange == Exchange.POOLED and comm.world > 1:
         return PooledPack(plan, pack, hot_ids, comm)
     return ShardedPack(plan, pack, hot_ids, comm)

@@ -269,6 +269,9 @@ def sparse_update_indexed(weight: torch.Tensor, state: torch.Tensor | None, rows
                           grad_index: torch.Tensor, optimizer: str, lr: float, eps: float) -> None:
     """`sparse_update` with row i's gradient at grads[grad_index[i]]: on the native CPU path
     the shared gradients are read in place (a pooled bag's by each of its lookups)."""
+    if _triton(weight) and weight.dtype == torch.float32:
+        _tbe.sparse_update(weight, state, rows, grads, optimizer, lr, eps, grad_index)
+        return
     if _native(weight) and not _forced():
         kernels.sparse_update_indexed(weight, state, rows, grads, grad_index, optimizer, lr, eps)
         return

@@ -68,11 +68,13 @@ def _pool_kernel(rows, stride_r, idx, offsets, out, stride_o, num_bags, dim,
     d = tl.arange(0, BLOCK_D)
     dm = d < dim
     acc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
-    for j in range(0, tl.max(n, axis=0)):
-        m = j < n
-        i = tl.load(idx + lo + j, mask=m, other=0)
-        acc += tl.load(rows + i[:, None] * stride_r + d[None, :], mask=m[:, None] & dm[None, :],
-                       other=0.0).to(tl.float32)
+    for j in range(0, tl.max(n, axis=0).to(tl.int32)):  # bags are far shorter than 2^31
+        i = tl.load(idx + lo + j, mask=j < n, other=-1)
+        # the mask built on full [B, D] tiles: one broadcast of a row mask with a column mask
+        # inside the loop fails Triton 3.6's layout pass when the strides are multiples of 16
+        i2 = i[:, None] + tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.int64)
+        d2 = d[None, :] + tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.int32)
+        acc += tl.load(rows + i2 * stride_r + d2, mask=(i2 >= 0) & (d2 < dim), other=0.0).to(tl.float32)
     if MEAN:
         acc = acc / tl.maximum(n, 1).to(tl.float32)[:, None]
     tl.store(out + b[:, None] * stride_o + d[None, :], acc, mask=bm[:, None] & dm[None, :])
@@ -171,7 +173,7 @@ def _cross_kernel(seg, n, run_end, dim, out, stride_out, keys, weight, stride_w,
                   OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr):
     """Rows whose run leaves tile t, finished where the run starts: its tail plus the heads of
     the tiles it covers, added in tile order."""
-    t = tl.program_id(0)
+    t = tl.program_id(0).to(tl.int64)  # one integer type for the loop's bounds
     start = t * TILE_N
     end = start + TILE_N
     seg0 = tl.load(seg + start)
@@ -302,14 +304,16 @@ def add_rows(dst: torch.Tensor, idx: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
-                  optimizer: str, lr: float, eps: float) -> None:
+                  optimizer: str, lr: float, eps: float, grad_index: torch.Tensor | None = None) -> None:
     """weight[rows] updated in place by the summed gradients of duplicate rows, the optimizer
-    applied in the same pass as the sums (fp32 tables)."""
+    applied in the same pass as the sums (fp32 tables). With `grad_index`, row i's gradient is
+    grads[grad_index[i]] (read in place: a pooled bag's gradient shared by its lookups)."""
     op = _check_update(weight, state, optimizer)
     if rows.numel() == 0:
         return
     perm, seg, uniq = sorted_runs(rows)
-    _segment_pass(grads, perm, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps)
+    src_row = perm if grad_index is None else grad_index[perm]
+    _segment_pass(grads, src_row, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps)
 
 
 def self_check(device: torch.device) -> None:
@@ -336,3 +340,43 @@ def self_check(device: torch.device) -> None:
     add_rows(w.clone(), torch.full((4,), -1, device=device), w[:4])
     if not torch.isfinite(w2).all():
         raise RuntimeError("fused update gave non-finite rows")
+
+
+def compile_for(arch: int = 90) -> dict[str, str]:
+    """Compile every kernel ahead of time for CUDA compute capability `arch`, no GPU needed:
+    kernel variant -> "ok" or the compiler's first error line. Pointers, strides and the
+    dim are marked multiples of 16, as Triton marks them for real tables (what a compiler
+    pass may treat differently from the interpreter). Needs the interpreter off (TRITON_INTERPRET=0)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    target = GPUTarget("cuda", arch, 32)
+    common = {"dim": "i32", "out": "*fp32", "stride_out": "i32", "keys": "*i64", "weight": "*fp32", "stride_w": "i32",
+              "state": "*fp32", "lr": "fp32", "eps": "fp32", "head": "*fp32", "tail": "*fp32"}
+    variants = [("pool", _pool_kernel,
+                 {"rows": "*bf16", "stride_r": "i32", "idx": "*i64", "offsets": "*i64", "out": "*fp32", "stride_o": "i32",
+                  "num_bags": "i32", "dim": "i32", "MEAN": "constexpr", "BLOCK_B": "constexpr", "BLOCK_D": "constexpr"},
+                 {"MEAN": True, "BLOCK_B": BAGS, "BLOCK_D": 16}),
+                ("add_rows", _add_rows_kernel,
+                 {"dst": "*fp32", "stride_d": "i32", "idx": "*i64", "src": "*fp32", "stride_s": "i32", "n": "i32",
+                  "dim": "i32", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr"}, {"BLOCK_N": TILE, "BLOCK_D": 16})]
+    for op in SegmentOp:
+        variants.append((f"tile_{op.name.lower()}", _tile_kernel,
+                         {"src": "*fp32", "stride_src": "i32", "src_row": "*i64", "seg": "*i64", "n": "i32",
+                          "lengths": "*i64", **common, "MEAN": "constexpr", "OP": "constexpr", "TILE_N": "constexpr",
+                          "BLOCK_D": "constexpr"}, {"MEAN": True, "OP": int(op), "TILE_N": TILE, "BLOCK_D": 128}))
+        variants.append((f"cross_{op.name.lower()}", _cross_kernel,
+                         {"seg": "*i64", "n": "i32", "run_end": "*i64", **common, "OP": "constexpr", "TILE_N": "constexpr",
+                          "BLOCK_D": "constexpr", "CHUNK": "constexpr"}, {"OP": int(op), "TILE_N": TILE, "BLOCK_D": 16,
+                                                                           "CHUNK": 16}))
+    out = {}
+    for name, fn, sig, consts in variants:
+        sixteen = {(i,): [["tt.divisibility", 16]] for i, (a, ty) in enumerate(sig.items())
+                   if ty.startswith("*") or a.startswith("stride") or a == "dim"}
+        try:
+            triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=sixteen), target=target)
+            out[name] = "ok"
+        except Exception as e:  # the compiler's own error: reported, the caller decides
+            lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()] or [str(e).strip()[:200]]
+            out[name] = lines[0][:300]
+    return out

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from picasso.layout_args import add_layout_args, layout_options
+
+if TYPE_CHECKING:
+    from traces.profile import AccessProfile
 
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 
@@ -40,34 +44,7 @@ def run(args) -> int:
     import json
     import sys
 
-    from picasso.progress import Progress
-    from traces.extrapolate import scale_profile
-    from traces.profile import check_output, profile_file
-
-    if args.batch_size <= 0:
-        raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
-    caps = _cardinalities(args.cardinality)
-    if caps and not args.scale_to:
-        raise ValueError("--cardinality caps an extrapolation: give --scale-to ROWS with it")
-    for out in (args.output, args.html):
-        if out:
-            check_output(out)  # before the read, not after it
-    options = layout_options(args)
-    bar = Progress("analyze")
-    try:
-        prof = profile_file(args.data, args.format, batch_size=args.batch_size, strict=args.strict,
-                            progress=bar, exact_cap=args.exact_cap, **options)  # fmt: skip
-    finally:
-        bar.close()
-    measured = prof
-    if args.scale_to:
-        prof = scale_profile(prof, args.scale_to, cardinality=caps)
-    if args.output:
-        prof.save(args.output)
-    if args.html:
-        from planner.report import write_profile_html
-
-        write_profile_html(args.html, prof, measured=measured if args.scale_to else None)
+    prof, measured = execute(args)
     meta = measured.meta
     if args.json:
         print(json.dumps(prof.table()))
@@ -89,6 +66,39 @@ def run(args) -> int:
     if not args.output:
         print("note: no profile written (give -o FILE to save one for `picasso plan --profile`)", file=sys.stderr)
     return 0
+
+
+def execute(args) -> tuple[AccessProfile, AccessProfile]:
+    """Profile the log, extrapolate it if asked, and write what was asked: the work of
+    `picasso analyze` and `picasso.analyze`. Returns (profile, the profile as measured)."""
+    from picasso.progress import Progress
+    from traces.extrapolate import scale_profile
+    from traces.profile import check_output, profile_file
+
+    if args.batch_size <= 0:
+        raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    caps = _cardinalities(args.cardinality)
+    if caps and not args.scale_to:
+        raise ValueError("--cardinality caps an extrapolation: give --scale-to ROWS with it")
+    for out in (args.output, args.html):
+        if out:
+            check_output(out)  # before the read, not after it
+    bar = Progress("analyze")
+    try:
+        prof = profile_file(args.data, args.format, batch_size=args.batch_size, strict=args.strict,
+                            progress=bar, exact_cap=args.exact_cap, **layout_options(args))  # fmt: skip
+    finally:
+        bar.close()
+    measured = prof
+    if args.scale_to:
+        prof = scale_profile(prof, args.scale_to, cardinality=caps)
+    if args.output:
+        prof.save(args.output)
+    if args.html:
+        from planner.report import write_profile_html
+
+        write_profile_html(args.html, prof, measured=measured if args.scale_to else None)
+    return prof, measured
 
 
 def _cardinalities(items: list[str]) -> dict[str, int]:

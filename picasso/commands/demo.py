@@ -33,5 +33,9 @@ def run(args: argparse.Namespace) -> int:
     for k in ("predicted_speedup", "predicted_speedup_refit", "measured_speedup"):
         print(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
     v = summary["validate"]
-    print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {v['spearman']}")
+    print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {_three(v['spearman'])}")
     return 0
+
+
+def _three(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"

@@ -54,8 +54,8 @@ def collect(load_native: bool = True) -> dict[str, Any]:
     if load_native:
         kernels.load_native(warn=False)
     native = kernels.native_status()
-    native["build_dir"] = str(build.build_dir(build.want_cuda()))
-    native["cached"] = any(build.build_dir(build.want_cuda()).glob("*.so"))
+    native["build_dir"] = str(build.build_dir())
+    native["cached"] = any(build.build_dir().glob("*.so"))
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -71,10 +71,20 @@ def collect(load_native: bool = True) -> dict[str, Any]:
         "toolchain": {
             "c++": shutil.which("c++") or shutil.which("g++"),
             "ninja": shutil.which("ninja"),
-            "nvcc": shutil.which("nvcc"),
+            "triton": _version("triton"),  # the GPU's embedding kernels (executor/sparse)
         },
         "native": native,
     }
+
+
+def _version(package: str) -> str | None:
+    """An installed package's version, without importing it (a broken install cannot crash doctor)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def render(info: dict[str, Any]) -> str:
@@ -98,8 +108,7 @@ def render(info: dict[str, Any]) -> str:
     lines.append("toolchain " + ", ".join(f"{k}: {v or 'missing'}" for k, v in tools.items()))
     n = info["native"]
     if n["active"]:
-        flavour = "CPU + CUDA" if n["cuda"] else "CPU"
-        lines.append(f"native    loaded ({flavour}) from {n['path']}")
+        lines.append(f"native    loaded (CPU kernels) from {n['path']}")
     elif n["loaded"]:
         lines.append(f"native    loaded but not active (reference path selected) from {n['path']}")
     else:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from planner.explain import Explanation
+    from planner.plan import Plan
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -27,17 +32,64 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--micro-batches", help="micro-batch counts the search may use, e.g. 1,2,4 (default 1,2,4,8)")
     p.add_argument("--time-budget", type=float, default=20.0, help="search time budget in seconds (default 20)")
     p.add_argument("--dense-dtype", choices=("fp32", "tf32", "bf16"),
-                   help="precision of the dense layers (default: the model's extra.dense_dtype, else fp32)")
+                   help="precision of the dense layers (default: the model's extra.dense_dtype, else tf32 on "
+                        "GPUs with TF32 tensor cores, fp32 elsewhere; fp32 asks for full-precision matmuls)")
     p.add_argument("--explain", action="store_true", help="print the per-pack table, time, memory and speedups")
     p.add_argument("--html", metavar="FILE", help="write an HTML report with the simulated timeline")
     p.add_argument("--trace", metavar="FILE", help="write the simulated timeline as Chrome trace JSON")
     p.set_defaults(func=run)
 
 
+class Planned(NamedTuple):
+    """What `picasso plan` made: the saved plan, its explanation, the search's summary."""
+
+    plan: Plan
+    explanation: Explanation
+    search: dict | None
+    assumed_zipf: bool  # planned without a profile
+    torchrec: bool  # TorchRec is installed (its plan is one of the baselines)
+
+
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    from planner.torchrec_bridge import INSTALL_HINT
+
+    if args.print_spec:
+        from planner.model_spec import spec_yaml
+        from planner.presets import get_model
+
+        print(spec_yaml(get_model(args.model)), end="")
+        return 0
+    plan, ex, search_info, assumed_zipf, has_tr = execute(args)
+    out = {"plan": str(args.output), **ex.to_dict()}
+    if search_info:
+        out["search"] = search_info
+    if args.html:
+        out["html"] = str(args.html)
+    if args.json:
+        print(json.dumps(out, indent=1, default=float))
+        return 0
+    if args.explain:
+        print(ex.text())
+        if not has_tr:
+            print(f"torchrec baseline: n/a ({INSTALL_HINT})")
+    else:
+        d = ex.to_dict()
+        sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
+        print(f"wrote {args.output}: {len(plan.packs)} pack(s), predicted {d['predicted_iteration_us']:.1f} us/step"
+              + (f"; speedup {sp}" if sp else ""))
+    if assumed_zipf:
+        print("note: no --profile: every table's accesses are an assumed Zipf(1.05), not data", file=sys.stderr)
+    if search_info:
+        print(f"searched {search_info['candidates']} candidates in {search_info['elapsed_s']:.2f} s", file=sys.stderr)
+    return 0
+
+
+def execute(args: argparse.Namespace) -> Planned:
+    """Search (or build the baseline), explain, and save the plan: the work of `picasso plan`
+    and `picasso.plan`."""
     from picasso.progress import Progress
     from planner.builders import BASELINES, TORCHREC, baseline_plan
     from planner.errors import PlanError
@@ -45,20 +97,11 @@ def run(args: argparse.Namespace) -> int:
     from planner.inputs import load_inputs
     from planner.search import search
 
-    if args.print_spec:
-        from planner.presets import get_model
-
-        print(spec_yaml(get_model(args.model)), end="")
-        return 0
     if not args.hardware:
         raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
-                                             args.row_cap)
+                                             args.row_cap, args.dense_dtype)
     sources = check_profile(model, profile, args)
-    if args.dense_dtype:
-        from dataclasses import replace
-
-        model = replace(model, extra={**model.extra, "dense_dtype": args.dense_dtype})
     batch = args.batch_size or (4096 if hw.kind == "gpu" else 256)
     if batch < 1:
         raise PlanError(f"--batch-size must be at least 1, got {batch}")
@@ -87,45 +130,27 @@ def run(args: argparse.Namespace) -> int:
         prov.profile_scale_to = int(args.scale_to) if args.scale_to else None
     prov.row_cap = int(args.row_cap) if args.row_cap else None
     prov.hardware_overrides = list(args.set)
-    from planner.torchrec_bridge import INSTALL_HINT, torchrec_available
+    from planner.torchrec_bridge import torchrec_available
 
     # with TorchRec installed, its own plan is a baseline beside the others
     has_tr = torchrec_available()
     ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()),
                  sources=sources)
     from planner.plan import Prediction
+    from planner.throughput import samples_per_s
 
+    it = ex.evaluation.iteration_us
     fast = plan.prediction.fast_iteration_us if plan.prediction else None
-    plan.prediction = Prediction(ex.evaluation.iteration_us, plan.global_batch / ex.evaluation.iteration_us * 1e6,
-                                 ex.evaluation.engine, fast, ex.speedups(), ex.cold_per_mb())
+    plan.prediction = Prediction(it, samples_per_s(plan, it), ex.evaluation.engine, fast, ex.speedups(),
+                                 ex.cold_per_mb())
     plan.save(args.output, hot_ids=hot_ids if hot_ids else None)
-    out = {"plan": str(args.output), **ex.to_dict()}
-    if search_info:
-        out["search"] = search_info
     if args.trace:
         ex.evaluation.result.timeline.save_chrome_trace(args.trace)
     if args.html:
         from planner.report import write_plan_html
 
         write_plan_html(args.html, ex)
-        out["html"] = str(args.html)
-    if args.json:
-        print(json.dumps(out, indent=1, default=float))
-        return 0
-    if args.explain:
-        print(ex.text())
-        if not has_tr:
-            print(f"torchrec baseline: n/a ({INSTALL_HINT})")
-    else:
-        d = ex.to_dict()
-        sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
-        print(f"wrote {args.output}: {len(plan.packs)} pack(s), predicted {d['predicted_iteration_us']:.1f} us/step"
-              + (f"; speedup {sp}" if sp else ""))
-    if profile is None:
-        print("note: no --profile: every table's accesses are an assumed Zipf(1.05), not data", file=sys.stderr)
-    if search_info:
-        print(f"searched {search_info['candidates']} candidates in {search_info['elapsed_s']:.2f} s", file=sys.stderr)
-    return 0
+    return Planned(plan, ex, search_info, profile is None, has_tr)
 
 
 def check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
@@ -153,19 +178,6 @@ def check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
     for w in profile.meta.get("warnings", []) if args.scale_to else []:
         print(f"warning: {w}", file=sys.stderr)
     return sources
-
-
-def spec_yaml(model) -> str:
-    """The model spec as YAML that `--model FILE.yaml` reads back (one flow-style line per table)."""
-    import yaml
-
-    d = model.to_dict()
-    tables = d.pop("tables")
-    head = yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}, sort_keys=False,
-                          default_flow_style=None)
-    rows = "".join(f"  - {yaml.safe_dump(t, default_flow_style=True, sort_keys=False, width=1 << 16).strip()}\n"
-                   for t in tables)
-    return f"# picasso model spec ({model.name}); see README 'Model specs'\n{head}tables:\n{rows}"
 
 
 def _int_list(text: str, flag: str) -> list[int]:

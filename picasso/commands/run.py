@@ -48,55 +48,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def run(args: argparse.Namespace) -> int:
     import json
-    import math
 
-    from executor.process.launch import launch
-    from foundation.files import check_output_path
-
-    if args.keep < 1:
-        raise ValueError(f"--keep must be at least 1, got {args.keep}")
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
-    if args.verify_tolerance is not None and not (math.isfinite(args.verify_tolerance) and args.verify_tolerance >= 0):
-        raise ValueError(f"--verify-tolerance must be a finite number >= 0, got {args.verify_tolerance}")
-    if args.warmup is not None and args.warmup < 0:
-        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
-    for out in (args.trace, args.timeline):
-        if out is not None:
-            check_output_path(out)
-    extra = ["--timeout", str(args.timeout), "--keep", str(args.keep)]
-    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every", "epochs",
-                 "data_seed", "eval_data", "eval_format", "eval_every", "eval_batch"):
-        v = getattr(args, flag)
-        if v is not None:
-            extra += [f"--{flag.replace('_', '-')}", str(v)]
-    if args.op_timing:
-        extra.append("--op-timing")
-    if args.check_every is not None and args.check_every < 1:
-        raise ValueError(f"--check-every must be at least 1, got {args.check_every}")
-    if args.strict:
-        extra.append("--strict")
-    if args.verify:
-        extra.append("--verify")
-    if args.preload:
-        extra.append("--preload")
-    if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
-        raise ValueError("--steps and --epochs must be at least 1")
-    if args.eval_every < 0:
-        raise ValueError("--eval-every must be 0 (only at the end) or positive")
-    pred = _memory_check(args)
-    res = launch(
-        args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
-        nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-        master_port=args.master_port,
-    )
+    res = execute(args)
     if res is None:  # another node's workers: rank 0's node reports
         print(json.dumps({"node_rank": args.node_rank}) if args.json else f"node {args.node_rank}: workers finished")
         return 0
-    if pred is not None:
-        from executor.run_memory import attach_measured
-
-        attach_measured(res, pred)
     failed = verify_failure(res)
     for note in (res.data.note, res.exchange_note):  # a gzip log every rank read whole; a missed hot set
         if note:
@@ -154,6 +110,60 @@ def run(args: argparse.Namespace) -> int:
         if getattr(res, key):
             print(f"{key:12} {getattr(res, key)}")
     return _fail(failed)
+
+
+def execute(args: argparse.Namespace) -> RunResult | None:
+    """Check the flags and the memory, start the ranks, and return rank 0's result (None on
+    another node): the work of `picasso run` and `picasso.run`."""
+    import math
+
+    from executor.process.launch import launch
+    from foundation.files import check_output_path
+
+    if args.keep < 1:
+        raise ValueError(f"--keep must be at least 1, got {args.keep}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.verify_tolerance is not None and not (math.isfinite(args.verify_tolerance) and args.verify_tolerance >= 0):
+        raise ValueError(f"--verify-tolerance must be a finite number >= 0, got {args.verify_tolerance}")
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    for out in (args.trace, args.timeline):
+        if out is not None:
+            check_output_path(out)
+    extra = ["--timeout", str(args.timeout), "--keep", str(args.keep)]
+    for flag in ("warmup", "trace", "timeline", "checkpoint", "resume", "verify_tolerance", "check_every", "epochs",
+                 "data_seed", "eval_data", "eval_format", "eval_every", "eval_batch"):
+        v = getattr(args, flag)
+        if v is not None:
+            extra += [f"--{flag.replace('_', '-')}", str(v)]
+    if args.op_timing:
+        extra.append("--op-timing")
+    if args.check_every is not None and args.check_every < 1:
+        raise ValueError(f"--check-every must be at least 1, got {args.check_every}")
+    if args.strict:
+        extra.append("--strict")
+    if args.verify:
+        extra.append("--verify")
+    if args.preload:
+        extra.append("--preload")
+    if args.cuda_graph:
+        extra.append("--cuda-graph")
+    if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
+        raise ValueError("--steps and --epochs must be at least 1")
+    if args.eval_every < 0:
+        raise ValueError("--eval-every must be 0 (only at the end) or positive")
+    pred = _memory_check(args)
+    res = launch(
+        args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
+        nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
+        master_port=args.master_port,
+    )
+    if res is not None and pred is not None:
+        from executor.run_memory import attach_measured
+
+        attach_measured(res, pred)
+    return res
 
 
 def resume_line(r: dict) -> str:

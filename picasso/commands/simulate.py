@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -23,59 +22,19 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run)
 
 
-def _sweep_values(text: str) -> tuple[str, list[str]]:
-    from planner.errors import PlanError
-
-    key, sep, vals = text.partition("=")
-    values = [v.strip() for v in vals.split(",") if v.strip()]
-    if not sep or not key.strip() or not values:
-        raise PlanError(f"--sweep {text!r}: expected KEY=V1,V2,... e.g. nic_bw=25GB/s,50GB/s")
-    return key.strip(), values
-
-
 def run(args: argparse.Namespace) -> int:
     import json
+    from dataclasses import asdict
 
-    from planner.errors import PlanError
-    from planner.explain import Explanation
-    from planner.inputs import load_inputs
     from planner.plan import Plan
-    from planner.search import evaluate, full_symmetry
-    from simulator.hardware import apply_overrides
+    from planner.whatif import inputs_for, parse_sweep, predict, sweep
 
-    plan = Plan.load(args.plan)
-    if args.dense_dtype:
-        from dataclasses import replace
-
-        plan.model = replace(plan.model, extra={**plan.model.extra, "dense_dtype": args.dense_dtype})
-    hw_name = args.hardware or plan.hardware
-    if not hw_name:
-        raise PlanError(f"{args.plan}: the plan names no hardware; give --hardware")
-    overrides = ([] if args.hardware else list(plan.provenance.hardware_overrides)) + list(args.set)
-    profile_path = args.profile or plan.provenance.profile
-    scale_to = args.scale_to or (plan.provenance.profile_scale_to if not args.profile else None)
-    _, hw, _, access = load_inputs(plan.model, hw_name, overrides, profile_path, scale_to, None)
-
-    def one(hw_) -> tuple[Any, dict]:
-        ev = evaluate(plan, hw_, access, args.engine, full_symmetry(plan), "plan", check_memory=False)
-        if ev.lowered is None:
-            raise PlanError(ev.problem or "the plan cannot be simulated on this hardware")
-        ex = Explanation(plan, ev, {})
-        d = ex.to_dict()
-        d.pop("baselines_us"), d.pop("baseline_problems"), d.pop("speedups")
-        d["fits_in_memory"] = ev.lowered.memory.fits()
-        d["memory_problem"] = ev.lowered.memory.problem()
-        d["hardware"] = hw_.name
-        return ex, d
-
+    plan, hw, access = inputs_for(Plan.load(args.plan), args.hardware, args.set, args.profile, args.scale_to,
+                                  args.dense_dtype, where=args.plan)
     if args.sweep:
-        key, values = _sweep_values(args.sweep)
-        rows = []
-        for v in values:
-            hv = apply_overrides(hw, [f"{key}={v}"])
-            _, d = one(hv)
-            rows.append({key: v, "iteration_us": d["predicted_iteration_us"], "samples_per_s": d["samples_per_s"],
-                         "fits_in_memory": d["fits_in_memory"]})
+        key, values = parse_sweep(args.sweep)
+        points = sweep(plan, hw, access, key, values, args.engine)
+        rows = [{key: p.value, **{k: v for k, v in asdict(p).items() if k != "value"}} for p in points]
         if args.html:
             from planner.report import write_sweep_html
 
@@ -85,12 +44,17 @@ def run(args: argparse.Namespace) -> int:
                               **({"html": args.html} if args.html else {})}, indent=1))
         else:
             print(f"{key:>16}  {'iteration (us)':>14}  {'samples/s':>12}  fits")
-            for r in rows:
-                print(f"{r[key]:>16}  {r['iteration_us']:14.1f}  {r['samples_per_s']:12.0f}  "
-                      f"{'yes' if r['fits_in_memory'] else 'NO'}")
+            for p in points:
+                print(f"{p.value:>16}  {p.iteration_us:14.1f}  {p.samples_per_s:12.0f}  "
+                      f"{'yes' if p.fits_in_memory else 'NO'}")
         return 0
 
-    ex, d = one(hw)
+    ex = predict(plan, hw, access, args.engine)
+    d = ex.to_dict()
+    d.pop("baselines_us"), d.pop("baseline_problems"), d.pop("speedups")
+    d["fits_in_memory"] = ex.evaluation.lowered.memory.fits()
+    d["memory_problem"] = ex.evaluation.lowered.memory.problem()
+    d["hardware"] = hw.name
     if args.trace:
         ex.evaluation.result.timeline.save_chrome_trace(args.trace)
         d["trace"] = args.trace

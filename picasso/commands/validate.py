@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
           f"goal {'met' if result['goal']['met'] else 'not met'} (MAPE <= 10%, Spearman >= 0.9)")
     if "microbench_only" in result:
         mb = result["microbench_only"]
-        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman']}")
+        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman'] if mb['spearman'] is None else round(mb['spearman'], 3)}")
     print(f"results in {cfg.out_dir}/validate.json" + (f", report {args.html}" if args.html else ""))
     for f in result["failed"]:
         print(f"FAILED {f['name']}: {f['error']}", file=sys.stderr)

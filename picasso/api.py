@@ -1,0 +1,123 @@
+"""The loop in Python: analyze -> plan -> simulate (what-if) -> run -> compare.
+
+Each function is the matching command's own work (`picasso/commands/*`): the keyword
+arguments are its flags, and it returns the layers' objects instead of printing them.
+Bad input raises ValueError (or OSError) with the line the command would print."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from executor.result import RunResult
+    from planner.plan import Plan
+    from planner.whatif import SweepPoint
+    from simulator.timeline import Timeline
+    from traces.profile import AccessProfile
+    from validation.compare import RunComparison
+
+PathLike = str | os.PathLike
+
+
+def _args(command: str, *positional: Any, **flags: Any):
+    """The command's parsed flags: `name=value` as `--name value` (repeated for a list, alone for
+    True, left out for None/False), so defaults and checks are the command's own."""
+    from picasso.cli import build_parser
+
+    argv = [command, *map(str, positional)]
+    for name, value in flags.items():
+        flag = "-o" if name == "output" else "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                argv += [flag, str(v)]
+        else:
+            argv += [flag, str(value)]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return build_parser().parse_args(argv)
+    except SystemExit:  # argparse's reason is its last line
+        raise ValueError(f"picasso.{command}: {err.getvalue().strip().splitlines()[-1]}") from None
+
+
+def analyze(data: PathLike, format: str = "criteo", *, output: PathLike | None = None, batch_size: int = 4096,
+            scale_to: int | None = None, cardinality: Sequence[str] = (), html: PathLike | None = None,
+            strict: bool = False, **layout: Any) -> AccessProfile:
+    """Profile a click log's ID accesses (`picasso analyze`); writes `output` when given."""
+    from picasso.commands import analyze as cmd
+
+    args = _args("analyze", data, format=format, output=output, batch_size=batch_size, scale_to=scale_to,
+                 cardinality=list(cardinality), html=html, strict=strict, **layout)
+    return cmd.execute(args)[0]
+
+
+def plan(model: str, hardware: str, profile: PathLike | None = None, *, output: PathLike = "plan.json",
+         overrides: Sequence[str] = (), baseline: str | None = None, batch_size: int | None = None,
+         row_cap: int | None = None, scale_to: int | None = None, time_budget: float = 20.0,
+         **flags: Any) -> Plan:
+    """Search a plan, or build `baseline` (naive, torchrec-like, dp-hot-only, torchrec), explain it
+    and save it to `output` (`picasso plan`); the plan carries its prediction."""
+    from picasso.commands import plan as cmd
+
+    args = _args("plan", model=model, hardware=hardware, profile=profile, output=output, set=list(overrides),
+                 baseline=baseline, batch_size=batch_size, row_cap=row_cap, scale_to=scale_to,
+                 time_budget=time_budget, json=True, **flags)
+    return cmd.execute(args).plan
+
+
+def _load(plan_: Plan | PathLike) -> Plan:
+    from planner.plan import Plan
+
+    return plan_ if isinstance(plan_, Plan) else Plan.load(plan_)
+
+
+def simulate(plan: Plan | PathLike, hardware: str | None = None, *, overrides: Sequence[str] = (),
+             profile: PathLike | None = None, engine: str = "simpy") -> Timeline:
+    """The plan's predicted timeline (`picasso simulate`): on its own hardware, or `hardware`,
+    with `overrides` such as `nic_bw=100Gbit/s`; `makespan_us()` is the predicted iteration."""
+    from planner.whatif import inputs_for, predict
+
+    p, hw, access = inputs_for(_load(plan), hardware, overrides, profile and str(profile))
+    return predict(p, hw, access, engine).evaluation.result.timeline
+
+
+def sweep(plan: Plan | PathLike, key: str, values: Sequence[str], hardware: str | None = None, *,
+          overrides: Sequence[str] = (), profile: PathLike | None = None, engine: str = "simpy") -> list[SweepPoint]:
+    """The plan predicted once per value of one hardware key (`picasso simulate --sweep KEY=V1,V2`)."""
+    from planner.whatif import inputs_for
+    from planner.whatif import sweep as sweep_
+
+    p, hw, access = inputs_for(_load(plan), hardware, overrides, profile and str(profile))
+    return sweep_(p, hw, access, key, [str(v) for v in values], engine)
+
+
+def run(plan: PathLike, data: PathLike, *, format: str = "criteo", nproc: int | None = None, steps: int = 20,
+        **flags: Any) -> RunResult:
+    """Train the saved plan for real on `nproc` local ranks (`picasso run`); flags such as
+    `op_timing=True`, `verify=True`, `epochs=1`, `checkpoint="ck"` are the command's."""
+    from picasso.commands import run as cmd
+
+    args = _args("run", plan, data=data, format=format, nproc=nproc, steps=steps, **flags)
+    res = cmd.execute(args)
+    if res is None:
+        raise ValueError("picasso.run: this node's ranks report nothing (node 0 does)")
+    failed = cmd.verify_failure(res)
+    if failed:
+        raise ValueError(failed)
+    return res
+
+
+def compare(plan: PathLike, result: RunResult, hardware: str | None = None, *, overrides: Sequence[str] = (),
+            profile: PathLike | None = None) -> RunComparison:
+    """A run's step and largest ops against the plan's prediction (`picasso compare`)."""
+    from picasso.commands.compare import compare as compare_
+
+    return compare_(str(plan), result, hardware, list(overrides), profile and str(profile))

@@ -1,0 +1,127 @@
+"""`--cuda-graph` (executor.cuda_graph): the flag's way from `picasso run` to the worker, the
+plans it refuses with one line, the static-buffer checks, and on a GPU that a captured run
+trains the same weights as an uncaptured one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from executor.comm import Comm
+from executor.cuda_graph import GraphStep, _copy_into, _same_shapes, _static_copy, graph_stepper, refusal
+from executor.data.batches import Batch
+from executor.reference import dense_state
+from executor.trainer import Trainer
+from executor.verify import synthetic_global_batches
+from planner.model_spec import ModelSpec, TableSpec
+from planner.plan import OptimizerPlan, PackPlan, Plan
+
+CUDA = torch.device("cuda")
+
+
+def plan(world: int = 1, **pack) -> Plan:
+    tables = (TableSpec("C1", 40, 8), TableSpec("C2", 300, 8), TableSpec("C3", 25, 8))
+    m = ModelSpec("g", "dlrm", 4, tables, bottom_mlp=(16, 8), top_mlp=(16, 1))
+    return Plan(m, world, 16, [PackPlan("p0", ["C1", "C2", "C3"], "row_wise", **pack)], hot_rows={"C2": 6},
+                hot_ids_file="hot.npz", optimizer=OptimizerPlan("rowwise_adagrad", 0.1, "adagrad", 0.05), seed=3)
+
+
+def test_a_one_rank_device_plan_is_capturable():
+    assert refusal(plan(), CUDA) is None
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda p: p, "runs on cpu"),
+    (lambda p: replace(p, world_size=2), "2 ranks"),
+    (lambda p: replace(p, packs=[replace(p.packs[0], placement="host")]), "pack p0 is placed in host memory"),
+    (lambda p: replace(p, optimizer=OptimizerPlan("sgd", 0.1, "adam", 0.01)), "adam"),
+    (lambda p: replace(p, model=replace(p.model, tables=(replace(p.model.tables[0], dtype="fp16"),
+                                                         *p.model.tables[1:]))), "table C1 is fp16"),
+])
+def test_plans_whose_step_changes_are_refused_with_the_reason(change, why):
+    p = change(plan())
+    dev = torch.device("cpu") if why == "runs on cpu" else CUDA
+    assert why in refusal(p, dev)
+    assert "per-op timing" in refusal(plan(), CUDA, op_timing=True)
+
+
+def test_a_refused_or_unwanted_graph_leaves_the_trainer_as_it_is():
+    p = plan()
+    tr = Trainer(p, {"C2": np.arange(6)}, Comm())
+    said: list[str] = []
+    assert graph_stepper(tr, False, False, said.append) is tr and said == []
+    assert graph_stepper(tr, True, False, said.append) is tr
+    assert said == ["cuda graph: not used: the step runs on cpu, not a CUDA GPU; the run continues without it"]
+
+
+def test_static_buffers_take_batches_of_the_same_shapes_only():
+    p = plan()
+    a, b = synthetic_global_batches(p, 2, seed=1)
+    static = _static_copy(a)
+    assert _same_shapes(static, b)  # one-hot bags: every batch has the captured shapes
+    _copy_into(static, b)
+    assert torch.equal(static.dense, b.dense) and all(
+        torch.equal(static.sparse[t][0], b.sparse[t][0]) for t in b.sparse)
+    assert static.dense.data_ptr() != b.dense.data_ptr()  # the buffers stay the graph's
+    rows, off = b.sparse["C1"]
+    longer = Batch(b.labels, b.dense, {**b.sparse, "C1": (torch.cat([rows, rows[:1]]), torch.cat(
+        [off[:-1], off[-1:] + 1]))})
+    assert not _same_shapes(static, longer)
+
+
+def test_the_flag_reaches_the_worker_which_says_why_it_is_not_used(tmp_path, capsys):
+    from executor.worker import main
+
+    p = plan()
+    p.save(tmp_path / "plan.json")
+    np.savez(tmp_path / "hot.npz", C2=np.arange(6))
+    rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "3", "--cuda-graph"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert err.count("cuda graph: not used: the step runs on cpu") == 1
+
+
+def test_picasso_run_passes_the_flag_on(monkeypatch, tmp_path):
+    from picasso.cli import main
+
+    seen: dict = {}
+
+    def launch(*args, **kw):
+        seen["extra"] = kw["extra"]
+        raise SystemExit(0)
+
+    monkeypatch.setattr("executor.process.launch.launch", launch)
+    p = plan()
+    p.save(tmp_path / "plan.json")
+    np.savez(tmp_path / "hot.npz", C2=np.arange(6))
+    with pytest.raises(SystemExit):
+        main(["run", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "2", "--cuda-graph"])
+    assert "--cuda-graph" in seen["extra"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_captured_run_trains_the_weights_of_an_uncaptured_one():
+    """Eight steps (three warm-up, one capture, four replays) against eight eager steps."""
+    p = plan()
+    batches = synthetic_global_batches(p, 8, seed=7)
+    eager = Trainer(p, {"C2": np.arange(6)}, Comm(CUDA))
+    losses_eager = [float(eager.step(b.to(CUDA))) for b in batches]
+    captured = Trainer(p, {"C2": np.arange(6)}, Comm(CUDA))
+    said: list[str] = []
+    stepper = graph_stepper(captured, True, False, said.append)
+    assert isinstance(stepper, GraphStep)
+    losses = [float(stepper.step(b.to(CUDA))) for b in batches]
+    assert said == [] and stepper.graph is not None, said
+    assert captured.steps_done == eager.steps_done == 8
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(losses_eager), rtol=1e-5, atol=1e-6)
+    we, se = eager.full_tables()
+    wc, sc = captured.full_tables()
+    for name in we:
+        torch.testing.assert_close(wc[name], we[name], rtol=1e-5, atol=1e-6)
+    de, dc = dense_state(eager.dense), dense_state(captured.dense)
+    for name in de:
+        torch.testing.assert_close(dc[name], de[name], rtol=1e-5, atol=1e-6)
