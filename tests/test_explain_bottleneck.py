@@ -21,7 +21,12 @@ def test_a_nic_bound_plan_names_the_nic_and_its_exchanges():
     b = ex.bottleneck()
     assert b["resource"] == "nic"
     assert b["busy_us"] == max(ex.time_by_resource().values())
-    assert 0.5 < b["share_of_iteration"] <= 1.0 + 1e-9
+    # the NIC's 0.47 ms is the largest demand by far (compute next, at half of it); the ~1.2 ms
+    # step also holds compute the NIC does not hide and the kernel gaps and host time per step
+    # that no resource counts (the presets' perf section), so its share is under half
+    busy = sorted(ex.time_by_resource().values(), reverse=True)
+    assert busy[0] > 1.5 * busy[1]
+    assert 0.3 < b["share_of_iteration"] <= 1.0 + 1e-9
     assert b["ops"][0]["op"] in ("fwd/p/a2a_emb", "bwd/p/a2a_grad")
     assert sum(o["share"] for o in b["ops"]) <= 1.0 + 1e-9
     assert "busiest resource: nic" in ex.text()

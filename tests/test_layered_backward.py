@@ -139,7 +139,10 @@ def test_the_search_takes_it_for_dcnv2_on_four_nodes():
     assert res.plan.backward_by_layer and res.plan.micro_batches > 1, res.best.label
     flat = replace(res.plan, backward_by_layer=False)
     by_mb = evaluate(flat, hw, acc, "simpy", full_symmetry(flat), "by micro-batch").iteration_us
-    assert res.best.iteration_us < 0.97 * by_mb, (res.best.iteration_us, by_mb)
+    # with kernel gaps, skinny-GEMM rates and the elementwise passes priced (GPU presets' perf)
+    # the step is compute-heavier (15.8 ms at 4 micro-batches against 9.9 ms at 8 before) and
+    # the layered order gains less than 1%, where it had gained 10%: still the faster one
+    assert res.best.iteration_us < by_mb, (res.best.iteration_us, by_mb)
 
 
 def test_its_variants_never_crowd_a_better_plan_out_of_the_final_simulation(monkeypatch):

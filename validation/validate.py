@@ -115,7 +115,10 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
     batches = tuple(int(b) for b in cfg.batch_sizes)
     cases = build_sweep(model, access, lambda w: spec_for_world(hw, w), n_plans=cfg.plans, worlds=worlds,
                         batches=batches, include_planner=cfg.include_planner, fit_count=cfg.fit_plans)
-    cases = apply_variants(cases, cfg.variants)
+    varied = apply_variants(cases, cfg.variants, hw)
+    cases = varied.cases
+    for why in varied.skipped.values():
+        log(f"validate: variant left out: {why}")
     results, runs, failed = [], [], []
     t_start = time.perf_counter()
     passes = cfg.repeats
@@ -167,7 +170,8 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
         runs.append((case, m, p))
     result: dict[str, Any] = {"hardware": hw.name, "model": model.name, "data": str(cfg.data),
                               "steps": cfg.steps, "timed_seconds": cfg.timed_seconds, "max_steps": cfg.max_steps,
-                              "warmup": cfg.warmup, "repeats": passes, "worlds": list(worlds)}
+                              "warmup": cfg.warmup, "repeats": passes, "worlds": list(worlds),
+                              "variants": {"mode": cfg.variants.value, "skipped": varied.skipped}}
     validated = [r for r in results if r["role"] == "validate"]
     if not validated:
         raise ValidateError(f"no plan could be run and validated ({len(failed)} failed: {failed[0]['error'] if failed else '-'})")
