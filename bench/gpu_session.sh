@@ -94,8 +94,8 @@ for t in m["tables"]:
 json.dump(m, open(f"{sys.argv[2]}/model-{sys.argv[1]}.json", "w"))
 PY
       $PY -m picasso plan --model "$d/model-$tdt.json" --hardware ${HW:-h200} --set gpus_per_node=1 --row-cap 1000000 \
-        --profile "$d/profile.json" --batch-size 16384 -o "$d/plan-$tdt.json" >/dev/null 2>"$LOGS/plan-$tdt.err" || tail -2 "$LOGS/plan-$tdt.err"
-      timeout 90 $PY -m picasso run "$d/plan-$tdt.json" --data "$d/data.tsv" --format criteo --nproc 1 --steps 3 --verify \
+        --profile "$d/profile.json" --batch-size ${VERIFY_BATCH:-16384} -o "$d/plan-$tdt.json" >/dev/null 2>"$LOGS/plan-$tdt.err" || tail -2 "$LOGS/plan-$tdt.err"
+      timeout ${VERIFY_S:-90} $PY -m picasso run "$d/plan-$tdt.json" --data "$d/data.tsv" --format criteo --nproc 1 --steps 3 --verify \
         --json >"$OUT/verify_$tdt.json" 2>"$LOGS/verify_$tdt.err"; echo "verify $tdt rc=$?"; tail -2 "$LOGS/verify_$tdt.err"
       $PY -c "import json;d=json.load(open('$OUT/verify_$tdt.json'));print({k:v for k,v in d.items() if 'verif' in k})" 2>/dev/null
     done
