@@ -93,6 +93,8 @@ class GraphStep:
         self.loss: torch.Tensor | None = None
         self.eager_why: str | None = None  # set when the run stays eager
         self.seen = 0
+        self.replayed = 0  # steps the graph served
+        self.uncaptured = 0  # steps after the capture that ran eagerly (other shapes, or no graph)
         self._warned_shapes = False
         self.side = torch.cuda.Stream(device=trainer.dev)
 
@@ -100,6 +102,7 @@ class GraphStep:
         tr = self.trainer
         local = local.to(tr.dev)
         if self.eager_why is not None:
+            self.uncaptured += 1
             return tr.step(local)
         if self.static is None:
             self.static = _static_copy(local)
@@ -108,6 +111,7 @@ class GraphStep:
                 self.say("cuda graph: a batch of other shapes than the captured one runs uncaptured "
                          "(bags of varying lengths)")
                 self._warned_shapes = True
+            self.uncaptured += 1
             return tr.step(local)
         else:
             _copy_into(self.static, local)
@@ -121,6 +125,7 @@ class GraphStep:
         if self.graph is None:
             return self._capture()
         self.graph.replay()
+        self.replayed += 1
         self._count_step()
         return self.loss.clone()
 
@@ -146,6 +151,7 @@ class GraphStep:
         tr.steps_done, tr.opt.steps = steps, opt_steps  # the capture ran no kernel: the replay is the step
         self.graph, self.loss = graph, loss
         graph.replay()
+        self.replayed += 1
         self._count_step()
         return loss.clone()
 
@@ -161,3 +167,22 @@ def graph_stepper(trainer: Trainer, wanted: bool, op_timing: bool, say=None) -> 
             f"cuda graph: not used: {why}; the run continues without it")
         return trainer
     return GraphStep(trainer, say)
+
+
+def graph_note(stepper: Stepper, wanted: bool, why_not: str | None) -> str | None:
+    """The run result's line on --cuda-graph: the steps the graph served, or why none (a
+    refusal, a failed capture, batches whose bags change length from step to step)."""
+    if not wanted:
+        return None
+    if why_not is not None:
+        return f"cuda graph: not used: {why_not}"
+    if not isinstance(stepper, GraphStep):
+        return None
+    total = stepper.seen + stepper.uncaptured
+    line = f"cuda graph: {stepper.replayed} of {total} steps replayed the captured graph"
+    if stepper.eager_why is not None:
+        line += f"; {stepper.eager_why}"
+    elif stepper._warned_shapes:
+        line += (f"; {stepper.uncaptured} ran uncaptured: their batches' bags differ in length from the "
+                 "captured one (missing categorical values give empty bags)")
+    return line

@@ -109,6 +109,8 @@ class RunResult:
     # (executor.sparse.exchange_check), and the note naming packs that exchanged far more than planned
     exchange: dict[str, dict[str, float]] | None = None
     exchange_note: str | None = None
+    # --cuda-graph: how many steps the captured graph served, or why it served none
+    cuda_graph_note: str | None = None
     # per rank: the process's CPU ms (all its threads) per timed step; on shared cores, what a
     # step costs, steadier than its wall time when ranks take turns on the cores
     cpu_ms_per_step_per_rank: list[float] | None = None

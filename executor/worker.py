@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import Comm
-from executor.cuda_graph import graph_stepper
+from executor.cuda_graph import graph_note, graph_stepper, refusal
 from executor.data.batches import (
     BadRows,
     DataError,
@@ -418,6 +418,9 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                                                    [p.name for p in plan.packs])
         if note:
             result["exchange_note"] = note
+    cg = graph_note(stepper, args.cuda_graph, refusal(plan, device, op_timing) if args.cuda_graph else None)
+    if cg:
+        result["cuda_graph_note"] = cg
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it
         "measure": "cuda max_memory_allocated" if device.type == "cuda" else "process RSS high-water mark",
         "measured_bytes_per_rank": [pk["device"] for pk in peaks],

@@ -79,10 +79,16 @@ def test_the_flag_reaches_the_worker_which_says_why_it_is_not_used(tmp_path, cap
     p = plan()
     p.save(tmp_path / "plan.json")
     np.savez(tmp_path / "hot.npz", C2=np.arange(6))
-    rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "3", "--cuda-graph"])
+    rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "3", "--cuda-graph",
+               "--result", str(tmp_path / "result.json")])
     err = capsys.readouterr().err
     assert rc == 0, err
     assert err.count("cuda graph: not used: the step runs on cpu") == 1
+    # and the run's result says it too (a worker's stderr is only shown when the run fails)
+    import json
+
+    note = json.loads((tmp_path / "result.json").read_text())["cuda_graph_note"]
+    assert note.startswith("cuda graph: not used: the step runs on cpu"), note
 
 
 def test_picasso_run_passes_the_flag_on(monkeypatch, tmp_path):
@@ -126,3 +132,16 @@ def test_a_captured_run_trains_the_weights_of_an_uncaptured_one():
     de, dc = dense_state(eager.dense), dense_state(captured.dense)
     for name in de:
         torch.testing.assert_close(dc[name], de[name], rtol=1e-5, atol=1e-6)
+
+
+def test_the_note_counts_replayed_and_uncaptured_steps():
+    """A run whose bags change length from batch to batch (missing categorical values) runs
+    uncaptured; the result says how many steps the graph served, and why not the others."""
+    from executor.cuda_graph import graph_note
+
+    g = GraphStep.__new__(GraphStep)  # the counters only: no CUDA stream on this machine
+    g.seen, g.uncaptured, g.replayed, g.eager_why, g._warned_shapes, g.static = 5, 25, 1, None, True, object()
+    note = graph_note(g, True, None)
+    assert note.startswith("cuda graph: 1 of 30 steps replayed the captured graph; 25 ran uncaptured"), note
+    assert graph_note(g, False, None) is None
+    assert graph_note(object(), True, "2 ranks: ...") == "cuda graph: not used: 2 ranks: ..."

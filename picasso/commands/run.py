@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"node_rank": args.node_rank}) if args.json else f"node {args.node_rank}: workers finished")
         return 0
     failed = verify_failure(res)
-    for note in (res.data.note, res.exchange_note):  # a gzip log every rank read whole; a missed hot set
+    for note in (res.data.note, res.exchange_note, res.cuda_graph_note):  # a whole-read gzip, a missed hot set, graphs
         if note:
             import sys
 
