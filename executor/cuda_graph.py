@@ -58,26 +58,46 @@ def refusal(plan: Plan, device: torch.device, op_timing: bool = False) -> str | 
 
 
 def _same_shapes(a: Batch, b: Batch) -> bool:
-    """Whether `b` fits `a`'s buffers: same rows, same IDs per table and same bag offsets (the
-    micro-batch cuts and the bags' lengths are baked into the graph)."""
+    """Whether `b` fits `a`'s buffers. Padded buffers (`a.pad_bags`): same rows, and each table's
+    IDs no more than its buffer holds (the bags' lengths may change: the rest is padding). Else
+    the same IDs per table and the same bag offsets (micro-batch cuts are baked into the graph)."""
     if a.labels.shape != b.labels.shape or a.dense.shape != b.dense.shape or a.sparse.keys() != b.sparse.keys():
         return False
+    if a.pad_bags:
+        return all(len(b.sparse[t][0]) <= len(a.sparse[t][0]) for t in a.sparse)
     ha, hb = a._host_offsets(), b._host_offsets()
     return all(a.sparse[t][0].shape == b.sparse[t][0].shape and np.array_equal(ha[t], hb[t]) for t in a.sparse)
 
 
-def _static_copy(b: Batch) -> Batch:
-    """Buffers of `b`'s shapes on its device, holding its values."""
+def _capacity(n: int, rows: int) -> int:
+    """IDs a table's padded buffer holds: one per row where the first batch had at most that
+    (one-hot tables, with missing values or not, never need more), else a quarter over its count."""
+    return rows if n <= rows else -(-n * 5 // 4 // 64) * 64
+
+
+def _static_copy(b: Batch, pad: bool) -> Batch:
+    """Buffers on `b`'s device holding its values; with `pad`, each table's IDs in a buffer of
+    `_capacity` (the rows past its last bag are padding: Batch.pad_bags)."""
     host = b._host_offsets()
-    return Batch(b.labels.clone(), b.dense.clone(), {t: (r.clone(), o.clone()) for t, (r, o) in b.sparse.items()},
-                 {t: h.copy() for t, h in host.items()})
+    if not pad:
+        return Batch(b.labels.clone(), b.dense.clone(), {t: (r.clone(), o.clone()) for t, (r, o) in b.sparse.items()},
+                     {t: h.copy() for t, h in host.items()})
+    sparse = {t: (torch.zeros(_capacity(len(r), len(b)), dtype=r.dtype, device=r.device), o.clone())
+              for t, (r, o) in b.sparse.items()}
+    static = Batch(b.labels.clone(), b.dense.clone(), sparse, {t: h.copy() for t, h in host.items()}, pad_bags=True)
+    _copy_into(static, b)
+    return static
 
 
 def _copy_into(static: Batch, b: Batch) -> None:
     static.labels.copy_(b.labels, non_blocking=True)
     static.dense.copy_(b.dense, non_blocking=True)
     for t, (rows, off) in b.sparse.items():
-        static.sparse[t][0].copy_(rows, non_blocking=True)
+        dst = static.sparse[t][0]
+        n = len(rows)  # a host number: the batch's offsets live on the host too
+        dst[:n].copy_(rows, non_blocking=True)
+        if n < len(dst):
+            dst[n:].zero_()  # padding reads the table's row 0 into a bag the model never reads
         static.sparse[t][1].copy_(off, non_blocking=True)
 
 
@@ -97,6 +117,10 @@ class GraphStep:
         self.uncaptured = 0  # steps after the capture that ran eagerly (other shapes, or no graph)
         self._warned_shapes = False
         self.side = torch.cuda.Stream(device=trainer.dev)
+        # padded buffers where the step allows them: one micro-batch (no cuts baked in) and no
+        # sequence tables (their IDs are the model's inputs one by one)
+        plan = trainer.plan
+        self.pads = plan.micro_batches == 1 and all(t.pooling != "none" for t in plan.model.tables)
 
     def step(self, local: Batch, upcoming: Batch | None = None) -> torch.Tensor:
         tr = self.trainer
@@ -105,11 +129,11 @@ class GraphStep:
             self.uncaptured += 1
             return tr.step(local)
         if self.static is None:
-            self.static = _static_copy(local)
+            self.static = _static_copy(local, self.pads)
         elif not _same_shapes(self.static, local):
             if not self._warned_shapes:
                 self.say("cuda graph: a batch of other shapes than the captured one runs uncaptured "
-                         "(bags of varying lengths)")
+                         "(more IDs than the buffers hold, or bags of other lengths)")
                 self._warned_shapes = True
             self.uncaptured += 1
             return tr.step(local)
@@ -183,6 +207,7 @@ def graph_note(stepper: Stepper, wanted: bool, why_not: str | None) -> str | Non
     if stepper.eager_why is not None:
         line += f"; {stepper.eager_why}"
     elif stepper._warned_shapes:
-        line += (f"; {stepper.uncaptured} ran uncaptured: their batches' bags differ in length from the "
-                 "captured one (missing categorical values give empty bags)")
+        line += (f"; {stepper.uncaptured} ran uncaptured: their batches held more IDs than the captured "
+                 "buffers" + ("" if stepper.pads else ", or bags of other lengths (several micro-batches or "
+                                                  "sequence tables keep the captured lengths)"))
     return line

@@ -79,6 +79,9 @@ def dense_step_inputs(model, tables: list[str], out: torch.Tensor, mb: Batch, em
         else:
             embs[t] = piece
         off += size
+        if mb.pad_bags:  # the padding's bag: a leaf of its own that the loss never reads (zero gradient)
+            leaves.append(out[off : off + 1].detach().requires_grad_())
+            off += 1
     return leaves
 
 
@@ -325,6 +328,8 @@ class Trainer:
 
     def _split(self, local: Batch) -> list[Batch]:
         local = local.to(self.dev)
+        if self.plan.micro_batches == 1:  # the whole batch: nothing to cut (nor any padding to drop)
+            return [local]
         m = len(local) // self.plan.micro_batches
         return [local.slice(i * m, (i + 1) * m) for i in range(self.plan.micro_batches)]
 
@@ -335,7 +340,7 @@ class Trainer:
         for i, mb in enumerate(mbs):
             for j, p in enumerate(self.packs):
                 with T.op("fwd", p.name, p.op("dedup"), i):
-                    idx, offs = p.pack_inputs(mb.sparse)
+                    idx, offs = p.pack_inputs(mb.sparse, mb.pad_bags)
                     lk = p.dedup(idx, offs)
                 with T.op("fwd", p.name, "route", i):
                     p.prepare(lk)

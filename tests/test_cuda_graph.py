@@ -60,7 +60,7 @@ def test_a_refused_or_unwanted_graph_leaves_the_trainer_as_it_is():
 def test_static_buffers_take_batches_of_the_same_shapes_only():
     p = plan()
     a, b = synthetic_global_batches(p, 2, seed=1)
-    static = _static_copy(a)
+    static = _static_copy(a, pad=False)
     assert _same_shapes(static, b)  # one-hot bags: every batch has the captured shapes
     _copy_into(static, b)
     assert torch.equal(static.dense, b.dense) and all(
@@ -141,7 +141,41 @@ def test_the_note_counts_replayed_and_uncaptured_steps():
 
     g = GraphStep.__new__(GraphStep)  # the counters only: no CUDA stream on this machine
     g.seen, g.uncaptured, g.replayed, g.eager_why, g._warned_shapes, g.static = 5, 25, 1, None, True, object()
+    g.pads = True
     note = graph_note(g, True, None)
     assert note.startswith("cuda graph: 1 of 30 steps replayed the captured graph; 25 ran uncaptured"), note
     assert graph_note(g, False, None) is None
     assert graph_note(object(), True, "2 ranks: ...") == "cuda graph: not used: 2 ranks: ..."
+
+
+def _with_missing(b: Batch, table: str, drop: list[int]) -> Batch:
+    """`b` with the bags `drop` of `table` emptied (missing categorical values)."""
+    rows, off = b.sparse[table]
+    lens = (off[1:] - off[:-1]).clone()
+    lens[drop] = 0
+    keep = torch.repeat_interleave(lens > 0, off[1:] - off[:-1])
+    new_off = torch.cat([off[:1], torch.cumsum(lens, 0)])
+    return Batch(b.labels, b.dense, {**b.sparse, table: (rows[keep], new_off)})
+
+
+def test_padded_buffers_train_as_the_batches_themselves():
+    """Bags that change length from batch to batch (missing values) fit one padded buffer per
+    table: the padding forms an extra bag per table that the model never reads, so training on
+    the buffers gives the weights of training on the batches (the graph's step, on the CPU)."""
+    p = replace(plan(), hot_rows={}, hot_ids_file=None)
+    batches = synthetic_global_batches(p, 4, seed=2)
+    batches = [_with_missing(b, "C1", [1, 5 + i]) for i, b in enumerate(batches)]
+    batches[2] = _with_missing(batches[2], "C3", [0, 2, 3])
+    plain, padded = Trainer(p, {}, Comm()), Trainer(p, {}, Comm())
+    static = _static_copy(batches[0], pad=True)
+    assert static.pad_bags and len(static.sparse["C1"][0]) == len(batches[0])  # one ID a bag at most
+    for b in batches:
+        assert _same_shapes(static, b)
+        _copy_into(static, b)
+        la, lb = plain.step(b), padded.step(static)
+        assert torch.allclose(la, lb, rtol=1e-6, atol=1e-7)
+    for pa, pb in zip(plain.packs, padded.packs):
+        torch.testing.assert_close(pb.weight, pa.weight, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(pb.state, pa.state, rtol=1e-6, atol=1e-7)
+    for x, y in zip(plain.dense.parameters(), padded.dense.parameters()):
+        torch.testing.assert_close(y, x, rtol=1e-6, atol=1e-7)

@@ -77,6 +77,10 @@ class Batch:
     dense: torch.Tensor
     sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]
     host_offsets: dict[str, np.ndarray] | None = None
+    # each table's rows may run past its last bag (fixed-size buffers of a captured CUDA graph,
+    # executor.cuda_graph): the rows after offsets[-1] are padding and form one extra bag per
+    # table, whose pooled row the model never reads
+    pad_bags: bool = False
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -208,14 +208,16 @@ class ShardedPack:
         self.replica_sizes = [0] * self.layout.world  # each rank's cold rows this step (replicated)
 
     # ---- forward ------------------------------------------------------------------
-    def pack_inputs(self, sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Packed rows and table-major bag offsets of one micro-batch (`sparse`: table -> rows, offsets)."""
+    def pack_inputs(self, sparse: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                    pad_bags: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Packed rows and table-major bag offsets of one micro-batch (`sparse`: table -> rows, offsets).
+        With `pad_bags` each table's rows past its last bag form one more bag (Batch.pad_bags)."""
         L = self.layout
         idx, offs, base = [], [], 0
         for t in L.tables:
             rows, o = sparse[t]
             idx.append(rows + L.table_offsets[t])
-            offs.append(o[:-1] + base)
+            offs.append((o if pad_bags else o[:-1]) + base)
             base += len(rows)
         indices = torch.cat(idx)
         if L.mode == "none":  # sequence tables: every ID is its own bag
