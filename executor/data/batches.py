@@ -134,12 +134,18 @@ def feature_map(model: ModelSpec, features: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def check_dense_count(model: ModelSpec, data_dense: int, what: str = "the data") -> None:
+    """The model reads every dense column of the data, no more and no fewer: training on a
+    silent subset (say the first 2 of Criteo's 13) would be another model than the one asked for."""
+    if data_dense != model.num_dense:
+        raise DataError(f"model {model.name} takes {model.num_dense} dense features, {what} has {data_dense} "
+                        f"(the model spec's num_dense must match the data's dense columns)")
+
+
 def to_batch(raw: RawBatch, model: ModelSpec, fmap: dict[str, str]) -> Batch:
     """Raw rows -> tensors the model reads (ID -> row, dense transform, sequence clipping)."""
-    if raw.dense.shape[1] < model.num_dense:
-        raise DataError(f"model {model.name} needs {model.num_dense} dense features, the data has {raw.dense.shape[1]}")
-    dense = raw.dense[:, : model.num_dense]
-    dense = np.ascontiguousarray(dense, dtype=np.float32) if raw.dense_ready else dlrm_dense(dense)
+    check_dense_count(model, raw.dense.shape[1])
+    dense = np.ascontiguousarray(raw.dense, dtype=np.float32) if raw.dense_ready else dlrm_dense(raw.dense)
     sparse = {}
     for t in model.tables:
         ids, off = raw.sparse[fmap[t.name]]
