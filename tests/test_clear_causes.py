@@ -1,5 +1,6 @@
 """Errors name their real cause in one line: data with no well-formed row is said to be malformed,
-not too short for the ranks; ..."""
+not too short for the ranks; a huge field is one malformed row, not a parser abort; a line with no
+end is bounded."""
 
 from __future__ import annotations
 
@@ -41,3 +42,40 @@ def test_a_short_log_with_good_rows_keeps_the_rank_hint(tmp_path):
     _criteo_rows(data, 6, "1")
     with pytest.raises(DataError, match=r"fewer rows \(\d\) than one batch \(8\): use fewer ranks"):
         next(TextRanges(str(data), "criteo", 2, 0, 8).local(0, BadRows()))
+
+
+def test_a_field_longer_than_the_parse_block_is_one_malformed_row(tmp_path):
+    """pyarrow refused the whole file ('straddling object') for one line longer than its block."""
+    from traces import readers
+
+    data = tmp_path / "long.tsv"
+    _criteo_rows(data, 20, "1")
+    with data.open("a") as f:
+        f.write("1\t" + "\t".join(["1"] * 13) + "\t" + "z" * (3 * readers.PARSE_BLOCK) + "\t"
+                + "\t".join(["ab12cd34"] * 25) + "\n")
+    _criteo_rows_append(data, 20)
+    r = readers.open_reader(data, "criteo")
+    assert sum(c.rows for c in r) == 40 and r.stats.rows_bad == 1
+    assert "long.tsv:21: field C1" in r.stats.first_bad_reasons[0]
+
+
+def _criteo_rows_append(path, n: int) -> None:
+    with path.open("a") as f:
+        f.write(("0\t" + "\t".join(["2"] * 13) + "\t" + "\t".join(["ab12cd34"] * 26) + "\n") * n)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_line_without_end_is_bounded(tmp_path, monkeypatch, gz):
+    """A row is held whole while parsed: a file with no line end past the bound is refused in one line,
+    not read whole into memory."""
+    import gzip
+
+    from traces import readers
+    from traces.errors import TraceError
+
+    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 1 << 20, raising=False)
+    data = tmp_path / ("blob.gz" if gz else "blob.tsv")
+    payload = b"1\t" + b"7" * (3 << 20)
+    data.write_bytes(gzip.compress(payload) if gz else payload)
+    with pytest.raises(TraceError, match="line 1 runs over 1 MiB without a line end"):
+        list(readers._BlockSource(str(data), 1 << 16))
