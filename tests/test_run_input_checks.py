@@ -78,3 +78,23 @@ def test_eval_data_must_be_a_file_or_a_converted_folder(data, tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and str(bad) in err[0], err
     assert ("not a regular file" if kind == "fifo" else "not one from `picasso convert`") in err[0], err
+
+
+def test_a_port_no_socket_can_have_is_refused_before_any_worker(data, capsys, no_workers):
+    rc = main(["run", str(data / "plan13.json"), "--data", "synthetic", "--steps", "2", "--master-port", "70000"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--master-port" in err[0] and "70000" in err[0], err
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_a_killed_rank_launcher_is_named(data, capsys, monkeypatch, sig):
+    """The agent itself killed: its ranks die with it and print nothing; the line says what happened."""
+    import sys
+
+    import executor.process.launch as launch
+
+    suicide = f"import os, signal; os.kill(os.getpid(), signal.{sig})"
+    monkeypatch.setattr(launch, "agent_command", lambda *a, **k: [sys.executable, "-c", suicide])
+    rc = main(["run", str(data / "plan13.json"), "--data", "synthetic", "--steps", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "rank launcher" in err[0] and f"killed by {sig}" in err[0], err

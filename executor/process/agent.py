@@ -140,6 +140,19 @@ def start_ranks(argv: list[str], nproc: int, nnodes: int, node_rank: int, master
     return procs
 
 
+def agent_ended(rc: int) -> str | None:
+    """The line for an agent that did not end on its own (a signal killed or stopped it), else None:
+    then the workers' lines are consequences, not the cause."""
+    signum = -rc if rc < 0 else rc - 128 if rc > 128 else 0
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return None
+    why = " (the kernel's out-of-memory killer, or a kill from outside?)" if signum == signal.SIGKILL else ""
+    return (f"the rank launcher (python -m executor.process.agent) was killed by {name} before the run ended, "
+            f"and its ranks with it{why}")
+
+
 def first_error(log: str) -> str:
     """The clearest single line out of the workers' and the agent's output."""
     lines = log.splitlines()
