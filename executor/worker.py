@@ -47,6 +47,7 @@ from executor.data.text_ranges import (
     splittable,
 )
 from executor.process.allocator import HeapTrimmer
+from executor.process.lines import say
 from executor.process.memory import peak_bytes
 from executor.process.process_tree import die_with_parent
 from executor.process.rendezvous import join_store
@@ -503,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"executor rank {rank}: error: {msg}", file=sys.stderr, flush=True)
+        say(f"executor rank {rank}: error: {msg}")
         return 1
     finally:
         _leave_group(failed, args.timeout)

@@ -79,3 +79,38 @@ def test_a_line_without_end_is_bounded(tmp_path, monkeypatch, gz):
     data.write_bytes(gzip.compress(payload) if gz else payload)
     with pytest.raises(TraceError, match="line 1 runs over 1 MiB without a line end"):
         list(readers._BlockSource(str(data), 1 << 16))
+
+
+def test_glued_error_lines_are_read_apart():
+    """Two ranks failing at once wrote into one log line; the rank that failed on its own is named."""
+    from executor.process.launch import first_error
+
+    log = ("executor rank 0: error: a collective failed, another rank probably died or hung (Connection closed)"
+           "executor rank 1: error: /data/x.tsv: line 7: field C3: bad\n\n"
+           "[W socket.cpp:1] partial warningpicasso agent: rank 1 exited with code 1\n")
+    assert first_error(log) == "rank 1: /data/x.tsv: line 7: field C3: bad"
+    glued_exit = "[W gloo] half a linepicasso agent: rank 1 exited with code -9\n"
+    assert first_error(glued_exit) == "worker rank 1 died (exit code -9); the other ranks stopped"
+
+
+def test_a_rank_writes_its_error_line_in_one_write(tmp_path):
+    """Ranks run under `python -u`, where print writes the text and its newline apart: a peer's
+    line could land between them. The error line must be one write."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    trace = tmp_path / "writes.txt"
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=write", "-s", "300", "-o", str(trace),
+                           sys.executable, "-u", "-m", "executor", "--plan", str(tmp_path / "nope.json"),
+                           "--data", "synthetic", "--steps", "1"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "WORLD_SIZE": "1"})
+    if "Operation not permitted" in proc.stderr and not trace.read_text():
+        pytest.skip("ptrace is not permitted here")
+    assert "no such plan file" in proc.stderr
+    writes = [ln for ln in trace.read_text().splitlines() if "write(2," in ln]
+    mine = [ln for ln in writes if "executor rank 0: error:" in ln]
+    assert len(mine) == 1 and "no such plan file\\n\"" in mine[0], writes

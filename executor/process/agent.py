@@ -26,12 +26,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from executor.process.lines import say
 from executor.process.process_tree import die_with_parent
 from executor.process.rendezvous import HOSTED, free_port, host_store, listen_socket, socket_env
 
 GRACE_S = 5.0
 STORE_TIMEOUT_S = 300.0  # the host's own waits; each worker joins with its --timeout
 PREFIX = "picasso agent"
+REPORT_START = re.compile(rf"(?=executor rank \d+: error: |{PREFIX}: )")
 COLLECTIVE = "another rank probably died or hung"  # executor.worker's line for a broken collective
 
 
@@ -115,10 +117,9 @@ def supervise(procs: dict[int, subprocess.Popen], poll_s: float = 0.1, grace_s: 
     if out.ok:
         return 0
     for r, c in sorted(out.failed.items()):
-        print(f"{PREFIX}: rank {r} exited with code {c}", file=sys.stderr, flush=True)
+        say(f"{PREFIX}: rank {r} exited with code {c}")
     for r in out.stopped:
-        print(f"{PREFIX}: rank {r} was still running after rank {min(out.failed)} failed; stopped",
-              file=sys.stderr, flush=True)
+        say(f"{PREFIX}: rank {r} was still running after rank {min(out.failed)} failed; stopped")
     return 1
 
 
@@ -155,7 +156,10 @@ def agent_ended(rc: int) -> str | None:
 
 def first_error(log: str) -> str:
     """The clearest single line out of the workers' and the agent's output."""
-    lines = log.splitlines()
+    # a line another process wrote in pieces (C++ logging, a print under -u) may have a report glued
+    # into it: each report starts a line of its own
+    lines = [piece for ln in log.splitlines() for piece in REPORT_START.split(ln)]
+    log = "\n".join(lines)
     agent = [ln.split(": error: ", 1)[1] for ln in lines if ln.startswith(f"{PREFIX}: error: ")]
     if agent:  # the agent could not start the ranks
         return agent[0]
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line; the ranks must not outlive the agent
         stop_ranks(procs, GRACE_S)
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{PREFIX}: error: {msg}", file=sys.stderr, flush=True)
+        say(f"{PREFIX}: error: {msg}")
         return 1
     finally:
         for s, h in old.items():
