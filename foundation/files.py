@@ -27,7 +27,8 @@ def check_output_path(path: str | os.PathLike) -> Path:
     path = Path(path)
     try:
         st = path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        check_creatable(path)
         return path
     except OSError as exc:
         raise UnwritableTarget(f"{path}: cannot write here ({exc.strerror})") from None
@@ -36,6 +37,19 @@ def check_output_path(path: str | os.PathLike) -> Path:
     if not stat.S_ISREG(st.st_mode):
         raise UnwritableTarget(f"{path}: exists and is not a regular file (a device, FIFO or socket); refusing to replace it")
     return path
+
+
+def check_creatable(path: str | os.PathLike) -> None:
+    """The one rule for an output whose folders are missing, for every command: they are created
+    when it is written, so the nearest existing folder above it must be a folder this process may
+    write; checked before any work, and nothing is created until the output is written."""
+    above = Path(os.path.abspath(path)).parent
+    while not os.path.lexists(above):
+        above = above.parent
+    if not above.is_dir():
+        raise UnwritableTarget(f"{path}: {above} is not a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UnwritableTarget(f"{path}: folder {above} is not writable")
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:

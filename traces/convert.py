@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from foundation.files import fsync_dir
+from foundation.files import check_creatable, fsync_dir
 from foundation.locks import one_writer_beside
 from traces.dataset import (
     DENSE_TRANSFORMS,
@@ -115,8 +115,11 @@ def convert(
     files = expand_inputs(inputs)
     out = Path(out)
     _check_target(out, force)
-    if not out.parent.exists():
-        raise TraceError(f"{out.parent}: no such folder for the output")
+    check_creatable(out)  # missing folders are created (foundation's rule for every output)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # the writer lock sits beside the output
+    except OSError as exc:
+        raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
     with one_writer_beside(out, "dataset folder"):  # a second conversion to `out` is refused, not raced
         _check_target(out, force)  # again: another conversion may have ended while this one checked
         return _convert(files, fmt, out, dense_transform, shard_rows, strict, chunk_bytes, progress,
