@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--steps", type=int, default=6, help="timed steps of each real run")
     p.add_argument("--run-repeats", type=int, default=3,
                    help="runs of the plan and of each baseline, taking turns: medians and their spread")
-    p.add_argument("--plans", type=int, default=12, help="plans in the small validation sweep (a third of them fit)")
+    p.add_argument("--plans", type=int, default=9, help="plans in the small validation sweep (a third of them fit)")
     p.add_argument("--repeats", type=int, default=2, help="passes over the validation sweep (picasso validate --repeats)")
     p.set_defaults(func=run)
 
