@@ -25,7 +25,7 @@ import numpy as np
 
 from foundation import fields
 from foundation.fields import FieldError
-from foundation.files import UnwritableTarget, atomic_write, check_output_path, regular_file
+from foundation.files import UnwritableTarget, atomic_write, check_output_path, read_json_bytes
 from traces.counting import IdCounter, unique_counts
 from traces.coverage import presence, top_ids
 from traces.errors import TraceError
@@ -243,8 +243,7 @@ class AccessProfile:
         if not path.exists():
             raise TraceError(f"{path}: no such profile")
         try:
-            regular_file(path, "profile")
-            doc = json.loads(path.read_bytes().decode("utf-8"))
+            doc = read_json_bytes(path, "profile")  # bounded in size and nesting
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise TraceError(f"{path}: not a profile JSON ({str(exc).splitlines()[0][:120]})") from None
         except (OSError, ValueError) as exc:
