@@ -10,8 +10,7 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from picasso.commands.demo import measured_line
-from validation.demo import demo_summary
+from validation.demo import demo_summary, measured_line, summary_lines
 from validation.repeats import Repeated, measure_interleaved, noisy, speedup, typical_spread
 
 
@@ -73,3 +72,5 @@ def test_the_headline_says_when_runs_disagree():
     assert s["noisy"] == ["dp-hot-only"]
     line = measured_line(s)
     assert "dp-hot-only 1.61x" in line and "dp-hot-only's runs disagree" in line and "naive 2.35x (spread" in line
+    printed = summary_lines(s)
+    assert printed[0].startswith("picasso demo: done in") and line.strip() in [p.strip() for p in printed]

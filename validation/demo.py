@@ -224,6 +224,31 @@ def measured_summary(reps: dict[str, Repeated]) -> dict[str, Any]:
     }
 
 
+def measured_line(summary: dict[str, Any]) -> str:
+    """The measured speedups with the runs' spread: a speedup within it, or over a plan whose runs
+    disagree beyond the typical spread, says so."""
+    spread, noisy = summary["measured_spread"], set(summary["noisy"])
+    runs = len(summary["measured_runs_us"]["picasso"])
+    parts = []
+    for n, v in summary["measured_speedup"].items():
+        note = [] if summary["measured_speedup_resolved"][n] else ["within noise"]
+        note += [f"{x}'s runs disagree" for x in ("picasso", n) if x in noisy]
+        parts.append(f"{n} {v:.2f}x (spread {spread[n]:.0%})" + (f" [{'; '.join(note)}]" if note else ""))
+    return (f"measured speedup (median of {runs} runs; picasso's spread {spread['picasso']:.0%}, typical "
+            f"{summary['typical_spread']:.0%}): " + ", ".join(parts))
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """What `picasso demo` prints at the end: the report, the speedups (measured ones with their
+    spread) and the validation's accuracy."""
+    lines = [f"picasso demo: done in {summary['seconds']:.0f} s; report: {summary['report']}"]
+    for k in ("predicted_speedup", "predicted_speedup_refit"):
+        lines.append(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
+    v = summary["validate"]
+    return [*lines, f"  {measured_line(summary)}",
+            f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {_fmt(v['spearman'])}"]
+
+
 def demo_summary(ctx: dict[str, Any], stages: list[dict[str, Any]], total: float, report: Path) -> dict[str, Any]:
     pred = {n: p.iteration_us for n, p in ctx["predicted"].items()}
     vres = ctx["validate"][0]

@@ -40,3 +40,11 @@ def check_input(model: ModelSpec, data: str, fmt: str, what: str) -> None:
     n = dense_columns(data, fmt, what)
     if n is not None:
         check_dense_count(model, n, what)
+
+
+def check_inputs(model: ModelSpec, data: str, fmt: str, eval_data: str | None, eval_fmt: str | None) -> None:
+    """A run's --data and --eval-data, before any rank starts (a FIFO as --eval-data was found only
+    after the training, a wrong dense count only once the ranks read a batch)."""
+    check_input(model, data, fmt, "data file")
+    if eval_data is not None:
+        check_input(model, eval_data, eval_fmt or fmt, "--eval-data file")

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from executor.data.inputs import check_input
 from executor.process.agent import agent_command, agent_ended, first_error
 from executor.process.process_tree import run_tree
 from executor.process.threads import rank_env
 from executor.result import RunResult
+from foundation.files import regular_file
 
 __all__ = ["LaunchError", "check_topology", "first_error", "launch"]
 
@@ -65,7 +66,12 @@ def launch(
     check_topology(nproc, nnodes, node_rank, steps, master_port)
     plan = Plan.load(plan_path)
     plan.load_hot_ids(plan_path)  # a missing or wrong hot-ID file fails here, before any worker starts
-    check_input(plan.model, data, fmt, "data file")  # a FIFO, a device, a wrong dense count: before any worker
+    if data != "synthetic":
+        if glob.has_magic(data):
+            if not glob.glob(data):
+                raise FileNotFoundError(f"{data}: no file matches this pattern")
+        elif not Path(data).is_dir():  # a converted dataset is a folder (traces.dataset checks it)
+            regular_file(data, "data file")  # one line for a missing file, a FIFO or a device
     nproc = nproc or max(1, plan.world_size // nnodes)
     if nproc * nnodes != plan.world_size:
         raise ValueError(

@@ -13,8 +13,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--row-cap", type=int, default=50_000, help="cap every table at N rows (CPU runs)")
     p.add_argument("--batch", type=int, default=512, help="batch size per rank of the planned run")
     p.add_argument("--steps", type=int, default=6, help="timed steps of each real run")
-    p.add_argument("--run-repeats", type=int, default=3,
-                   help="runs of the plan and of each baseline, taking turns: medians and their spread")
+    p.add_argument("--run-repeats", type=int, default=3, help="runs of the plan and each baseline, taking turns")
     p.add_argument("--plans", type=int, default=9, help="plans in the small validation sweep (a third of them fit)")
     p.add_argument("--repeats", type=int, default=2, help="passes over the validation sweep (picasso validate --repeats)")
     p.set_defaults(func=run)
@@ -23,7 +22,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from validation.demo import DemoConfig, run_demo
+    from validation.demo import DemoConfig, run_demo, summary_lines
 
     summary = run_demo(DemoConfig(out=args.out, rows=args.rows, seed=args.seed, row_cap=args.row_cap,
                                   batch=args.batch, steps=args.steps, plans=args.plans, repeats=args.repeats,
@@ -31,28 +30,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
         return 0
-    print(f"picasso demo: done in {summary['seconds']:.0f} s; report: {summary['report']}")
-    for k in ("predicted_speedup", "predicted_speedup_refit"):
-        print(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
-    print(f"  {measured_line(summary)}")
-    v = summary["validate"]
-    print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {_three(v['spearman'])}")
+    for line in summary_lines(summary):
+        print(line)
     return 0
-
-
-def measured_line(summary: dict) -> str:
-    """The measured speedups with the runs' spread: a speedup within it, or over a plan whose runs
-    disagree beyond the typical spread, says so."""
-    spread, noisy = summary["measured_spread"], set(summary["noisy"])
-    runs = len(summary["measured_runs_us"]["picasso"])
-    parts = []
-    for n, v in summary["measured_speedup"].items():
-        note = [] if summary["measured_speedup_resolved"][n] else ["within noise"]
-        note += [f"{x}'s runs disagree" for x in ("picasso", n) if x in noisy]
-        parts.append(f"{n} {v:.2f}x (spread {spread[n]:.0%})" + (f" [{'; '.join(note)}]" if note else ""))
-    return (f"measured speedup (median of {runs} runs; picasso's spread {spread['picasso']:.0%}, typical "
-            f"{summary['typical_spread']:.0%}): " + ", ".join(parts))
-
-
-def _three(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
