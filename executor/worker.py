@@ -27,6 +27,7 @@ from executor.data.batches import (
     DataError,
     DeviceFeeder,
     Prefetcher,
+    RowCount,
     dataset_batches,
     feature_map,
     global_batches,
@@ -35,6 +36,7 @@ from executor.data.batches import (
     steps_per_epoch,
     synthetic_raw,
     to_batch,
+    too_few_rows,
 )
 from executor.data.text_ranges import (
     TEXT_FORMATS,
@@ -45,6 +47,7 @@ from executor.data.text_ranges import (
     splittable,
 )
 from executor.process.allocator import HeapTrimmer
+from executor.process.lines import say
 from executor.process.memory import peak_bytes
 from executor.process.process_tree import die_with_parent
 from executor.process.rendezvous import join_store
@@ -116,19 +119,20 @@ def predicted_samples_per_s(plan: Plan) -> float | None:
     return samples_per_s(plan, p.iteration_us)
 
 
-def resumed_batches(open_chunks, global_batch: int, skip: int):
+def resumed_batches(open_chunks, global_batch: int, skip: int, bad: BadRows | None = None):
     """global_batches(skip=skip) that reads the data at most once more to get there.
 
     The data repeats in epochs: a skip past the end of the first pass is reduced modulo
     the epoch's batch count, so a huge data_position in a manifest cannot loop forever.
     """
     seen = 0
-    for b in rebatch(open_chunks(), global_batch):
+    count = RowCount()
+    for b in rebatch(count.through(open_chunks()), global_batch):
         if seen >= skip:
             yield b
         seen += 1
     if seen == 0:
-        raise DataError(f"the data has fewer rows than one global batch ({global_batch})")
+        raise too_few_rows("the data", global_batch, count.rows, bad)
     yield from global_batches(open_chunks, global_batch, skip=skip % seen if skip >= seen else 0)
 
 
@@ -244,7 +248,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                 yield (x, next(whole) if whole is not None else None)
             return
         if dataset is None:
-            yield from resumed_batches(open_chunks, g, start_step)
+            yield from resumed_batches(open_chunks, g, start_step, bad)
             return
         # each rank reads its own rows only; the whole global batch just for --verify's reference
         mine = dataset_batches(dataset, g, rank * b, (rank + 1) * b, seed, start_step)
@@ -501,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"executor rank {rank}: error: {msg}", file=sys.stderr, flush=True)
+        say(f"executor rank {rank}: error: {msg}")
         return 1
     finally:
         _leave_group(failed, args.timeout)

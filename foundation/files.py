@@ -27,7 +27,8 @@ def check_output_path(path: str | os.PathLike) -> Path:
     path = Path(path)
     try:
         st = path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        check_creatable(path)
         return path
     except OSError as exc:
         raise UnwritableTarget(f"{path}: cannot write here ({exc.strerror})") from None
@@ -36,6 +37,19 @@ def check_output_path(path: str | os.PathLike) -> Path:
     if not stat.S_ISREG(st.st_mode):
         raise UnwritableTarget(f"{path}: exists and is not a regular file (a device, FIFO or socket); refusing to replace it")
     return path
+
+
+def check_creatable(path: str | os.PathLike) -> None:
+    """The one rule for an output whose folders are missing, for every command: they are created
+    when it is written, so the nearest existing folder above it must be a folder this process may
+    write; checked before any work, and nothing is created until the output is written."""
+    above = Path(os.path.abspath(path)).parent
+    while not os.path.lexists(above):
+        above = above.parent
+    if not above.is_dir():
+        raise UnwritableTarget(f"{path}: {above} is not a folder")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UnwritableTarget(f"{path}: folder {above} is not writable")
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:
@@ -176,3 +190,34 @@ def check_distinct(inputs: dict[str, object], outputs: dict[str, object],
             if top == p.resolve() or top in p.resolve().parents:
                 raise ValueError(f"{folder}: {flag} would replace the folder holding the input {other} ({p}); "
                                  f"give {flag} another path")
+
+
+MAX_DOC_BYTES = 64 << 20  # a plan, profile summary or manifest: the largest real ones are a few MB
+
+
+class DocumentTooLarge(ValueError):
+    """A document read from a file is beyond what any real one costs (size or nesting)."""
+
+
+def read_json_bytes(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> object:
+    """The parsed JSON of a regular file of at most `max_bytes` (MAX_DOC_BYTES), checked by its size
+    before it is read; nesting deeper than the parser's stack is one line, not a RecursionError.
+    A JSON syntax error keeps its json.JSONDecodeError (callers name the line)."""
+    import json
+
+    limit = MAX_DOC_BYTES if max_bytes is None else max_bytes
+    path = regular_file(path, what)
+    size = path.stat().st_size
+    if size > limit:
+        raise DocumentTooLarge(f"{path}: {what} of {size:,} bytes, more than any real one ({limit:,} at most)")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)  # the file may grow after the size check
+    except OSError as exc:
+        raise OSError(f"{path}: cannot read {what} ({exc.strerror})") from None
+    if len(raw) > limit:
+        raise DocumentTooLarge(f"{path}: {what} grew past {limit:,} bytes while read")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise DocumentTooLarge(f"{path}: {what} nests lists or objects deeper than any real one") from None

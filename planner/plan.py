@@ -32,7 +32,7 @@ import numpy as np
 
 from foundation import fields
 from foundation.fields import FieldError
-from foundation.files import atomic_write_bytes, check_output_path, regular_file
+from foundation.files import atomic_write_bytes, check_output_path, read_json_bytes, regular_file
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
@@ -420,8 +420,7 @@ class Plan:
     def load(cls, path: str | os.PathLike) -> Plan:
         path = Path(path)
         try:
-            regular_file(path, "plan file")
-            d = json.loads(path.read_bytes().decode("utf-8"))
+            d = read_json_bytes(path, "plan file")  # bounded in size and nesting
         except FileNotFoundError:
             raise PlanError(f"{path}: no such plan file") from None
         except UnicodeDecodeError:

@@ -117,5 +117,6 @@ def test_synth_rejects_bad_parameters(tmp_path):
         generate_criteo(tmp_path / "x.tsv", 10, cardinalities=[10, 20])
     with pytest.raises(TraceError, match="unknown synth preset"):
         generate_criteo(tmp_path / "x.tsv", 10, preset="nope")
-    with pytest.raises(TraceError, match="does not exist"):
-        generate_criteo(tmp_path / "no" / "x.tsv", 10)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(OSError, match="f is not a folder"):
+        generate_criteo(tmp_path / "f" / "x.tsv", 10)

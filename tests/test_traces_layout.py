@@ -236,11 +236,11 @@ def test_output_paths_checked_before_reading_and_no_orphans(tmp_path, capsys):
     p = tmp_path / "c.tsv"
     p.write_text("\t".join(["1", *["1"] * 13, *["0000000a"] * 26]) + "\n")
     (tmp_path / "adir").mkdir()
-    one_line_error(["analyze", str(p), "--format", "criteo", "-o", str(tmp_path / "nope" / "p.json")],
-                   "folder", "does not exist")
+    one_line_error(["analyze", str(p), "--format", "criteo", "-o", str(p / "nope" / "p.json")],
+                   "c.tsv is not a folder")
     one_line_error(["analyze", str(p), "--format", "criteo", "-o", str(tmp_path / "adir")], "is a directory")
     one_line_error(["analyze", str(p), "--format", "criteo", "-o", str(tmp_path / "p.json"), "--html",
-                    str(tmp_path / "nope" / "r.html")], "does not exist")
+                    str(p / "r.html")], "c.tsv is not a folder")
     assert sorted(x.name for x in tmp_path.iterdir()) == ["adir", "c.tsv"]
     assert list((tmp_path / "adir").iterdir()) == []
     assert main(["analyze", str(p), "--format", "criteo"]) == 0

@@ -101,7 +101,7 @@ def test_demo_report_opens_without_javascript_errors(tmp_path):
 
     out = tmp_path / "demo"
     summary = run_demo(DemoConfig(out=str(out), rows=60_000, seed=0, row_cap=20_000, batch=256, steps=4, plans=4,
-                                  repeats=1, quiet=True))
+                                  repeats=1, run_repeats=2, quiet=True))
     assert summary["report"] == str(out / "report.html")
     report = out / "report.html"
     assert report.is_file()

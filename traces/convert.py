@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from foundation.files import fsync_dir
+from foundation.files import check_creatable, fsync_dir
+from foundation.locks import one_writer_beside
 from traces.dataset import (
     DENSE_TRANSFORMS,
     FORMAT,
@@ -113,14 +114,29 @@ def convert(
         raise TraceError(f"--shard-rows must be positive, got {shard_rows}")
     files = expand_inputs(inputs)
     out = Path(out)
+    _check_target(out, force)
+    check_creatable(out)  # missing folders are created (foundation's rule for every output)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # the writer lock sits beside the output
+    except OSError as exc:
+        raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    with one_writer_beside(out, "dataset folder"):  # a second conversion to `out` is refused, not raced
+        _check_target(out, force)  # again: another conversion may have ended while this one checked
+        return _convert(files, fmt, out, dense_transform, shard_rows, strict, chunk_bytes, progress,
+                        format_options)
+
+
+def _check_target(out: Path, force: bool) -> None:
     if os.path.lexists(out) and not force:
         raise TraceError(f"{out}: already exists (use --force to replace it)")
     if os.path.lexists(out) and (out.is_symlink() or not is_dataset(out)):
         # --force replaces a dataset only: never a device, a FIFO (removing it would block),
         # a file or an unrelated folder
         raise TraceError(f"{out}: exists and is not a picasso dataset folder; refusing to replace it")
-    if not out.parent.exists():
-        raise TraceError(f"{out.parent}: no such folder for the output")
+
+
+def _convert(files, fmt, out: Path, dense_transform, shard_rows, strict, chunk_bytes, progress,
+             format_options) -> dict:
     total_bytes = sum(os.path.getsize(f) for f in files if os.path.exists(f))
     tmp = out.parent / f".{out.name}.converting-{os.getpid()}"
     t0 = time.perf_counter()

@@ -17,7 +17,6 @@ rank's resident memory does not grow with the dataset (any `.npy` tool can still
 from __future__ import annotations
 
 import glob
-import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from foundation.files import read_json_bytes
 from traces.errors import TraceError
 
 FORMAT = "picasso-dataset-1"
@@ -158,9 +158,11 @@ class Dataset:
             why = "no manifest.json: an interrupted conversion, or not a converted dataset"
             raise TraceError(f"{self.path}: {why}")
         try:
-            m = json.loads(mf.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+            m = read_json_bytes(mf, "dataset manifest")  # bounded in size and nesting
+        except (OSError, ValueError) as exc:
             raise TraceError(f"{mf}: unreadable manifest ({exc})") from None
+        if not isinstance(m, dict):
+            raise TraceError(f"{mf}: not a dataset manifest (a JSON object expected)")
         if m.get("format") != FORMAT:
             raise TraceError(f"{mf}: format {m.get('format')!r}, expected {FORMAT!r}")
         self.manifest = m

@@ -25,7 +25,7 @@ import numpy as np
 
 from foundation import fields
 from foundation.fields import FieldError
-from foundation.files import atomic_write, check_output_path, regular_file
+from foundation.files import UnwritableTarget, atomic_write, check_output_path, read_json_bytes
 from traces.counting import IdCounter, unique_counts
 from traces.coverage import presence, top_ids
 from traces.errors import TraceError
@@ -243,8 +243,7 @@ class AccessProfile:
         if not path.exists():
             raise TraceError(f"{path}: no such profile")
         try:
-            regular_file(path, "profile")
-            doc = json.loads(path.read_bytes().decode("utf-8"))
+            doc = read_json_bytes(path, "profile")  # bounded in size and nesting
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise TraceError(f"{path}: not a profile JSON ({str(exc).splitlines()[0][:120]})") from None
         except (OSError, ValueError) as exc:
@@ -355,15 +354,14 @@ def _json_default(o):
 def check_output(path: str | os.PathLike) -> None:
     """Refuse, in one line, an output path that cannot become a regular file."""
     p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise TraceError(f"{p}: folder {parent} does not exist")
     if p.is_dir():
         raise TraceError(f"{p}: is a directory, expected a file name")
-    if p.exists() and not p.is_file():
-        raise TraceError(f"{p}: exists and is not a regular file; refusing to replace it")
-    if not os.access(parent, os.W_OK):
-        raise TraceError(f"{p}: folder {parent} is not writable")
+    try:
+        check_output_path(p)  # missing folders are created when it is written (foundation's rule)
+    except UnwritableTarget as exc:
+        raise TraceError(str(exc)) from None
+    if p.exists() and not os.access(p.parent, os.W_OK):
+        raise TraceError(f"{p}: folder {p.parent} is not writable")
 
 
 def _atomic_write(path: Path, write) -> None:

@@ -28,6 +28,8 @@ from traces.sniff import SEP_WORDS, guess_layout, header_problem, libsvm_line, p
 
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 MAX_BAD_LINES = 10
+MAX_LINE_BYTES = 256 << 20  # one row's line, held whole while it is parsed
+PARSE_BLOCK = 1 << 20  # bytes pyarrow parses per thread; a longer line is parsed in a block of its own
 CRITEO_DENSE = [f"I{i}" for i in range(1, 14)]
 CRITEO_SPARSE = [f"C{i}" for i in range(1, 27)]
 AVAZU_LABEL = "click"
@@ -156,6 +158,7 @@ class _BlockSource:
                 data = rest + buf if rest else buf
                 cut = data.rfind(b"\n")
                 if cut < 0:
+                    self._check_line(len(data), line)
                     rest = data
                     continue
                 block, rest = data[: cut + 1], data[cut + 1 :]
@@ -165,6 +168,12 @@ class _BlockSource:
                 yield rest + b"\n", line
         finally:
             stream.close()
+
+    def _check_line(self, size: int, line: int) -> None:
+        """A line is held whole in memory: past MAX_LINE_BYTES the file is not a log of rows."""
+        if size > MAX_LINE_BYTES:
+            raise TraceError(f"{self.path}: line {self.absolute_line(line)} runs over {MAX_LINE_BYTES >> 20} MiB "
+                             "without a line end: not one row per line (a binary or damaged file?)")
 
     def _plain(self) -> Iterator[tuple[bytes, int]]:
         """Plain files: read a block, cut after its last newline, seek back to the cut."""
@@ -183,6 +192,7 @@ class _BlockSource:
                     break
                 cut = buf.rfind(b"\n")
                 while cut < 0 and len(buf) >= self.chunk_bytes:  # a line longer than a block
+                    self._check_line(len(buf), line)
                     more = f.read(self.chunk_bytes)
                     if not more:
                         break
@@ -394,6 +404,17 @@ class DelimitedReader(Reader):
 
     # -- reading ------------------------------------------------------------------------
     def _parse(self, block: bytes, all_strings: bool, bad_rows: list) -> pa.Table:
+        try:
+            return self._parse_blocks(block, all_strings, bad_rows, PARSE_BLOCK)
+        except pa.ArrowInvalid as exc:
+            if "straddling" not in str(exc):
+                raise
+        # a line longer than pyarrow's block (one huge field): parse this block as one; the
+        # row then meets the same field checks as any other
+        del bad_rows[:]
+        return self._parse_blocks(block, all_strings, bad_rows, len(block) + 1)
+
+    def _parse_blocks(self, block: bytes, all_strings: bool, bad_rows: list, block_size: int) -> pa.Table:
         def handler(row):
             bad_rows.append(row)
             return "skip"
@@ -403,7 +424,7 @@ class DelimitedReader(Reader):
                  for c in self.columns}  # fmt: skip
         return pcsv.read_csv(
             pa.py_buffer(block),
-            read_options=pcsv.ReadOptions(column_names=self.names, use_threads=True, block_size=1 << 20),
+            read_options=pcsv.ReadOptions(column_names=self.names, use_threads=True, block_size=block_size),
             parse_options=pcsv.ParseOptions(
                 delimiter=self.sep,
                 quote_char='"' if self.quoting else False,
@@ -568,6 +589,8 @@ def _show(v) -> str:
 def _row_line_numbers(block: bytes, first_line: int, sep: str, ncols: int, quoting: bool):
     """For each row pyarrow kept, its 1-based file line; plus (line, fields) of wrong-width rows."""
     text = block.decode("utf-8", "replace")
+    if csv.field_size_limit() < MAX_LINE_BYTES:  # a field may be as long as a line (else rows lose their lines)
+        csv.field_size_limit(MAX_LINE_BYTES)
     reader = csv.reader(
         io.StringIO(text, newline=""),
         delimiter=sep,

@@ -235,9 +235,6 @@ def generate_criteo(
     p = preset_params(preset, **params)
     samplers = [ZipfSampler(V, s, p.zipf_q) for V, s in zip(p.cardinalities, p.zipf_s)]
     path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise TraceError(f"{path}: directory {d} does not exist")
     gz = path.endswith(".gz")
     written = 0
 

@@ -42,7 +42,8 @@ from traces.profile import profile_file
 from traces.synth import generate_criteo
 from validation.calibrate import CalibrateConfig, calibrate
 from validation.compare import predict
-from validation.measure import run_measured
+from validation.measure import Measured, merge_passes, run_measured
+from validation.repeats import Repeated, measure_interleaved, noisy, speedup, typical_spread
 from validation.report import validation_sections
 from validation.validate import ValidateConfig, json_default, run_validate
 
@@ -61,13 +62,16 @@ class DemoConfig:
     seed: int = 0
     row_cap: int = 50_000  # every table capped at this many rows (CPU runs)
     batch: int = 512  # per rank, of the planned run
-    steps: int = 8  # timed steps of each real run
-    plans: int = 12  # in the small validation sweep (a third of them fit)
+    steps: int = 6  # timed steps of each real run
+    # in the small validation sweep (a third of them fit); with the run stage's 4 plans x 3 runs the demo
+    # launches about 30 rank groups, each a few seconds of start-up on a CPU machine
+    plans: int = 9
     repeats: int = 2  # passes over the validation sweep
+    run_repeats: int = 3  # runs of the plan and of each baseline, taking turns (validation.repeats)
     quiet: bool = False  # no progress lines (--json)
 
     def check(self) -> None:
-        for name in ("rows", "row_cap", "batch", "steps", "plans", "repeats"):
+        for name in ("rows", "row_cap", "batch", "steps", "plans", "repeats", "run_repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
 
@@ -148,10 +152,19 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         predicted["picasso"].timeline.save_chrome_trace(out / "plan.simulated.trace.json")
         ctx["predicted"] = predicted
 
-    with st.stage("run", f"the plan and the baselines for real on {WORLD} gloo ranks"):
-        measured = {"picasso": run_measured(plan_path, str(data), "criteo", WORLD, steps, 3, out)}
-        for name, bpath in base_plans.items():
-            measured[name] = run_measured(bpath, str(data), "criteo", WORLD, steps, 3, out)
+    with st.stage("run", f"the plan and the baselines for real on {WORLD} gloo ranks, "
+                         f"{cfg.run_repeats} runs each, taking turns"):
+        paths = {"picasso": plan_path, **base_plans}
+        runs: dict[str, list[Measured]] = {n: [] for n in paths}
+
+        def measure(name: str, r: int) -> float:
+            m = run_measured(paths[name], str(data), "criteo", WORLD, steps, 3, out, tag=f".run{r}")
+            runs[name].append(m)
+            return m.iteration_us
+
+        ctx["repeats"] = measure_interleaved(list(paths), cfg.run_repeats, measure,
+                                             lambda n: Plan.load(paths[n]).global_batch)
+        measured = {n: merge_passes(ms) for n, ms in runs.items()}
         measured["picasso"].timeline.save_chrome_trace(out / "plan.measured.trace.json")
         ctx["measured"] = measured
 
@@ -194,17 +207,57 @@ def _speedups(times: dict[str, float]) -> dict[str, float | None]:
     return {n: (t / mine if mine and t else None) for n, t in times.items() if n != "picasso"}
 
 
+def measured_summary(reps: dict[str, Repeated]) -> dict[str, Any]:
+    """The repeated runs as the summary shows them: medians, spreads, the typical spread, the plans
+    whose runs disagree beyond it, and each measured speedup with whether the runs resolve it."""
+    typical = typical_spread(reps)
+    mine = reps["picasso"]
+    return {
+        "measured_iteration_us": {n: r.median_us for n, r in reps.items()},
+        "measured_runs_us": {n: r.runs_us for n, r in reps.items()},
+        "measured_spread": {n: r.spread for n, r in reps.items()},
+        "typical_spread": typical,
+        "noisy": [n for n, r in reps.items() if noisy(r, typical)],
+        "measured_speedup": {n: speedup(mine, r).ratio for n, r in reps.items() if n != "picasso"},
+        "measured_speedup_resolved": {n: speedup(mine, r).resolved for n, r in reps.items() if n != "picasso"},
+        "samples_per_s": {n: r.samples_per_s for n, r in reps.items()},  # at the median: agrees with the ms
+    }
+
+
+def measured_line(summary: dict[str, Any]) -> str:
+    """The measured speedups with the runs' spread: a speedup within it, or over a plan whose runs
+    disagree beyond the typical spread, says so."""
+    spread, noisy = summary["measured_spread"], set(summary["noisy"])
+    runs = len(summary["measured_runs_us"]["picasso"])
+    parts = []
+    for n, v in summary["measured_speedup"].items():
+        note = [] if summary["measured_speedup_resolved"][n] else ["within noise"]
+        note += [f"{x}'s runs disagree" for x in ("picasso", n) if x in noisy]
+        parts.append(f"{n} {v:.2f}x (spread {spread[n]:.0%})" + (f" [{'; '.join(note)}]" if note else ""))
+    return (f"measured speedup (median of {runs} runs; picasso's spread {spread['picasso']:.0%}, typical "
+            f"{summary['typical_spread']:.0%}): " + ", ".join(parts))
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """What `picasso demo` prints at the end: the report, the speedups (measured ones with their
+    spread) and the validation's accuracy."""
+    lines = [f"picasso demo: done in {summary['seconds']:.0f} s; report: {summary['report']}"]
+    for k in ("predicted_speedup", "predicted_speedup_refit"):
+        lines.append(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
+    v = summary["validate"]
+    return [*lines, f"  {measured_line(summary)}",
+            f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {_fmt(v['spearman'])}"]
+
+
 def demo_summary(ctx: dict[str, Any], stages: list[dict[str, Any]], total: float, report: Path) -> dict[str, Any]:
     pred = {n: p.iteration_us for n, p in ctx["predicted"].items()}
-    meas = {n: m.iteration_us for n, m in ctx["measured"].items()}
     vres = ctx["validate"][0]
     refit = {n: p.iteration_us for n, p in ctx.get("refined", {}).items()}
     return {
         "report": str(report), "seconds": round(total, 1), "stages": stages,
-        "predicted_iteration_us": pred, "predicted_iteration_us_refit": refit, "measured_iteration_us": meas,
+        "predicted_iteration_us": pred, "predicted_iteration_us_refit": refit,
         "predicted_speedup": _speedups(pred), "predicted_speedup_refit": _speedups(refit),
-        "measured_speedup": _speedups(meas),
-        "samples_per_s": {n: m.samples_per_s for n, m in ctx["measured"].items()},
+        **measured_summary(ctx["repeats"]),
         "eval": ctx.get("quality", []),
         "validate": {"plans": vres["plans"], "plans_fit": vres.get("plans_fit", 0), "mape": vres["mape"],
                      "spearman": vres["spearman"], "microbench_only": vres.get("microbench_only"),
@@ -220,21 +273,32 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
 
     names = list(pred)
     refit = ctx.get("refined", {})
+    ms = measured_summary(ctx["repeats"])
+    med = ms["measured_iteration_us"]
     pred_sp = _speedups({n: pred[n].iteration_us for n in names})
-    meas_sp = _speedups({n: meas[n].iteration_us for n in names})
     refit_sp = _speedups({n: refit[n].iteration_us for n in names if n in refit})
+    meas_sp = ms["measured_speedup"]
+    runs = len(ms["measured_runs_us"]["picasso"])
+    flagged = ", ".join(ms["noisy"])
     intro = markup(
         paragraph(f"Synthetic Criteo data, model {plan.model.name}, {plan.world_size} gloo ranks on this "
                   f"machine, batch {plan.batch_size_per_rank}/rank. Whole demo: {total:.0f} s."),
-        table_html([{"plan": n, "predicted ms": pred[n].iteration_us / 1e3,
+        paragraph(f"Measured: the median of {runs} runs of each plan, the plans taking turns; spread is (max - min) "
+                  f"/ median of its runs, typically {ms['typical_spread']:.1%} here. A speedup within both plans' "
+                  f"spreads is marked 'within noise'. "
+                  + (f"Runs disagreeing by more than twice the typical spread: {flagged}." if flagged else
+                     "No plan's runs disagree by more than twice the typical spread.")),
+        table_html([{"plan": n + (" (noisy)" if n in ms["noisy"] else ""),
+                       "predicted ms": pred[n].iteration_us / 1e3,
                        "predicted ms (refit)": refit[n].iteration_us / 1e3 if n in refit else "",
-                       "measured ms": meas[n].iteration_us / 1e3,
-                       "error": f"{(pred[n].iteration_us - meas[n].iteration_us) / meas[n].iteration_us:+.1%}",
-                       "error (refit)": f"{(refit[n].iteration_us - meas[n].iteration_us) / meas[n].iteration_us:+.1%}"
-                       if n in refit else "",
-                       "measured samples/s": meas[n].samples_per_s,
+                       "measured ms": med[n] / 1e3,
+                       "spread": f"{ms['measured_spread'][n]:.1%}",
+                       "error": f"{(pred[n].iteration_us - med[n]) / med[n]:+.1%}",
+                       "error (refit)": f"{(refit[n].iteration_us - med[n]) / med[n]:+.1%}" if n in refit else "",
+                       "measured samples/s": ms["samples_per_s"][n],
                        "picasso speedup (pred.)": "" if n == "picasso" else _fmt_x(pred_sp.get(n)),
-                       "picasso speedup (meas.)": "" if n == "picasso" else _fmt_x(meas_sp.get(n))}
+                       "picasso speedup (meas.)": "" if n == "picasso" else
+                       _fmt_x(meas_sp.get(n)) + ("" if ms["measured_speedup_resolved"][n] else " (within noise)")}
                       for n in names]),
         paragraph(f"Validation over {vres['plans']} plans: MAPE ", bold(f"{vres['mape']:.1%}"), ", Spearman ",
                   bold(_fmt(vres["spearman"])), "."),
@@ -264,12 +328,12 @@ def write_demo_report(path: Path, ctx: dict[str, Any], stages: list[dict[str, An
     secs.append(Section("Speedups over the baselines", "",
                         [bar_figure(base, {"predicted": [pred_sp.get(n) or 0 for n in base],
                                            "predicted (refit)": [refit_sp.get(n) or 0 for n in base],
-                                           "measured": [meas_sp.get(n) or 0 for n in base]},
+                                           "measured (median)": [meas_sp.get(n) or 0 for n in base]},
                                     "picasso plan: speedup over each baseline", "speedup (x)"),
                          bar_figure(names, {"predicted": [pred[n].iteration_us / 1e3 for n in names],
                                             "predicted (refit)": [refit[n].iteration_us / 1e3 if n in refit else 0
                                                                   for n in names],
-                                            "measured": [meas[n].iteration_us / 1e3 for n in names]},
+                                            "measured (median)": [med[n] / 1e3 for n in names]},
                                     "Iteration time", "ms")]))
     speed_idx = len(secs) - 1
     if ctx.get("quality"):

@@ -134,12 +134,18 @@ def feature_map(model: ModelSpec, features: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def check_dense_count(model: ModelSpec, data_dense: int, what: str = "the data") -> None:
+    """The model reads every dense column of the data, no more and no fewer: training on a
+    silent subset (say the first 2 of Criteo's 13) would be another model than the one asked for."""
+    if data_dense != model.num_dense:
+        raise DataError(f"model {model.name} takes {model.num_dense} dense features, {what} has {data_dense} "
+                        f"(the model spec's num_dense must match the data's dense columns)")
+
+
 def to_batch(raw: RawBatch, model: ModelSpec, fmap: dict[str, str]) -> Batch:
     """Raw rows -> tensors the model reads (ID -> row, dense transform, sequence clipping)."""
-    if raw.dense.shape[1] < model.num_dense:
-        raise DataError(f"model {model.name} needs {model.num_dense} dense features, the data has {raw.dense.shape[1]}")
-    dense = raw.dense[:, : model.num_dense]
-    dense = np.ascontiguousarray(dense, dtype=np.float32) if raw.dense_ready else dlrm_dense(dense)
+    check_dense_count(model, raw.dense.shape[1])
+    dense = np.ascontiguousarray(raw.dense, dtype=np.float32) if raw.dense_ready else dlrm_dense(raw.dense)
     sparse = {}
     for t in model.tables:
         ids, off = raw.sparse[fmap[t.name]]
@@ -174,6 +180,29 @@ def rebatch(chunks: Iterable[RawBatch], size: int, keep_tail: bool = False) -> I
                 buf, have = [], 0
     if keep_tail and buf:
         yield RawBatch.concat(buf)
+
+
+class RowCount:
+    """Rows that went by in a pass, counted so a pass too short for one batch can say why."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+
+    def through(self, chunks: Iterable[RawBatch]) -> Iterator[RawBatch]:
+        for c in chunks:
+            self.rows += len(c)
+            yield c
+
+
+def too_few_rows(who: str, size: int, rows: int, bad: BadRows | None, hint: str = "") -> DataError:
+    """The one line for data holding fewer rows than one batch, naming the real cause: malformed
+    rows when the reader skipped some, else the count (and `hint`, what would give more rows)."""
+    if bad is not None and bad.count:
+        head = (f"{who}: every row is malformed ({bad.count:,} skipped)" if rows == 0 else
+                f"{who} holds fewer well-formed rows ({rows:,}) than one batch ({size}); {bad.count:,} malformed "
+                f"rows skipped")
+        return DataError(head + (f"; the first: {bad.first}" if bad.first else ""))
+    return DataError(f"{who} holds fewer rows ({rows:,}) than one batch ({size})" + (f": {hint}" if hint else ""))
 
 
 def chunk_from_reader(chunk) -> RawBatch:
@@ -236,20 +265,21 @@ def steps_per_epoch(data: str, fmt: str, global_batch: int) -> int:
 
 
 def global_batches(
-    open_chunks, global_batch: int, skip: int = 0, epochs: int | None = None
+    open_chunks, global_batch: int, skip: int = 0, epochs: int | None = None, bad: BadRows | None = None
 ) -> Iterator[RawBatch]:
     """Global batches from `open_chunks()` (called again for each pass over the data), skipping `skip`."""
     n_epoch = 0
     produced = 0
     while epochs is None or n_epoch < epochs:
         any_batch = False
-        for b in rebatch(open_chunks(), global_batch):
+        count = RowCount()
+        for b in rebatch(count.through(open_chunks()), global_batch):
             any_batch = True
             if produced >= skip:
                 yield b
             produced += 1
         if not any_batch:
-            raise DataError(f"the data has fewer rows than one global batch ({global_batch})")
+            raise too_few_rows("the data", global_batch, count.rows, bad)
         n_epoch += 1
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
-from executor.data.batches import BadRows, DataError, RawBatch, chunk_from_reader, rebatch
+from executor.data.batches import BadRows, RawBatch, RowCount, chunk_from_reader, rebatch, too_few_rows
 from traces.dataset import expand_inputs
 
 TEXT_FORMATS = ("criteo", "avazu", "csv", "tsv", "libsvm", "libfm")
@@ -78,7 +78,8 @@ def range_chunks(pieces: list[Piece], fmt: str, strict: bool = False, bad: BadRo
 
 
 def pass_batches(open_chunks: Callable[[], Iterator[RawBatch]], size: int, skip: int = 0,
-                 per_pass: int | None = None, who: str = "this rank's share") -> Iterator[RawBatch]:
+                 per_pass: int | None = None, who: str = "this rank's share", bad: BadRows | None = None,
+                 hint: str = "") -> Iterator[RawBatch]:
     """Batches of `size` rows over repeated passes of `open_chunks()`, from batch `skip` on.
 
     A pass yields its whole batches, at most `per_pass` (None: all of them, counted in the first
@@ -86,14 +87,15 @@ def pass_batches(open_chunks: Callable[[], Iterator[RawBatch]], size: int, skip:
     pass more to get to its position."""
     while True:
         seen = 0
-        for b in rebatch(open_chunks(), size):
+        count = RowCount()
+        for b in rebatch(count.through(open_chunks()), size):
             if per_pass is not None and seen >= per_pass:
                 break
             if seen >= skip:
                 yield b
             seen += 1
         if seen == 0:
-            raise DataError(f"{who} holds fewer rows than one batch ({size}): use fewer ranks or `picasso convert`")
+            raise too_few_rows(who, size, count.rows, bad, hint)
         if per_pass is None:
             per_pass = seen
         skip = skip % per_pass if skip >= seen else 0
@@ -131,11 +133,15 @@ class TextRanges:
 
     def local(self, skip: int, bad: BadRows | None, open_chunks=None) -> Iterator[RawBatch]:
         return pass_batches(open_chunks or self.open_mine(bad), self.batch, skip, self.per_pass,
-                            f"rank {self.rank}'s byte range of {self.data}")
+                            f"rank {self.rank}'s byte range of {self.data}", bad, self._hint())
+
+    def _hint(self) -> str:
+        """What gives each rank more rows: fewer ranks share the log, or a converted dataset."""
+        return "use fewer ranks or `picasso convert`" if self.world > 1 else ""
 
     def whole(self, skip: int) -> Iterator[RawBatch]:
         """Global batches as the ranks together train on them: rank 0's batch, rank 1's, ..."""
         streams = [pass_batches(lambda r=r: range_chunks(self.ranges[r], self.fmt), self.batch, skip, self.per_pass,
-                                f"rank {r}'s byte range of {self.data}") for r in range(self.world)]
+                                f"rank {r}'s byte range of {self.data}", hint=self._hint()) for r in range(self.world)]
         while True:
             yield RawBatch.concat([next(s) for s in streams])

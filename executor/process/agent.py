@@ -26,12 +26,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from executor.process.lines import say
 from executor.process.process_tree import die_with_parent
 from executor.process.rendezvous import HOSTED, free_port, host_store, listen_socket, socket_env
 
 GRACE_S = 5.0
 STORE_TIMEOUT_S = 300.0  # the host's own waits; each worker joins with its --timeout
 PREFIX = "picasso agent"
+REPORT_START = re.compile(rf"(?=executor rank \d+: error: |{PREFIX}: )")
 COLLECTIVE = "another rank probably died or hung"  # executor.worker's line for a broken collective
 
 
@@ -115,10 +117,9 @@ def supervise(procs: dict[int, subprocess.Popen], poll_s: float = 0.1, grace_s: 
     if out.ok:
         return 0
     for r, c in sorted(out.failed.items()):
-        print(f"{PREFIX}: rank {r} exited with code {c}", file=sys.stderr, flush=True)
+        say(f"{PREFIX}: rank {r} exited with code {c}")
     for r in out.stopped:
-        print(f"{PREFIX}: rank {r} was still running after rank {min(out.failed)} failed; stopped",
-              file=sys.stderr, flush=True)
+        say(f"{PREFIX}: rank {r} was still running after rank {min(out.failed)} failed; stopped")
     return 1
 
 
@@ -140,9 +141,25 @@ def start_ranks(argv: list[str], nproc: int, nnodes: int, node_rank: int, master
     return procs
 
 
+def agent_ended(rc: int) -> str | None:
+    """The line for an agent that did not end on its own (a signal killed or stopped it), else None:
+    then the workers' lines are consequences, not the cause."""
+    signum = -rc if rc < 0 else rc - 128 if rc > 128 else 0
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        return None
+    why = " (the kernel's out-of-memory killer, or a kill from outside?)" if signum == signal.SIGKILL else ""
+    return (f"the rank launcher (python -m executor.process.agent) was killed by {name} before the run ended, "
+            f"and its ranks with it{why}")
+
+
 def first_error(log: str) -> str:
     """The clearest single line out of the workers' and the agent's output."""
-    lines = log.splitlines()
+    # a line another process wrote in pieces (C++ logging, a print under -u) may have a report glued
+    # into it: each report starts a line of its own
+    lines = [piece for ln in log.splitlines() for piece in REPORT_START.split(ln)]
+    log = "\n".join(lines)
     agent = [ln.split(": error: ", 1)[1] for ln in lines if ln.startswith(f"{PREFIX}: error: ")]
     if agent:  # the agent could not start the ranks
         return agent[0]
@@ -201,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line; the ranks must not outlive the agent
         stop_ranks(procs, GRACE_S)
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{PREFIX}: error: {msg}", file=sys.stderr, flush=True)
+        say(f"{PREFIX}: error: {msg}")
         return 1
     finally:
         for s, h in old.items():

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from executor.process.agent import agent_command, first_error
+from executor.process.agent import agent_command, agent_ended, first_error
 from executor.process.process_tree import run_tree
 from executor.process.threads import rank_env
 from executor.result import RunResult
@@ -22,8 +22,15 @@ class LaunchError(RuntimeError):
     """A worker failed; the message is the first worker error (one line)."""
 
 
-def check_topology(nproc: int | None, nnodes: int, node_rank: int, steps: int) -> None:
-    """Refuse counts that would make the rendezvous wait forever or fail deep inside."""
+MAX_PORT = 65535
+
+
+def check_topology(nproc: int | None, nnodes: int, node_rank: int, steps: int, master_port: int | None = None) -> None:
+    """Refuse counts that would make the rendezvous wait forever or fail deep inside (a port no socket
+    can have failed only after the workers started)."""
+    if master_port is not None and not 1 <= master_port <= MAX_PORT:
+        raise ValueError(f"--master-port must be a TCP port in [1, {MAX_PORT}], got {master_port} "
+                         "(leave it out for a free one)")
     if nnodes < 1:
         raise ValueError(f"--nnodes must be at least 1, got {nnodes}")
     if not 0 <= node_rank < nnodes:
@@ -56,7 +63,7 @@ def launch(
     """
     from planner.plan import Plan
 
-    check_topology(nproc, nnodes, node_rank, steps)
+    check_topology(nproc, nnodes, node_rank, steps, master_port)
     plan = Plan.load(plan_path)
     plan.load_hot_ids(plan_path)  # a missing or wrong hot-ID file fails here, before any worker starts
     if data != "synthetic":
@@ -86,7 +93,7 @@ def launch(
             raise LaunchError(f"the workers did not finish within {timeout_s:.0f} s") from None
         if rc != 0:
             keep_log = True  # the one-line error names where to read the whole output
-            raise LaunchError(f"{first_error(output)} (full worker log: {log})")
+            raise LaunchError(f"{agent_ended(rc) or first_error(output)} (full worker log: {log})")
         if node_rank != 0:
             return None
         if not result_path.exists():

@@ -12,8 +12,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--row-cap", type=int, default=50_000, help="cap every table at N rows (CPU runs)")
     p.add_argument("--batch", type=int, default=512, help="batch size per rank of the planned run")
-    p.add_argument("--steps", type=int, default=8, help="timed steps of each real run")
-    p.add_argument("--plans", type=int, default=12, help="plans in the small validation sweep (a third of them fit)")
+    p.add_argument("--steps", type=int, default=6, help="timed steps of each real run")
+    p.add_argument("--run-repeats", type=int, default=3, help="runs of the plan and each baseline, taking turns")
+    p.add_argument("--plans", type=int, default=9, help="plans in the small validation sweep (a third of them fit)")
     p.add_argument("--repeats", type=int, default=2, help="passes over the validation sweep (picasso validate --repeats)")
     p.set_defaults(func=run)
 
@@ -21,21 +22,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from validation.demo import DemoConfig, run_demo
+    from validation.demo import DemoConfig, run_demo, summary_lines
 
     summary = run_demo(DemoConfig(out=args.out, rows=args.rows, seed=args.seed, row_cap=args.row_cap,
                                   batch=args.batch, steps=args.steps, plans=args.plans, repeats=args.repeats,
-                                  quiet=args.json))
+                                  run_repeats=args.run_repeats, quiet=args.json))
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
         return 0
-    print(f"picasso demo: done in {summary['seconds']:.0f} s; report: {summary['report']}")
-    for k in ("predicted_speedup", "predicted_speedup_refit", "measured_speedup"):
-        print(f"  {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
-    v = summary["validate"]
-    print(f"  validation: {v['plans']} plans, MAPE {v['mape']:.1%}, Spearman {_three(v['spearman'])}")
+    for line in summary_lines(summary):
+        print(line)
     return 0
-
-
-def _three(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"

@@ -117,9 +117,11 @@ def execute(args: argparse.Namespace) -> RunResult | None:
     another node): the work of `picasso run` and `picasso.run`."""
     import glob
 
+    from executor.data.inputs import check_inputs
     from executor.process.launch import launch
     from executor.run_args import worker_flags
     from foundation.files import check_distinct, check_output_path
+    from planner.plan import Plan
 
     for out in (args.trace, args.timeline):
         if out is not None:
@@ -127,6 +129,7 @@ def execute(args: argparse.Namespace) -> RunResult | None:
     check_distinct({"PLAN": args.plan, "--data": glob.glob(args.data) if glob.has_magic(args.data) else args.data,
                     "--eval-data": args.eval_data}, {"--trace": args.trace, "--timeline": args.timeline})
     extra = worker_flags(args)
+    check_inputs(Plan.load(args.plan).model, args.data, args.format, args.eval_data, args.eval_format)
     pred = _memory_check(args)
     with _checkpoint_writer(args):
         res = launch(

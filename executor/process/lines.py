@@ -1,0 +1,20 @@
+"""A process's one-line reports written whole, in one write.
+
+The ranks of a run and their agent share one log file. Under `python -u` (how the agent starts
+ranks) `print` writes a line's text and its newline in two writes, so two ranks failing at once
+could glue their lines into one ("...error: Aexecutor rank 1: error: B"); one write of the whole
+line cannot be cut by another process's write to the same file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def say(line: str) -> None:
+    """Write `line` and its newline to stderr in one write (after whatever stderr holds)."""
+    sys.stderr.flush()
+    data = (line.rstrip("\n") + "\n").encode("utf-8", "replace")
+    while data:
+        data = data[os.write(sys.stderr.fileno(), data):]
