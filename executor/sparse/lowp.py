@@ -97,6 +97,10 @@ def update_rows(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Te
 
     if rows.numel() == 0:
         return
+    if weight.shape[1] == grads.shape[1] and syncfree.fuses_update(weight, low=True):
+        # the Triton pass: sums, the optimizer and this rounding in one, each row by one program
+        syncfree.update_low_rows(weight, state, rows, grads, keys, optimizer, lr, eps, step, seed, col0)
+        return
     d, acc = syncfree.segment_sum(rows, grads)
     key_u = torch.zeros_like(keys).scatter_(0, d.inverse, keys)
     valid = torch.arange(len(rows), device=rows.device) < d.n_valid

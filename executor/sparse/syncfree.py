@@ -305,9 +305,18 @@ def add_unique_rows(dst: torch.Tensor, idx: torch.Tensor, src: torch.Tensor) -> 
     dst.index_add_(0, idx.clamp(min=0), torch.where(hot, src, 0.0))
 
 
-def fuses_update(weight: torch.Tensor) -> bool:
-    """The backward's segment sums can apply the optimizer to `weight` directly (`bag_update`)."""
-    return weight.dtype == torch.float32 and _triton(weight)
+def fuses_update(weight: torch.Tensor, low: bool = False) -> bool:
+    """The backward's segment sums can apply the optimizer to `weight` directly: fp32 rows
+    (`bag_update`), or with `low` 16-bit ones too (`update_low_rows`)."""
+    ok = weight.dtype == torch.float32 or (low and weight.dtype in (torch.float16, torch.bfloat16))
+    return ok and _triton(weight)
+
+
+def update_low_rows(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
+                    keys: torch.Tensor, optimizer: str, lr: float, eps: float, step: int, seed: int,
+                    col0: int = 0) -> None:
+    """lowp.update_rows as one Triton pass (where `fuses_update(weight, low=True)`)."""
+    _tbe.sparse_update(weight, state, rows, grads, optimizer, lr, eps, keys=keys, step=step, seed=seed, col0=col0)
 
 
 def bag_update(grad_out: torch.Tensor, d: Dedup, offsets: torch.Tensor, mode: str, weight: torch.Tensor,

@@ -100,8 +100,55 @@ def pool(rows: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode:
 
 
 @triton.jit
-def _finish_rows(acc, segs, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps,
-                 OP: tl.constexpr, BLOCK_D: tl.constexpr):
+def _noise(key, col, salt):
+    """executor.sparse.lowp's draw in [0, 1) of (model-wide row `key`, column `col`), bit for bit:
+    `salt` is its (step, seed) term, taken modulo 2**32 (every product is kept to 32 bits)."""
+    h = ((key.to(tl.int64) & 0xFFFFFFFF) * 0x9E3779B1 + col.to(tl.int64) * 0x85EBCA77 + salt) & 0xFFFFFFFF
+    h = h ^ (h >> 16)
+    h = (h * 0x45D9F3B) & 0xFFFFFFFF
+    h = h ^ (h >> 16)
+    h = (h * 0x45D9F3B) & 0xFFFFFFFF
+    h = h ^ (h >> 16)
+    return (h >> 8).to(tl.float32) / 16777216.0
+
+
+@triton.jit
+def _round_stochastic(x, u, DT: tl.constexpr):
+    """fp32 `x` to the 16-bit `DT` as lowp.stochastic_round does: to nearest, then to the other
+    neighbour (one step of the 16-bit pattern) with probability of the distance, by draw `u`.
+    bf16's rounding to nearest (ties to even) is done on the bits, the same on every backend."""
+    if DT == tl.bfloat16:
+        xb = x.to(tl.int32, bitcast=True)
+        bits = ((xb + 0x7FFF + ((xb >> 16) & 1)) >> 16) & 0xFFFF
+        yf = (bits << 16).to(tl.float32, bitcast=True)
+    else:
+        bits = x.to(DT).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+        yf = bits.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
+    down = yf > x  # the other neighbour lies below
+    away = down == (bits >= 0x8000)  # it is farther from zero
+    other = tl.where((bits & 0x7FFF) == 0, tl.where(down, 0x8001, 0x0001),  # from zero: the least subnormal
+                     tl.where(away, bits + 1, bits - 1))
+    if DT == tl.bfloat16:
+        of = (other << 16).to(tl.float32, bitcast=True)
+    else:
+        of = other.to(tl.int16).to(DT, bitcast=True).to(tl.float32)
+    gap = tl.abs(of - yf)
+    p = tl.where(gap > 0, tl.abs(x - yf) / gap, 0.0)
+    return tl.where(u < p, other, bits).to(tl.int16).to(DT, bitcast=True)
+
+
+@triton.jit
+def _new_rows(wp, m, step, lr, rkey, col, salt, LOWP: tl.constexpr):
+    """Store weight - lr * step where `m`; 16-bit rows (LOWP) rounded stochastically."""
+    new = tl.load(wp, mask=m, other=0.0).to(tl.float32) - lr * step
+    if LOWP:
+        new = _round_stochastic(new, _noise(rkey, col, salt), wp.dtype.element_ty)
+    tl.store(wp, new.to(wp.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _finish_rows(acc, segs, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, rkeys, salt, col0,
+                 OP: tl.constexpr, BLOCK_D: tl.constexpr, LOWP: tl.constexpr):
     """The finished rows `segs` (mask `ok`) of a tile, [R, BLOCK_D] summed gradients."""
     d = tl.arange(0, BLOCK_D)
     m = ok[:, None] & (d < dim)[None, :]
@@ -109,19 +156,20 @@ def _finish_rows(acc, segs, ok, dim, out, stride_out, keys, weight, stride_w, st
         tl.store(out + segs[:, None] * stride_out + d[None, :], acc, mask=m)
     else:
         row = tl.load(keys + segs, mask=ok, other=0)
-        wp = weight + row[:, None] * stride_w + d[None, :]
         step = acc
         if OP == 2:
             s = tl.load(state + row, mask=ok, other=0.0) + tl.sum(acc * acc, axis=1) / dim
             tl.store(state + row, s, mask=ok)
             den = tl.sqrt(s) + eps
             step = tl.where(den[:, None] > 0, acc / den[:, None], 0.0)
-        tl.store(wp, tl.load(wp, mask=m, other=0.0) - lr * step, mask=m)
+        rkey = tl.load(rkeys + segs, mask=ok, other=0) if LOWP else row
+        _new_rows(weight + row[:, None] * stride_w + d[None, :], m, step, lr, rkey[:, None], col0 + d[None, :], salt,
+                  LOWP)
 
 
 @triton.jit
-def _finish_row(acc, seg, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps,
-                OP: tl.constexpr, BLOCK_D: tl.constexpr):
+def _finish_row(acc, seg, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, rkeys, salt, col0,
+                OP: tl.constexpr, BLOCK_D: tl.constexpr, LOWP: tl.constexpr):
     """`_finish_rows` for one row (`acc` [BLOCK_D])."""
     d = tl.arange(0, BLOCK_D)
     m = tl.where(ok, d < dim, d < 0)
@@ -129,20 +177,20 @@ def _finish_row(acc, seg, ok, dim, out, stride_out, keys, weight, stride_w, stat
         tl.store(out + seg * stride_out + d, acc, mask=m)
     else:
         row = tl.load(keys + seg, mask=ok, other=0)
-        wp = weight + row * stride_w + d
         step = acc
         if OP == 2:
             s = tl.load(state + row, mask=ok, other=0.0) + tl.sum(acc * acc, axis=0) / dim
             tl.store(state + row, s, mask=ok)
             den = tl.sqrt(s) + eps
             step = tl.where(den > 0, acc / den, 0.0)
-        tl.store(wp, tl.load(wp, mask=m, other=0.0) - lr * step, mask=m)
+        rkey = tl.load(rkeys + seg, mask=ok, other=0) if LOWP else row
+        _new_rows(weight + row * stride_w + d, m, step, lr, rkey, col0 + d, salt, LOWP)
 
 
 @triton.jit
 def _tile_kernel(src, stride_src, src_row, seg, n, lengths, dim, out, stride_out, keys, weight, stride_w, state,
-                 lr, eps, head, tail,
-                 MEAN: tl.constexpr, OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                 lr, eps, rkeys, salt, col0, head, tail,
+                 MEAN: tl.constexpr, OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr, LOWP: tl.constexpr):
     t = tl.program_id(0)
     start = t * TILE_N
     k = start + tl.arange(0, TILE_N)
@@ -168,12 +216,14 @@ def _tile_kernel(src, stride_src, src_row, seg, n, lengths, dim, out, stride_out
     ok = tl.where(first_here, s >= 0, s > 0) & tl.where(last_ends, s <= last, s < last)
     tl.store(head + t * BLOCK_D + d, tl.sum(tl.where(s[:, None] == 0, acc, 0.0), axis=0))
     tl.store(tail + t * BLOCK_D + d, tl.sum(tl.where(s[:, None] == last, acc, 0.0), axis=0))
-    _finish_rows(acc, seg0 + s, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, OP, BLOCK_D)
+    _finish_rows(acc, seg0 + s, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, rkeys, salt, col0,
+                 OP, BLOCK_D, LOWP)
 
 
 @triton.jit
-def _cross_kernel(seg, n, run_end, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, head, tail,
-                  OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr):
+def _cross_kernel(seg, n, run_end, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, rkeys, salt, col0,
+                  head, tail, OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr,
+                  LOWP: tl.constexpr):
     """Rows whose run leaves tile t, finished where the run starts: its tail plus the heads of
     the tiles it covers, added in tile order."""
     t = tl.program_id(0).to(tl.int64)  # one integer type for the loop's bounds
@@ -191,16 +241,19 @@ def _cross_kernel(seg, n, run_end, dim, out, stride_out, keys, weight, stride_w,
         u = u0 + tl.arange(0, CHUNK)
         um = u < hi
         total += tl.sum(tl.load(head + u[:, None] * BLOCK_D + d[None, :], mask=um[:, None], other=0.0), axis=0)
-    _finish_row(total, last_seg, own, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, OP, BLOCK_D)
+    _finish_row(total, last_seg, own, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, rkeys, salt, col0,
+                OP, BLOCK_D, LOWP)
 
 
 def _segment_pass(src: torch.Tensor, src_row: torch.Tensor, seg: torch.Tensor, op: SegmentOp, *,
                   lengths: torch.Tensor | None = None, out: torch.Tensor | None = None,
                   keys: torch.Tensor | None = None, weight: torch.Tensor | None = None,
-                  state: torch.Tensor | None = None, lr: float = 0.0, eps: float = 0.0) -> None:
+                  state: torch.Tensor | None = None, lr: float = 0.0, eps: float = 0.0,
+                  row_keys: torch.Tensor | None = None, salt: int = 0, col0: int = 0) -> None:
     """Sum src[src_row[k]] (divided by lengths[src_row[k]] when given) over each run of equal
     `seg` (ascending, 0-based, no gaps) and finish every run by `op`: out[seg] = sum, or the
-    optimizer's update of weight[keys[seg]] (and its state)."""
+    optimizer's update of weight[keys[seg]] (and its state). A 16-bit weight is rounded as
+    lowp.stochastic_round does, run s drawing with model-wide row row_keys[s] and columns from col0."""
     n, dim = len(seg), src.shape[1]
     if n == 0:
         return
@@ -212,8 +265,10 @@ def _segment_pass(src: torch.Tensor, src_row: torch.Tensor, seg: torch.Tensor, o
     src = src if src.stride(1) == 1 else src.contiguous()
     o = out if out is not None else dummy
     w = weight if weight is not None else dummy
+    low = row_keys is not None
     args = dict(dim=dim, out=o, stride_out=o.stride(0), keys=keys if keys is not None else seg, weight=w,
-                stride_w=w.stride(0), state=state if state is not None else dummy, lr=float(lr), eps=float(eps))
+                stride_w=w.stride(0), state=state if state is not None else dummy, lr=float(lr), eps=float(eps),
+                rkeys=row_keys if low else seg, salt=int(salt), col0=int(col0), LOWP=low)
     _tile_kernel[(tiles,)](src, src.stride(0), src_row, seg, n, lengths if lengths is not None else src_row,
                            head=head, tail=tail, MEAN=lengths is not None, OP=int(op), TILE_N=TILE, BLOCK_D=bd,
                            **args)
@@ -256,10 +311,10 @@ def bag_grad_rows(grad_out: torch.Tensor, perm: torch.Tensor, seg: torch.Tensor,
     return out
 
 
-def _check_update(weight: torch.Tensor, state: torch.Tensor | None, optimizer: str) -> SegmentOp:
+def _check_update(weight: torch.Tensor, state: torch.Tensor | None, optimizer: str, low: bool = False) -> SegmentOp:
     op = SegmentOp.of_optimizer(optimizer)
-    if weight.dtype != torch.float32:
-        raise ValueError(f"the fused update holds fp32 tables, not {weight.dtype}")
+    if weight.dtype != torch.float32 and not (low and weight.dtype in (torch.float16, torch.bfloat16)):
+        raise ValueError(f"the fused update holds fp32 tables (16-bit ones with their row keys), not {weight.dtype}")
     if op == SegmentOp.ROWWISE_ADAGRAD and state is None:
         raise ValueError("rowwise_adagrad needs a state tensor")
     return op
@@ -307,16 +362,22 @@ def add_rows(dst: torch.Tensor, idx: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
-                  optimizer: str, lr: float, eps: float, grad_index: torch.Tensor | None = None) -> None:
+                  optimizer: str, lr: float, eps: float, grad_index: torch.Tensor | None = None, *,
+                  keys: torch.Tensor | None = None, step: int = 0, seed: int = 0, col0: int = 0) -> None:
     """weight[rows] updated in place by the summed gradients of duplicate rows, the optimizer
-    applied in the same pass as the sums (fp32 tables). With `grad_index`, row i's gradient is
-    grads[grad_index[i]] (read in place: a pooled bag's gradient shared by its lookups)."""
-    op = _check_update(weight, state, optimizer)
+    applied in the same pass as the sums. With `grad_index`, row i's gradient is
+    grads[grad_index[i]] (read in place: a pooled bag's gradient shared by its lookups). A 16-bit
+    weight needs `keys` (each row's model-wide number), `step` and `seed`: its rows are rounded
+    as lowp.update_rows rounds them, columns numbered from `col0`."""
+    op = _check_update(weight, state, optimizer, low=keys is not None)
     if rows.numel() == 0:
         return
     perm, seg, uniq = sorted_runs(rows)
     src_row = perm if grad_index is None else grad_index[perm]
-    _segment_pass(grads, src_row, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps)
+    row_keys = None if keys is None else torch.zeros_like(uniq).scatter_(0, seg, keys.to(uniq.dtype)[perm])
+    salt = (step * 0xC2B2AE3D + seed * 0x27D4EB2F) & 0xFFFFFFFF
+    _segment_pass(grads, src_row, seg, op, keys=uniq, weight=weight, state=state, lr=lr, eps=eps, row_keys=row_keys,
+                  salt=salt, col0=col0)
 
 
 def self_check(device: torch.device) -> None:
@@ -355,7 +416,8 @@ def compile_for(arch: int = 90) -> dict[str, str]:
 
     target = GPUTarget("cuda", arch, 32)
     common = {"dim": "i32", "out": "*fp32", "stride_out": "i32", "keys": "*i64", "weight": "*fp32", "stride_w": "i32",
-              "state": "*fp32", "lr": "fp32", "eps": "fp32", "head": "*fp32", "tail": "*fp32"}
+              "state": "*fp32", "lr": "fp32", "eps": "fp32", "rkeys": "*i64", "salt": "i64", "col0": "i32",
+              "head": "*fp32", "tail": "*fp32"}
     variants = [("pool", _pool_kernel,
                  {"rows": "*bf16", "stride_r": "i32", "idx": "*i64", "offsets": "*i64", "out": "*fp32", "stride_o": "i32",
                   "num_bags": "i32", "dim": "i32", "MEAN": "constexpr", "BLOCK_B": "constexpr", "BLOCK_D": "constexpr"},
@@ -363,15 +425,18 @@ def compile_for(arch: int = 90) -> dict[str, str]:
                 ("add_rows", _add_rows_kernel,
                  {"dst": "*fp32", "stride_d": "i32", "idx": "*i64", "src": "*fp32", "stride_s": "i32", "n": "i32",
                   "dim": "i32", "BLOCK_N": "constexpr", "BLOCK_D": "constexpr"}, {"BLOCK_N": TILE, "BLOCK_D": 16})]
-    for op in SegmentOp:
-        variants.append((f"tile_{op.name.lower()}", _tile_kernel,
+    for op, low in [(op, False) for op in SegmentOp] + [(SegmentOp.ROWWISE_ADAGRAD, True), (SegmentOp.SGD, True)]:
+        sig = dict(common, weight="*bf16" if low else "*fp32")
+        name = op.name.lower() + ("_bf16" if low else "")
+        variants.append((f"tile_{name}", _tile_kernel,
                          {"src": "*fp32", "stride_src": "i32", "src_row": "*i64", "seg": "*i64", "n": "i32",
-                          "lengths": "*i64", **common, "MEAN": "constexpr", "OP": "constexpr", "TILE_N": "constexpr",
-                          "BLOCK_D": "constexpr"}, {"MEAN": True, "OP": int(op), "TILE_N": TILE, "BLOCK_D": 128}))
-        variants.append((f"cross_{op.name.lower()}", _cross_kernel,
-                         {"seg": "*i64", "n": "i32", "run_end": "*i64", **common, "OP": "constexpr", "TILE_N": "constexpr",
-                          "BLOCK_D": "constexpr", "CHUNK": "constexpr"}, {"OP": int(op), "TILE_N": TILE, "BLOCK_D": 16,
-                                                                           "CHUNK": 16}))
+                          "lengths": "*i64", **sig, "MEAN": "constexpr", "OP": "constexpr", "TILE_N": "constexpr",
+                          "BLOCK_D": "constexpr", "LOWP": "constexpr"},
+                         {"MEAN": True, "OP": int(op), "TILE_N": TILE, "BLOCK_D": 128, "LOWP": low}))
+        variants.append((f"cross_{name}", _cross_kernel,
+                         {"seg": "*i64", "n": "i32", "run_end": "*i64", **sig, "OP": "constexpr", "TILE_N": "constexpr",
+                          "BLOCK_D": "constexpr", "CHUNK": "constexpr", "LOWP": "constexpr"},
+                         {"OP": int(op), "TILE_N": TILE, "BLOCK_D": 16, "CHUNK": 16, "LOWP": low}))
     out = {}
     for name, fn, sig, consts in variants:
         sixteen = {(i,): [["tt.divisibility", 16]] for i, (a, ty) in enumerate(sig.items())
