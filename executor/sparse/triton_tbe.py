@@ -168,26 +168,6 @@ def _finish_rows(acc, segs, ok, dim, out, stride_out, keys, weight, stride_w, st
 
 
 @triton.jit
-def _finish_row(acc, seg, ok, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, rkeys, salt, col0,
-                OP: tl.constexpr, BLOCK_D: tl.constexpr, LOWP: tl.constexpr):
-    """`_finish_rows` for one row (`acc` [BLOCK_D])."""
-    d = tl.arange(0, BLOCK_D)
-    m = tl.where(ok, d < dim, d < 0)
-    if OP == 0:
-        tl.store(out + seg * stride_out + d, acc, mask=m)
-    else:
-        row = tl.load(keys + seg, mask=ok, other=0)
-        step = acc
-        if OP == 2:
-            s = tl.load(state + row, mask=ok, other=0.0) + tl.sum(acc * acc, axis=0) / dim
-            tl.store(state + row, s, mask=ok)
-            den = tl.sqrt(s) + eps
-            step = tl.where(den > 0, acc / den, 0.0)
-        rkey = tl.load(rkeys + seg, mask=ok, other=0) if LOWP else row
-        _new_rows(weight + row * stride_w + d, m, step, lr, rkey, col0 + d, salt, LOWP)
-
-
-@triton.jit
 def _tile_kernel(src, stride_src, src_row, seg, n, lengths, dim, out, stride_out, keys, weight, stride_w, state,
                  lr, eps, rkeys, salt, col0, head, tail,
                  MEAN: tl.constexpr, OP: tl.constexpr, TILE_N: tl.constexpr, BLOCK_D: tl.constexpr, LOWP: tl.constexpr):
@@ -241,8 +221,11 @@ def _cross_kernel(seg, n, run_end, dim, out, stride_out, keys, weight, stride_w,
         u = u0 + tl.arange(0, CHUNK)
         um = u < hi
         total += tl.sum(tl.load(head + u[:, None] * BLOCK_D + d[None, :], mask=um[:, None], other=0.0), axis=0)
-    _finish_row(total, last_seg, own, dim, out, stride_out, keys, weight, stride_w, state, lr, eps, rkeys, salt, col0,
-                OP, BLOCK_D, LOWP)
+    # the one row as a tile of two whose second row is masked off: one finishing code for both kernels
+    two = tl.arange(0, 2)
+    first = tl.where(own, two == 0, two < 0)
+    _finish_rows(tl.where(two[:, None] == 0, total[None, :], 0.0), last_seg + two * 0, first, dim, out, stride_out,
+                 keys, weight, stride_w, state, lr, eps, rkeys, salt, col0, OP, BLOCK_D, LOWP)
 
 
 def _segment_pass(src: torch.Tensor, src_row: torch.Tensor, seg: torch.Tensor, op: SegmentOp, *,
