@@ -18,8 +18,8 @@ renaming; what differs, per rank and lane, on 2 ranks):
   pipeline, DDP's 25 MiB buckets). Lowering scores them as TorchRec runs them
   (lowering._tr_pack_fwd/_tr_pack_bwd); the executor runs them with its own step, fusing only
   runs of two or more pooled packs (executor.sparse.pooled_flat). Compute lane: the executor
-  issues each pack's dedup (pooled: bags) and route, and hot_gather, which lowering's TorchRec
-  path has none of; it issues the bottom MLP after the packs' route, lowering before the
+  issues each pack's dedup (pooled: bags) and route, which lowering's TorchRec path has
+  neither of; it issues the bottom MLP after the packs' route, lowering before the
   lookups; a pooled pack's owner part is `cold_pool` in the executor, `cold_gather` in
   lowering; lowering's run of table-wise packs is one op `first..last/op`, the executor's a
   run of rows packs is issued pack by pack. Comm lane: the executor's `a2a_pooled` and
