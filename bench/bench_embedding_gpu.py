@@ -29,6 +29,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from results_path import results_path  # noqa: E402
+
 from executor.sparse import syncfree, triton_tbe  # noqa: E402
 from planner.presets import CRITEO_KAGGLE_CARDINALITIES  # noqa: E402
 
@@ -116,8 +118,8 @@ def main() -> None:
     res["forward_speedup"] = res["forward_torch_ms"] / res["forward_triton_ms"]
     for k, v in res.items():
         print(f"{k:28s} {v:,.4g}" if isinstance(v, float) else f"{k:28s} {v}")
-    if args.output:
-        args.output.write_text(json.dumps(res, indent=2) + "\n")
+    out = args.output or results_path("embedding_gpu", f"d{d}")
+    out.write_text(json.dumps(res, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from results_path import results_path  # noqa: E402
 from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,8 +146,7 @@ def main() -> None:
     device = torch.device("cuda" if cuda else "cpu")
     gpu = torch.cuda.get_device_name(0) if cuda else "cpu"
     hardware = ("h200" if "H200" in gpu else "dgx-h100") if cuda else "local-cpu"
-    machine_tag = "h200" if "H200" in gpu else "h100" if "H100" in gpu else "cpu"
-    output = Path(args.output or ROOT / "bench" / "results" / "executor_gpu" / f"{machine_tag}.json")
+    output = Path(args.output or results_path("executor_gpu"))
     batches = [int(x) for x in (args.batches or ("256,512" if args.quick else "4096,16384,65536")).split(",")]
     steps = 4 if args.quick else args.steps
     variants = [v for v in args.variants.split(",") if v and (cuda or v == "triton")]

@@ -5,7 +5,7 @@ on the matching preset (planner search, Zipf access where no profile of the data
 here) and predicts its step time. The prediction needs no GPU: this script only simulates.
 The goal is predicted / published throughput within 0.8-1.25 for every case.
 
-Run: python bench/bench_presets_published.py [--out bench/results/presets_published/cpu.json]
+Run: python bench/bench_presets_published.py [--out bench/results/presets_published/<machine>.json]
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from results_path import results_path  # noqa: E402
 
 from planner.access import table_access  # noqa: E402
 from planner.model_spec import ModelSpec, TableSpec  # noqa: E402
@@ -102,7 +104,7 @@ def predict(case: Case, budget: float) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=5.0, help="planner search budget per case, seconds")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "presets_published" / "cpu.json"))
+    ap.add_argument("--out", default=str(results_path("presets_published")))
     args = ap.parse_args()
     rows = []
     print(f"{'case':52s} {'published':>12s} {'predicted':>12s} {'pred/pub':>8s}  plan")

@@ -16,6 +16,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from results_path import results_path  # noqa: E402
+
 from executor.comm import Comm  # noqa: E402
 from executor.data.batches import RawBatch, feature_map, reader_chunks, to_batch  # noqa: E402
 from executor.sparse import syncfree  # noqa: E402
@@ -71,8 +73,7 @@ def main() -> None:
         raise SystemExit("profile_gpu_step: needs a CUDA device")
     out = {"device": torch.cuda.get_device_name(0), "plan": str(args.plan),
            "runs": [profile(args.plan, args.data, args.steps, t, args.top) for t in (True, False)]}
-    if args.output:
-        args.output.write_text(json.dumps(out, indent=2) + "\n")
+    (args.output or results_path("profile_gpu_step")).write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

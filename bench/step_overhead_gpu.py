@@ -21,6 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from results_path import results_path  # noqa: E402
+
 from executor.comm import Comm  # noqa: E402
 from executor.cuda_graph import GraphStep  # noqa: E402
 from executor.data.batches import RawBatch, feature_map, reader_chunks, to_batch  # noqa: E402
@@ -69,8 +71,8 @@ def main() -> None:
     out["graph"]["captured"] = g.graph is not None
     out["graph"]["said"] = said
     print(json.dumps(out, indent=1))
-    if args.output:
-        args.output.write_text(json.dumps(out, indent=2) + "\n")
+    (args.output or results_path("step_overhead_gpu", f"b{plan.batch_size_per_rank}")).write_text(
+        json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":
