@@ -42,9 +42,9 @@ def picasso(*args: str, env: dict[str, str] | None = None) -> str:
 
 
 VARIANTS = {  # how a variant runs the same plan: picasso run flags, environment
-    "triton": ([], None),
-    "graph": (["--cuda-graph"], None),  # the steady step captured as one CUDA graph
-    "torch": ([], {"PICASSO_TRITON": "0"}),  # the torch kernels in place of the Triton ones
+    "triton": (["--cuda-graph", "off"], None),  # eager
+    "graph": (["--cuda-graph", "on"], None),  # the steady step replayed as one CUDA graph (the default on one GPU)
+    "torch": (["--cuda-graph", "off"], {"PICASSO_TRITON": "0"}),  # eager, the torch kernels in place of Triton's
 }
 
 

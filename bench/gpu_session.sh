@@ -66,7 +66,7 @@ for s in $stages; do
         | grep -v Warn | tail -22
     done
     timeout 60 $PY -m picasso run "$d/plan4096.json" --data "$d/data.tsv" --format criteo --nproc 1 --steps 30 --preload \
-      --cuda-graph --json >"$LOGS/graph_run.json" 2>"$LOGS/graph_run.err"; echo "graph run rc=$?"; grep -i "graph\|error" "$LOGS/graph_run.err" | head -5
+      --cuda-graph on --json >"$LOGS/graph_run.json" 2>"$LOGS/graph_run.err"; echo "graph run rc=$?"; grep -i "graph\|error" "$LOGS/graph_run.err" | head -5
     $PY -c "import json;d=json.load(open('$LOGS/graph_run.json'));print(d['samples_per_s'], d['iteration_ms'])" 2>/dev/null
     ;;
   profile)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from executor.data.batches import Batch
+from executor.run_args import GraphMode
 from executor.sparse import lowp
 from executor.trainer import Trainer
 from planner.plan import Plan
@@ -180,26 +181,28 @@ class GraphStep:
         return loss.clone()
 
 
-def graph_stepper(trainer: Trainer, wanted: bool, op_timing: bool, say=None) -> Stepper:
-    """The trainer itself, or its captured step when `wanted` and the plan allows; a refusal
-    is said in one line and the run goes on uncaptured."""
-    if not wanted:
+def graph_stepper(trainer: Trainer, mode: GraphMode, op_timing: bool, say=None) -> Stepper:
+    """The trainer itself, or its captured step where `mode` asks and the plan allows; a
+    refusal is said in one line when the graph was asked for (`on`), and the run goes on
+    uncaptured."""
+    if mode == GraphMode.OFF:
         return trainer
     why = refusal(trainer.plan, trainer.dev, op_timing)
     if why is not None:
-        (say or (lambda line: print(line, file=sys.stderr, flush=True)))(
-            f"cuda graph: not used: {why}; the run continues without it")
+        if mode == GraphMode.ON:
+            (say or (lambda line: print(line, file=sys.stderr, flush=True)))(
+                f"cuda graph: not used: {why}; the run continues without it")
         return trainer
     return GraphStep(trainer, say)
 
 
-def graph_note(stepper: Stepper, wanted: bool, why_not: str | None) -> str | None:
+def graph_note(stepper: Stepper, mode: GraphMode, why_not: str | None) -> str | None:
     """The run result's line on --cuda-graph: the steps the graph served, or why none (a
-    refusal, a failed capture, batches whose bags change length from step to step)."""
-    if not wanted:
+    refusal where the graph was asked for, a failed capture, batches larger than the buffers)."""
+    if mode == GraphMode.OFF:
         return None
     if why_not is not None:
-        return f"cuda graph: not used: {why_not}"
+        return f"cuda graph: not used: {why_not}" if mode == GraphMode.ON else None
     if not isinstance(stepper, GraphStep):
         return None
     total = stepper.seen + stepper.uncaptured

@@ -7,6 +7,16 @@ from __future__ import annotations
 
 import argparse
 import math
+from enum import Enum
+
+
+class GraphMode(str, Enum):
+    """--cuda-graph: replay one rank's step as a CUDA graph (executor.cuda_graph)."""
+
+    AUTO = "auto"  # where the plan allows it (one rank on a GPU, ...), silently eager elsewhere
+    ON = "on"  # the same, and a refusal is said
+    OFF = "off"  # never
+
 
 MAX_STEPS = 1 << 40  # steps of one model: a trillion is beyond any run; more is a mistake or a forged count
 
@@ -22,9 +32,10 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
     p.add_argument("--eval-batch", type=int, help="rows per evaluation batch (default: the global batch)")
     p.add_argument("--warmup", type=int, help="untimed first steps (default: 1 to 3, a quarter of the steps)")
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="capture the steady-state step as one CUDA graph and replay it (one rank on a GPU; "
-                        "a plan it does not fit runs without it, said in one line)")
+    p.add_argument("--cuda-graph", nargs="?", const=GraphMode.ON.value, default=GraphMode.AUTO.value,
+                   choices=[m.value for m in GraphMode],
+                   help="replay the steady-state step as one CUDA graph: auto (default) where the plan allows "
+                        "it (one rank on a GPU), on (also say why not), off")
 
 
 def worker_flags(args: argparse.Namespace) -> list[str]:
@@ -56,8 +67,7 @@ def worker_flags(args: argparse.Namespace) -> list[str]:
         extra.append("--verify")
     if args.preload:
         extra.append("--preload")
-    if args.cuda_graph:
-        extra.append("--cuda-graph")
+    extra += ["--cuda-graph", GraphMode(args.cuda_graph).value]
     if args.steps < 1 or (args.epochs is not None and args.epochs < 1):
         raise ValueError("--steps and --epochs must be at least 1")
     if args.eval_every < 0:

@@ -33,6 +33,7 @@ from executor.timing import OpTimer
 from planner.dense import dense_cost
 from planner.grad_buckets import early_buckets
 from planner.plan import Plan
+from planner.sharding import Sharding
 from simulator.measured import BUCKET_LANE, INPUT_LANE, SYNC_LANE
 
 
@@ -585,6 +586,8 @@ def tables_from_pieces(plan: Plan, per_pack: list[list[dict]]) -> tuple[dict, di
     weights, states = {}, {}
     for pieces in per_pack:
         first = pieces[0]
+        if first["sharding"] == str(Sharding.REPLICATED):  # every rank holds the whole pack: one copy
+            pieces = pieces[:1]
         model = plan.model
         rows = sum(model.table(t).num_rows for t in first["tables"])
         dim = model.table(first["tables"][0]).dim

@@ -50,7 +50,7 @@ from executor.process.process_tree import die_with_parent
 from executor.process.rendezvous import join_store
 from executor.process.threads import set_rank_threads
 from executor.result import RunResult
-from executor.run_args import add_training_args
+from executor.run_args import GraphMode, add_training_args
 from executor.sparse import kernels
 from executor.sparse.exchange_check import exchange_report
 from executor.timing import LossLog, OpTimer, StepClock, percentiles
@@ -292,7 +292,8 @@ def run_worker(args: argparse.Namespace) -> dict | None:
 
         evaluator = Evaluator(trainer, args.eval_data, args.eval_format or args.format, args.eval_batch or g)
     clock = StepClock(device)
-    stepper = graph_stepper(trainer, args.cuda_graph, op_timing, say=None if rank == 0 else (lambda line: None))
+    graph_mode = GraphMode(args.cuda_graph)
+    stepper = graph_stepper(trainer, graph_mode, op_timing, say=None if rank == 0 else (lambda line: None))
     trimmer = HeapTrimmer()
     losses = LossLog(start_step, max(1, args.check_every))
     comm.barrier()
@@ -418,7 +419,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
                                                    [p.name for p in plan.packs])
         if note:
             result["exchange_note"] = note
-    cg = graph_note(stepper, args.cuda_graph, refusal(plan, device, op_timing) if args.cuda_graph else None)
+    cg = graph_note(stepper, graph_mode, refusal(plan, device, op_timing))
     if cg:
         result["cuda_graph_note"] = cg
     result["peak_memory"] = {  # picasso run adds the planner's prediction beside it

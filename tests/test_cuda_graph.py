@@ -14,6 +14,7 @@ from executor.comm import Comm
 from executor.cuda_graph import GraphStep, _copy_into, _same_shapes, _static_copy, graph_stepper, refusal
 from executor.data.batches import Batch
 from executor.reference import dense_state
+from executor.run_args import GraphMode
 from executor.trainer import Trainer
 from executor.verify import synthetic_global_batches
 from planner.model_spec import ModelSpec, TableSpec
@@ -52,8 +53,9 @@ def test_a_refused_or_unwanted_graph_leaves_the_trainer_as_it_is():
     p = plan()
     tr = Trainer(p, {"C2": np.arange(6)}, Comm())
     said: list[str] = []
-    assert graph_stepper(tr, False, False, said.append) is tr and said == []
-    assert graph_stepper(tr, True, False, said.append) is tr
+    assert graph_stepper(tr, GraphMode.OFF, False, said.append) is tr and said == []
+    assert graph_stepper(tr, GraphMode.AUTO, False, said.append) is tr and said == []  # silently, by default
+    assert graph_stepper(tr, GraphMode.ON, False, said.append) is tr
     assert said == ["cuda graph: not used: the step runs on cpu, not a CUDA GPU; the run continues without it"]
 
 
@@ -106,7 +108,7 @@ def test_picasso_run_passes_the_flag_on(monkeypatch, tmp_path):
     np.savez(tmp_path / "hot.npz", C2=np.arange(6))
     with pytest.raises(SystemExit):
         main(["run", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "2", "--cuda-graph"])
-    assert "--cuda-graph" in seen["extra"]
+    assert seen["extra"][seen["extra"].index("--cuda-graph") + 1] == "on"
 
 
 @pytest.mark.gpu
@@ -142,10 +144,11 @@ def test_the_note_counts_replayed_and_uncaptured_steps():
     g = GraphStep.__new__(GraphStep)  # the counters only: no CUDA stream on this machine
     g.seen, g.uncaptured, g.replayed, g.eager_why, g._warned_shapes, g.static = 5, 25, 1, None, True, object()
     g.pads = True
-    note = graph_note(g, True, None)
+    note = graph_note(g, GraphMode.AUTO, None)
     assert note.startswith("cuda graph: 1 of 30 steps replayed the captured graph; 25 ran uncaptured"), note
-    assert graph_note(g, False, None) is None
-    assert graph_note(object(), True, "2 ranks: ...") == "cuda graph: not used: 2 ranks: ..."
+    assert graph_note(g, GraphMode.OFF, None) is None
+    assert graph_note(object(), GraphMode.ON, "2 ranks: ...") == "cuda graph: not used: 2 ranks: ..."
+    assert graph_note(object(), GraphMode.AUTO, "2 ranks: ...") is None  # not asked for: nothing to say
 
 
 def _with_missing(b: Batch, table: str, drop: list[int]) -> Batch:
