@@ -130,10 +130,17 @@ def fused_runs(plan: Plan, rule: PlanExchange | Scoring | None = None) -> list[l
     return runs
 
 
+def pooled_at_owners(plan: Plan, pack: PackPlan) -> bool:
+    """Whether a pack's owners pool its cold lookups as the plan runs (lowering scores it so, the
+    executor runs it so): PackPlan.exchange pooled, on more than one rank. On one rank nothing
+    crosses ranks and both exchanges are the same local lookup, run and scored as rows."""
+    return pack.exchange == Exchange.POOLED and plan.world_size > 1
+
+
 def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
     """Whether a pack joins its plan's fused pooled exchange (PlanExchange.FUSED_POOLED,
     planner.pooled_twrw): a table-row-wise pack whose owners pool."""
-    return (plan.exchange == PlanExchange.FUSED_POOLED and pack.exchange == Exchange.POOLED
+    return (plan.exchange == PlanExchange.FUSED_POOLED and pooled_at_owners(plan, pack)
             and pack.sharding == Sharding.TABLE_ROW_WISE)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from planner.access import TableAccess
 from planner.model_spec import TableSpec
 from planner.modes import Exchange, HotSync
-from planner.plan import PackPlan, Plan, table_optimizer, wire_id_bytes
+from planner.plan import PackPlan, Plan, pooled_at_owners, table_optimizer, wire_id_bytes
 from planner.sharding import Sharding
 from traces.coverage import presence
 
@@ -263,6 +263,7 @@ def pack_volumes(
     tail = upd = 0.0
     coverage = {}
     g = max(1, min(gpus_per_node or world, world))
+    exchange = Exchange.POOLED if pooled_at_owners(plan, pack) else Exchange.ROWS
     for spec in specs:
         acc = access[spec.name]
         hot = int(plan.hot_rows.get(spec.name, 0))
@@ -275,7 +276,7 @@ def pack_volumes(
             tail += L
             coverage[spec.name] = 0.0
             continue
-        if pack.exchange == Exchange.POOLED:  # every lookup travels; hot ones pooled locally
+        if exchange == Exchange.POOLED:  # every lookup travels; hot ones pooled locally
             cov = _table_stats(acc, L, hot, False)[0]
             lookups += L
             hot_l += L * cov
@@ -328,7 +329,7 @@ def pack_volumes(
         slice_bytes = float(row_bytes)
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
-        placement=pack.placement, hot_sync=pack.hot_sync, exchange=pack.exchange, torchrec=not dedup, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
+        placement=pack.placement, hot_sync=pack.hot_sync, exchange=exchange, torchrec=not dedup, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
         samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,

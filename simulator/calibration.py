@@ -338,31 +338,6 @@ def _calibration_of(hw: HardwareSpec) -> Calibration:
     return copy.deepcopy(hw.calibration) if hw.calibration is not None else Calibration()
 
 
-# ----------------------------------------------------------------------------- refining on runs
-
-
-def scale_spec(hw: HardwareSpec, factors: dict[str, float]) -> HardwareSpec:
-    """`hw` with coefficients multiplied by `factors` (efficiencies: > 1 is faster; launch_us
-    and intra_latency_us: > 1 is slower), the live figures and every calibrated world's alike."""
-    spec = _with(hw, calibration=_calibration_of(hw))
-    for key, f in factors.items():
-        if key == "launch_us":
-            spec.gpu.launch_us *= f
-        elif key == "intra_latency_us":
-            spec.intra_latency_us *= f
-        else:
-            spec.efficiency[key] = spec.efficiency.get(key, 1.0) * f
-        for wf in spec.calibration.worlds.values():
-            if key in ("launch_us", "intra_latency_us"):
-                if getattr(wf, key) is not None:
-                    setattr(wf, key, getattr(wf, key) * f)
-            elif key in wf.efficiency:
-                wf.efficiency[key] *= f
-    if not spec.calibration.worlds and hw.calibration is None:
-        spec.calibration = None
-    return spec
-
-
 # ----------------------------------------------------------------------------- per-op-class fit
 # Fixed costs are kept in units of the spec's launch_us so that they follow the contention
 # of each world size (the `worlds[n].launch_us` microbenchmarks measure it), as rates do.
@@ -696,74 +671,6 @@ def fit_op_classes(
             entry["worlds"] = by_world
         report[cls] = entry
     return _with(hw, calibration=cal), report
-
-
-REFINE_ITERATION_KEYS = ("intra_latency_us", "all_to_all", "all_reduce")
-
-
-def refine_iterations(
-    hw: HardwareSpec,
-    runs: Sequence[tuple[Any, int, float]],
-    keys: Sequence[str] = REFINE_ITERATION_KEYS,
-    engine: str = "fast",
-    fit_gap: bool = True,
-    bound: float = 4.0,
-) -> tuple[Any, dict[str, Any]]:
-    """Fit the per-op host gap (the calibration's op_gap, in launches; with `fit_gap`, else
-    the spec's gaps stay, e.g. measured by `fit_host_gaps`) and multiplicative corrections
-    of `keys` (collective latency and bandwidths by default, each within a factor e**bound)
-    to measured iteration times: `runs` = (OpGraph as lowered, world size, measured
-    iteration us); the cost model applies the calibration to them. Robust least squares on
-    relative errors. Returns (spec, report)."""
-    from simulator.engine import simulate
-
-    if not runs:
-        raise CalibrationError("refine_iterations: no executed plans to fit")
-    keys = list(keys)
-
-    ng = 1 if fit_gap else 0
-
-    def spec_with(x: np.ndarray) -> HardwareSpec:
-        spec = scale_spec(hw, dict(zip(keys, np.exp(x[:len(keys)])))) if keys else hw
-        if not fit_gap:
-            return spec
-        cal = _calibration_of(spec)
-        cal.op_gap = max(float(x[-1]), 1e-3)
-        return _with(spec, calibration=cal)
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        spec = spec_with(x)
-        out = []
-        for graph, w, meas in runs:
-            sw = spec_for_world(spec, int(w))
-            out.append((simulate(graph, sw, engine=engine).iteration_us - meas) / meas)
-        return np.asarray(out)
-
-    x0 = np.zeros(len(keys) + ng)
-    r0 = residuals(x0)
-    if len(x0) == 0:
-        return hw, {"gap_launches": _op_gap(hw), "factors": {}, "fit_plans": len(runs),
-                    "fit_mape_before": float(np.abs(r0).mean()), "fit_mape_after": float(np.abs(r0).mean()),
-                    "evaluations": 1}
-    lo = np.concatenate([np.full(len(keys), -bound), [0.0] * ng])
-    hi = np.concatenate([np.full(len(keys), bound), [1e3] * ng])
-    start = x0.copy()
-    if fit_gap:
-        start[-1] = 0.5
-    sol = least_squares(residuals, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.1,
-                        max_nfev=40 * (len(keys) + 2))
-    r1 = residuals(sol.x)
-    return spec_with(sol.x), {
-        "gap_launches": float(sol.x[-1]) if fit_gap else _op_gap(hw),
-        "factors": {k: float(np.exp(v)) for k, v in zip(keys, sol.x[:len(keys)])},
-        "fit_plans": len(runs), "fit_mape_before": float(np.abs(r0).mean()), "fit_mape_after": float(np.abs(r1).mean()),
-        "evaluations": int(sol.nfev),
-    }
-
-
-def _op_gap(hw: HardwareSpec) -> float:
-    return float(hw.calibration.op_gap or 0.0) if hw.calibration is not None else 0.0
-
 
 
 def fit_host_gaps(hw: HardwareSpec, runs: Sequence[tuple[int, float, float]]) -> tuple[HardwareSpec, dict[str, Any]]:

@@ -104,7 +104,7 @@ class Calibration:
 
     worlds: dict[int, WorldFit] = field(default_factory=dict)
     classes: dict[str, ClassFit] = field(default_factory=dict)  # pooled over the fit plans' worlds
-    op_gap: float | None = None  # launches, every world (an iteration-level fit)
+    op_gap: float | None = None  # launches, every world without its own (older specs: `opgap`)
 
     def world(self, n: int) -> WorldFit:
         """The entry of world size n, created when missing."""

@@ -9,40 +9,18 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from executor.process.process_tree import descendants, running
+from executor.process.process_tree import running
 from picasso.cli import main
-from planner.plan import PackPlan, Plan
-from planner.presets import get_model
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.run_tree import ROOT, rank_pids, small_plan, wait_for
 
 
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("writers")
-    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(8, 16), top_mlp=(8, 1))
-    plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10})
-    plan.save(d / "plan.json", hot_ids={"C1": np.arange(10)})
-    return d / "plan.json"
-
-
-def _workers(proc: subprocess.Popen, limit_s: float = 120.0) -> dict[int, str]:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        tree = descendants(proc.pid)
-        if sum(b"-m\0executor\0" in Path(f"/proc/{p}/cmdline").read_bytes() for p in tree
-               if Path(f"/proc/{p}").exists()) >= 2:
-            return tree
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("the first run's workers did not start")
+    return small_plan(tmp_path_factory.mktemp("writers") / "plan.json")
 
 
 @pytest.mark.dist
@@ -53,7 +31,8 @@ def test_a_second_writer_of_a_checkpoint_folder_is_refused(plan_path, tmp_path, 
                               "--steps", "100000000", "--checkpoint", str(ck), "--keep", "1"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        tree = _workers(first)
+        tree = wait_for(first, lambda t: t if len(rank_pids(t)) >= 2 else None,
+                        what="the first run's workers did not start")
         t0 = time.monotonic()
         rc = main(["run", str(plan_path), "--data", "synthetic", "--steps", "2", "--checkpoint", str(ck)])
         took = time.monotonic() - t0

@@ -53,9 +53,12 @@ def test_pool_matches_embedding_bag(dtype, mode):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode,n,hot_share", [("sum", 600, 0.0), ("mean", 600, 0.0), ("sum", 3000, 0.7),
-                                              ("mean", 3000, 0.7), ("sum", 50_000, 1.0)])
-def test_bag_backward_matches_index_add(mode, n, hot_share):
+# short runs; runs across tiles beside short ones; 50,000 IDs, each table one row (runs of 260 tiles).
+# A second call's bits are compared on the first two (the 3,000 IDs' runs cross 11 tiles each: the
+# same cross-tile sums, added in tile order, as the 50,000's, at a tenth of the interpreter's time)
+@pytest.mark.parametrize("mode,n,hot_share,again", [("sum", 600, 0.0, True), ("mean", 3000, 0.7, True),
+                                                    ("sum", 50_000, 1.0, False)])
+def test_bag_backward_matches_index_add(mode, n, hot_share, again):
     rng = np.random.default_rng()
     # a pack: three tables of 5, 40 and 2,000 rows, bags table-major
     tables = [5, 40, 2000]
@@ -72,11 +75,13 @@ def test_bag_backward_matches_index_add(mode, n, hot_share):
     want = syncfree.bag_grad_rows_fixed(grad_out, d.inverse, offsets, mode, len(ids))
     got = tbe.bag_grad_rows(grad_out, d.perm, d.seg, offsets, mode, len(ids))
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
-    assert torch.equal(got, tbe.bag_grad_rows(grad_out, d.perm, d.seg, offsets, mode, len(ids)))  # same bits
+    if again:
+        assert torch.equal(got, tbe.bag_grad_rows(grad_out, d.perm, d.seg, offsets, mode, len(ids)))  # same bits
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
-@pytest.mark.parametrize("hot_share", [0.0, 0.5, 1.0])
+# each optimizer on short runs beside a long one; all short runs; one row's run through every tile
+@pytest.mark.parametrize("optimizer,hot_share", [("sgd", 0.5), ("rowwise_adagrad", 0.5), ("sgd", 0.0),
+                                                 ("rowwise_adagrad", 1.0)])
 def test_fused_update_matches_torch(optimizer, hot_share):
     rng = np.random.default_rng()
     rows = skewed_ids(rng, 5000, 700, hot_share)

@@ -8,18 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from executor.process.process_tree import descendants, running
 from executor.process.rendezvous import free_port
-from planner.plan import PackPlan, Plan
-from planner.presets import get_model
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.run_tree import ROOT, cmdline, rank_pids, small_plan, wait_for
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -30,32 +25,19 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _ranks(proc: subprocess.Popen, limit_s: float = 120.0) -> dict[int, int]:
+def _ranks(proc: subprocess.Popen) -> dict[int, int]:
     """rank -> pid of the run's two workers, once both run."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        found = {int(_environ(p).get("RANK", -1)): p for p in descendants(proc.pid) if "-m executor " in _cmdline(p)}
-        if {0, 1} <= set(found):
-            return found
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("the workers did not start")
+    def both(tree: dict[int, str]) -> dict[int, int] | None:
+        found = {int(_environ(p).get("RANK", -1)): p for p in rank_pids(tree)}
+        return found if {0, 1} <= set(found) else None
+
+    return wait_for(proc, both)
 
 
 @pytest.mark.dist
 def test_a_frozen_rank_stops_the_run_naming_it(tmp_path):
     timeout_s = 6.0
-    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(8, 16), top_mlp=(8, 1))
-    plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10}, micro_batches=2)
-    plan.save(tmp_path / "plan.json", hot_ids={"C1": np.arange(10)})
+    small_plan(tmp_path / "plan.json", micro_batches=2)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
@@ -85,7 +67,7 @@ def test_a_frozen_rank_stops_the_run_naming_it(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1 and "rank 1 hung" in lines[0], err
     # rank 0 fails on its collective's timeout; the frozen rank goes at once, not after a grace period
     assert rank0_gone is not None and ended - rank0_gone < 3.0, ended - rank0_gone
-    assert left == {}, [_cmdline(p) for p in left]
+    assert left == {}, [cmdline(p) for p in left]
 
 
 FAILING_RANK = """

@@ -9,17 +9,13 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from executor.process.process_tree import descendants
-from planner.plan import PackPlan, Plan
-from planner.presets import get_model
+from tests.run_tree import ROOT, cmdline, small_plan
 
-ROOT = Path(__file__).resolve().parents[1]
 LISTEN = "0A"  # TCP state in /proc/net/tcp
 
 
@@ -66,18 +62,9 @@ def test_listening_reads_a_socket_of_this_process():
         assert ("127.0.0.1", s.getsockname()[1]) in listening([os.getpid()])[os.getpid()]
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 @pytest.mark.dist
 def test_a_one_node_run_listens_only_on_loopback(tmp_path):
-    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(16, 16), top_mlp=(8, 1))
-    plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10})
-    plan.save(tmp_path / "plan.json", hot_ids={"C1": np.arange(10)})
+    small_plan(tmp_path / "plan.json", bottom=16)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("GLOO_SOCKET_IFNAME", None)
     cmd = [sys.executable, "-m", "picasso", "run", str(tmp_path / "plan.json"), "--data", "synthetic",
@@ -87,7 +74,7 @@ def test_a_one_node_run_listens_only_on_loopback(tmp_path):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             tree = [proc.pid, *descendants(proc.pid)]
-            ranks = [p for p in tree if "-m executor " in _cmdline(p)]
+            ranks = [p for p in tree if "-m executor " in cmdline(p)]
             if len(ranks) == 2 and all(listening([r]) for r in ranks):  # both ranks joined gloo
                 break
             assert proc.poll() is None, proc.communicate()
@@ -104,5 +91,5 @@ def test_a_one_node_run_listens_only_on_loopback(tmp_path):
             proc.kill()
     sockets = [(pid, a) for pid, addrs in found.items() for a in addrs]
     assert len(sockets) >= 3, sockets  # the rendezvous store and each rank's gloo listener
-    wide = [(_cmdline(pid)[:80], a) for pid, a in sockets if not ipaddress.ip_address(a[0]).is_loopback]
+    wide = [(cmdline(pid)[:80], a) for pid, a in sockets if not ipaddress.ip_address(a[0]).is_loopback]
     assert not wide, f"listening beyond loopback: {wide}"

@@ -7,33 +7,17 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from executor.process.process_tree import descendants, running, stop_tree
-from planner.plan import PackPlan, Plan
-from planner.presets import get_model
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.run_tree import ROOT, cmdline, rank_pids, small_plan, wait_for
 
 
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("sig")
-    m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(8, 16), top_mlp=(8, 1))
-    plan = Plan(m, 2, 16, [PackPlan("pack0", m.table_names, "row_wise")], hot_rows={"C1": 10})
-    plan.save(d / "plan.json", hot_ids={"C1": np.arange(10)})
-    return d / "plan.json"
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
+    return small_plan(tmp_path_factory.mktemp("sig") / "plan.json")
 
 
 def _default_sigint() -> None:
@@ -51,20 +35,10 @@ def _start(plan_path: Path, tmp: Path) -> subprocess.Popen:
                             preexec_fn=_default_sigint)
 
 
-def _wait_for(proc: subprocess.Popen, workers: int, limit_s: float = 90.0) -> dict[int, str]:
+def _wait_for(proc: subprocess.Popen, workers: int) -> dict[int, str]:
     """The process tree once `workers` executor processes run (0: once the agent runs)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        tree = descendants(proc.pid)
-        cmds = [_cmdline(p) for p in tree]
-        launcher = any("-m executor.process.agent " in c for c in cmds)
-        ranks = sum("-m executor " in c for c in cmds)
-        if launcher and ranks >= workers:
-            return tree
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail("the workers did not start")
+    return wait_for(proc, lambda tree: tree if any("-m executor.process.agent " in cmdline(p) for p in tree)
+                    and len(rank_pids(tree)) >= workers else None, 90.0)
 
 
 @pytest.mark.dist
@@ -87,7 +61,7 @@ def test_a_signal_stops_every_process_and_cleans_up(plan_path, tmp_path, sig, wo
     lines = err.strip().splitlines()
     assert len(lines) == 1 and f"interrupted by {signal.Signals(sig).name}" in lines[0], err
     time.sleep(0.2)
-    assert running(tree) == {}, [_cmdline(p) for p in running(tree)]
+    assert running(tree) == {}, [cmdline(p) for p in running(tree)]
     assert not list((tmp_path / "tmp").glob("picasso-run-*"))  # temp folders removed
 
 
@@ -108,19 +82,12 @@ def test_a_killed_run_takes_its_agent_and_ranks_with_it(plan_path, tmp_path):
     if left:  # clean up before failing
         for pid in left:
             os.kill(pid, signal.SIGKILL)
-    assert left == {}, [_cmdline(p) for p in left]
+    assert left == {}, [cmdline(p) for p in left]
 
 
-def _children_running(proc: subprocess.Popen, marker: str, count: int, limit_s: float = 120.0) -> dict[int, str]:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        tree = descendants(proc.pid)
-        if sum(marker in _cmdline(p) for p in tree) >= count:
-            return tree
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"no {count} processes with {marker!r} started")
+def _children_running(proc: subprocess.Popen, marker: str, count: int) -> dict[int, str]:
+    return wait_for(proc, lambda tree: tree if sum(marker in cmdline(p) for p in tree) >= count else None,
+                    what=f"no {count} processes with {marker!r} started")
 
 
 @pytest.mark.dist
@@ -148,7 +115,7 @@ def test_a_signal_stops_calibrate_and_validate_children(tmp_path, command, marke
     assert proc.returncode == 143, err
     assert "interrupted by SIGTERM" in err.strip().splitlines()[-1], err
     time.sleep(0.2)
-    assert running(tree) == {}, [_cmdline(p) for p in running(tree)]
+    assert running(tree) == {}, [cmdline(p) for p in running(tree)]
     assert not [p.name for p in tmp.iterdir() if p.name.startswith(("picasso-", "tmp"))]  # temp folders removed
 
 

@@ -1,7 +1,7 @@
 """One schedule: the ops one real training step issues, per rank and lane and in order, are the
 ops of the lowered graph (planner.lowering.build_program) for that rank and lane, in order.
 
-Random plans over every sharding, both per-pack exchanges, host placement, both hot syncs,
+Random plans over every sharding, both per-pack exchanges (pooled on one rank too), host placement, both hot syncs,
 1/2/4 micro-batches, kernel interleaving, the input pipeline (and where its IDs go), gradient
 buckets and the layered backward run 3 steps on 1 and 2 ranks over gloo; the middle step's
 issue order is recorded at the trainer's timer (executor.timing.OpTimer.start: every op the
@@ -12,8 +12,31 @@ each in one place here:
 - fwd/input/h2d_next is the worker's DeviceFeeder, not the step;
 - an op lowering gives only to the ranks with work (an owner's gather or update) is issued, empty,
   on the others.
-Not covered: TorchRec's own plans (Plan.exchange torchrec), which lowering scores as TorchRec
-runs them, under fused names the executor's members do not carry.
+Known exclusions, where lowering and the executor describe different programs (each more than a
+renaming; what differs, per rank and lane, on 2 ranks):
+- TorchRec's own plans (Plan.exchange torchrec, planner.torchrec_bridge: pooled packs, input
+  pipeline, DDP's 25 MiB buckets). Lowering scores them as TorchRec runs them
+  (lowering._tr_pack_fwd/_tr_pack_bwd); the executor runs them with its own step, fusing only
+  runs of two or more pooled packs (executor.sparse.pooled_flat). Compute lane: the executor
+  issues each pack's dedup (pooled: bags) and route, which lowering's TorchRec path has
+  neither of; it issues the bottom MLP after the packs' route, lowering before the
+  lookups; a pooled pack's owner part is `cold_pool` in the executor, `cold_gather` in
+  lowering; lowering's run of table-wise packs is one op `first..last/op`, the executor's a
+  run of rows packs is issued pack by pack. Comm lane: the executor's `a2a_pooled` and
+  `a2a_pooled_grad` are lowering's `a2a_emb` and `a2a_grad` (a reduce-scatter and an
+  all-gather for row-wise packs); the dense gradients' last bucket is the executor's
+  `bwd/dense/allreduce` on lane grad_sync with the hot rows', lowering's
+  `bwd/dense/allreduce_dense` on comm; a replicated pack's gradient all-reduce is the
+  executor's `opt/<pack>/cold_update` on comm, in lowering part of allreduce_dense.
+- Fused pooled plans (Plan.exchange fused_pooled, planner.pooled_twrw). Lowering issues one
+  group op `fwd/pooled/<op>` at the first member's place; the executor issues each member's
+  ops (`fwd/<member>/bags`, `route`, `hot_gather`, `cold_pool`, `pool`, `opt/<member>/...`)
+  at the member's own place in plan order, so a non-member pack between two members comes
+  before the group's collective in the executor and after it in lowering (comm lane: e.g.
+  `pack2/a2a_ids` before the group's IDs). The group's pooled sums are two collectives in
+  lowering, `a2a_pooled` on lane node_group and `a2a_pooled_x` on peers_group (on one node
+  too, where the executor copies locally), and one op per member, `<member>/a2a_pooled`
+  on comm, in the executor; likewise the gradients (`a2a_pooled_grad`, `a2a_pooled_grad_x`).
 """
 
 from __future__ import annotations
@@ -42,8 +65,8 @@ def plan_for(world: int, seed: int) -> tuple[Plan, dict[str, list[int]]]:
     for p in plan.packs:
         p.placement = ["hbm", "host"][int(rng.integers(2))]
         p.hot_sync = ["dense", "sparse"][int(rng.integers(2))]
-        # one rank runs every pack as rows (executor.sparse.pooled.make_pack)
-        if world > 1 and p.sharding.can_pool_at_owner and rng.integers(2):
+        # on one rank a pooled pack is run and lowered as rows (planner.plan.pooled_at_owners)
+        if p.sharding.can_pool_at_owner and rng.integers(2):
             p.exchange = "pooled"
     plan.validate()
     return plan, {t: ids.tolist() for t, ids in hot.items()}

@@ -144,7 +144,7 @@ def test_op_class_fit_recovers_known_coefficients(setup):
     """Per-op-class fixed costs and rate factors set on a 'true' machine are recovered
     from op timings of simulated runs, and predict held-out plans' iterations."""
     from planner.op_names import op_class
-    from simulator.calibration import fit_op_classes, refine_iterations, spec_for_world
+    from simulator.calibration import fit_op_classes, spec_for_world
     from simulator.engine import simulate
     from simulator.hardware import HardwareSpec
 
@@ -167,10 +167,8 @@ def test_op_class_fit_recovers_known_coefficients(setup):
     assert report["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
     assert report["fwd/dense/top_mlp"]["fixed_launches"] == pytest.approx(4.5, rel=0.1)  # fixed + gap
     assert report["bwd/dense/interaction"]["flow_scale"] == pytest.approx(10.0, rel=0.05)
-    spec2, rep = refine_iterations(spec1, [(g, w, t) for g, w, t, _ in fit], keys=())
-    assert rep["fit_mape_after"] < 0.05
     for graph, w, meas_it, _ in held:
-        sw = spec_for_world(spec2, w)
+        sw = spec_for_world(spec1, w)
         pred = simulate(graph, sw).iteration_us
         assert pred == pytest.approx(meas_it, rel=0.05)
 

@@ -14,30 +14,23 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import Any
 
 from executor.microbench import CudaBench, DeviceBench, measure_device, run_microbenchmarks
 from planner.dense import mlp_shapes
+from planner.modes import Mode
 from planner.presets import get_model
 from simulator.calibration import calibrated_spec, fit_samples, gpu_calibrated_spec, summarize
 from simulator.hardware import HardwareSpec, load_hardware
 
 
-class CalibrationDevice(str, Enum):
+class CalibrationDevice(Mode):
     """Where the microbenchmarks run: the CPU worker processes, or the GPU (`auto`: the GPU
     when CUDA is there and the base spec is a GPU's)."""
 
     AUTO = "auto"
     CPU = "cpu"
     CUDA = "cuda"
-
-    @classmethod
-    def from_str(cls, text: str) -> CalibrationDevice:
-        try:
-            return cls(str(text).lower())
-        except ValueError:
-            raise ValueError(f"--device {text!r}: expected one of {', '.join(d.value for d in cls)}") from None
 
 
 @dataclass

@@ -16,26 +16,21 @@ path stages rows in the same memory, executor.sparse.embedding).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from enum import Enum
 
 from planner.builders import Case
 from planner.errors import PlanError
+from planner.modes import Mode
 from planner.sharding import Sharding
 from simulator.hardware import HardwareSpec
 
 DENSE_DTYPES = ("fp32", "tf32", "bf16")
 
 
-class PlanVariants(str, Enum):
+class PlanVariants(Mode):
+    """Which variants of the sweep's plans run beside them: none, or the GPU's (dense dtypes)."""
+
     NONE = "none"
     GPU = "gpu"
-
-    @classmethod
-    def from_str(cls, text: str) -> PlanVariants:
-        try:
-            return cls(str(text).lower())
-        except ValueError:
-            raise ValueError(f"--variants {text!r}: expected one of {', '.join(v.value for v in cls)}") from None
 
 
 @dataclass

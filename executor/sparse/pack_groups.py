@@ -15,8 +15,8 @@ from executor.sparse.pooled import make_pack
 from executor.sparse.pooled_flat import FlatFuser
 from executor.sparse.pooled_twrw import FusedPooledPack, Fuser
 from executor.sparse.protocol import PackExchange
-from planner.modes import Exchange, PlanExchange
-from planner.plan import PackPlan, Plan, fused_runs
+from planner.modes import PlanExchange
+from planner.plan import PackPlan, Plan, fused_runs, pooled_at_owners
 from planner.pooled_twrw import groups
 
 
@@ -53,6 +53,6 @@ def flat_runs(plan: Plan) -> list[list[PackPlan]]:
     TorchRec's own plans, of two packs or more, every member pooled at its owners. A run of
     the rows exchange (sequence tables) runs pack by pack; so do the torchrec-like baseline's
     runs (Provenance.scoring fused_table_wise), which explain scores both ways."""
-    if plan.exchange != PlanExchange.TORCHREC or plan.world_size == 1:
+    if plan.exchange != PlanExchange.TORCHREC:
         return []
-    return [run for run in fused_runs(plan) if len(run) > 1 and all(p.exchange == Exchange.POOLED for p in run)]
+    return [run for run in fused_runs(plan) if len(run) > 1 and all(pooled_at_owners(plan, p) for p in run)]

@@ -26,7 +26,7 @@ import torch
 from executor.sparse import kernels, syncfree
 from executor.sparse.embedding import Lookup, ShardedPack
 from planner.modes import Exchange
-from planner.plan import PackPlan, Plan
+from planner.plan import PackPlan, Plan, pooled_at_owners
 from planner.sharding import Sharding
 
 
@@ -259,7 +259,7 @@ class PooledPack(ShardedPack):
 
 
 def make_pack(plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> ShardedPack:
-    """The pack as its plan exchanges it (on one rank both exchanges are a local lookup)."""
-    if pack.exchange == Exchange.POOLED and comm.world > 1:
+    """The pack as its plan exchanges it (planner.plan.pooled_at_owners: on one rank, as rows)."""
+    if pooled_at_owners(plan, pack):
         return PooledPack(plan, pack, hot_ids, comm)
     return ShardedPack(plan, pack, hot_ids, comm)

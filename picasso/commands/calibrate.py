@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
     check_output_path(args.output)  # before minutes of microbenchmarks, not after
     cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick,
-                          device=CalibrationDevice.from_str(args.device))
+                          device=CalibrationDevice.from_str(args.device, "--device"))
     out = Path(args.output)
     t0 = time.perf_counter()
     hw, report = calibrate(cfg, None if args.json else (lambda m: print(m, file=sys.stderr)))

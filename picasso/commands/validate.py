@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         plans=args.plans, fit_plans=args.fit_plans, nproc_max=args.nproc_max, batch_sizes=batches, steps=args.steps,
         timed_seconds=args.timed_seconds, max_steps=args.max_steps, warmup=args.warmup, repeats=args.repeats,
         run_timeout=args.run_timeout, include_planner=not args.no_planner, out_dir=args.out_dir,
-        save_refined=args.save_refined, variants=PlanVariants.from_str(args.variants))
+        save_refined=args.save_refined, variants=PlanVariants.from_str(args.variants, "--variants"))
     cfg.check()  # flags, then outputs, before any run
     from foundation.files import check_output_path
 
