@@ -67,8 +67,9 @@ def _locked(lock_file: Path, target: Path, what: str, remove: bool = False) -> I
             break
         os.close(fd)  # the holder before us removed this file: lock the one at the path now
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # the pid only names the holder to a second writer (a full disk)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         if remove:
