@@ -60,6 +60,15 @@ def text(value: object, field: str, allowed: tuple[str, ...] | None = None) -> s
     return value
 
 
+def file_name(value: object, field: str) -> str:
+    """A file's name beside the document that gives it: one plain path component, so a file
+    someone else wrote cannot point outside its own folder ('..', '/', a drive or a backslash)."""
+    name = text(value, field)
+    if name in (".", "..") or any(c in name for c in "/\\\0") or (len(name) > 1 and name[1] == ":"):
+        raise FieldError(f"field {field}: {name!r} is not a file name in the document's own folder")
+    return name
+
+
 def boolean(value: object, field: str) -> bool:
     if not isinstance(value, bool):
         raise FieldError(f"field {field}: expected true or false, got {_kind(value)}")

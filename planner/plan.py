@@ -531,6 +531,8 @@ def _plan_from_dict(d: object) -> Plan:
         pred = d.get("prediction")
     hot = fields.mapping(d.get("hot_rows", {}), "hot_rows")
     hot_file = d.get("hot_ids_file")
+    if hot_file is not None:
+        hot_file = fields.file_name(hot_file, "hot_ids_file")
     hardware = d.get("hardware")
     return Plan(
         version=fields.integer(d.get("version", -1), "version"),

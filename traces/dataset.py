@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from foundation import fields
 from foundation.files import read_json_bytes
 from traces.errors import TraceError
 
@@ -169,7 +170,10 @@ class Dataset:
         self.features: list[str] = list(m["features"])
         self.dense_names: list[str] = list(m["dense"])
         self.dense_transform: str = m["dense_transform"]
-        self.shard_names = [s["name"] for s in m["shards"]]
+        try:  # each shard a folder inside this one: a manifest cannot point elsewhere
+            self.shard_names = [fields.file_name(s["name"], f"shards[{i}].name") for i, s in enumerate(m["shards"])]
+        except fields.FieldError as exc:
+            raise TraceError(f"{mf}: {exc}") from None
         sizes = np.array([s["rows"] for s in m["shards"]], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(sizes)])
         self.rows = int(self.starts[-1])
