@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 
 from executor.sparse import kernels
+from executor.sparse.sorted_runs import sorted_runs
 
 TRITON_ENV = "PICASSO_TRITON"
 _tbe: ModuleType | None = None
@@ -119,12 +120,8 @@ def dedup_fixed(ids: torch.Tensor) -> Dedup:
     n = ids.numel()
     if n == 0:
         return Dedup(ids, ids.clone(), torch.zeros((), dtype=torch.int64, device=ids.device))
-    srt, perm = torch.sort(ids)
-    head = torch.ones(n, dtype=torch.bool, device=ids.device)
-    head[1:] = srt[1:] != srt[:-1]
-    seg = torch.cumsum(head, 0) - 1
+    perm, seg, uniq = sorted_runs(ids)
     inverse = torch.empty_like(seg).scatter_(0, perm, seg)
-    uniq = torch.zeros_like(ids).scatter_(0, seg, srt)
     return Dedup(uniq, inverse, seg[-1] + 1, perm, seg)
 
 

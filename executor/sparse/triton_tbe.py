@@ -29,6 +29,8 @@ if not torch.cuda.is_available():  # the interpreter is the only way Triton runs
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from executor.sparse.sorted_runs import sorted_runs  # noqa: E402
+
 TILE = 64  # sorted positions per tile of the segment sums
 BAGS = 32  # bags per program of the pooling
 MAX_DIM = 1024  # one program holds a whole row (row-wise Adagrad reads its squared sum)
@@ -261,17 +263,6 @@ def _segment_pass(src: torch.Tensor, src_row: torch.Tensor, seg: torch.Tensor, o
         run_end = torch.searchsorted(seg, last, right=True)
         _cross_kernel[(tiles,)](seg, n, run_end, head=head, tail=tail, OP=int(op), TILE_N=TILE, BLOCK_D=bd,
                                 CHUNK=16, **args)
-
-
-def sorted_runs(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sort `keys` once: (positions in key order, run number of each sorted position, the key of
-    each run padded to len(keys))."""
-    srt, perm = torch.sort(keys)
-    head = torch.ones_like(srt, dtype=torch.bool)
-    head[1:] = srt[1:] != srt[:-1]
-    seg = torch.cumsum(head, 0) - 1
-    uniq = torch.zeros_like(srt).scatter_(0, seg, srt)
-    return perm, seg, uniq
 
 
 def _bag_sources(perm: torch.Tensor, offsets: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor | None]:
