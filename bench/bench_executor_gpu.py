@@ -85,9 +85,19 @@ class PlainDLRM(nn.Module):
         return self.dense(batch.dense, embs, {})
 
 
-def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool, tf32: bool) -> float:
+def plain_fits(model, device: torch.device) -> str | None:
+    """Why the plain PyTorch step cannot hold the model on `device`, or None: its tables, their
+    dense gradients and Adagrad's state are three full copies (dlrm-mlperf's 96 GB tables are not)."""
+    if device.type != "cuda":
+        return None
+    need = 3 * sum(t.num_rows * t.dim * 4 for t in model.tables)
+    free = torch.cuda.mem_get_info(device)[0]
+    return None if need <= 0.9 * free else f"needs {need / 2**30:.0f} GiB (tables, dense gradients, Adagrad state), {free / 2**30:.0f} GiB free"
+
+
+def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool, tf32: bool) -> float | str:
     """samples/s of the plain PyTorch step on the plan's model and batch (events on CUDA), with
-    the same dense precision (TF32 matmuls, or bf16 autocast)."""
+    the same dense precision (TF32 matmuls, or bf16 autocast); why not, where it does not fit."""
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     from executor.data.batches import feature_map, reader_chunks, to_batch
@@ -95,6 +105,8 @@ def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16:
 
     plan = Plan.from_dict(plan_d)
     model, b = plan.model, plan.batch_size_per_rank
+    if why := plain_fits(model, device):
+        return why
     raw = next(iter(reader_chunks(str(data), "criteo")))
     while len(raw) < b:
         from executor.data.batches import RawBatch
@@ -180,17 +192,26 @@ def main() -> None:
                     cap = 1_000_000
                     plan = make_plan(d, model, hardware, b, cap, ddt)
                     first = run_plan(d, plan, steps, variants[0])
-                plain = time_plain(json.loads(plan.read_text()), d / "data.tsv", steps, device, ddt == "bf16",
-                                   ddt == "tf32")
+                try:
+                    plain = time_plain(json.loads(plan.read_text()), d / "data.tsv", steps, device, ddt == "bf16",
+                                       ddt == "tf32")
+                except torch.OutOfMemoryError as e:  # the rows after it still run, in their own processes
+                    plain = f"out of memory: {str(e)[:120]}"
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                why_no_plain = plain if isinstance(plain, str) else None
+                plain = None if why_no_plain else plain
                 more = variants[1:] + (["torch"] if cuda and b == bs[-1] and "torch" not in variants else [])
                 for r in [first] + [run_plan(d, plan, steps, v) for v in more]:
                     r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
                              over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
+                    if why_no_plain:
+                        r["plain_not_run"] = why_no_plain
                     out["rows"].append(r)
                     save()
                     print(f"{model:20s} batch {b:6d} {ddt:5s} {r['kernels']:6s} picasso {r['samples_per_s']:12,.0f}/s "
                           f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
-                          f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain:12,.0f}/s "
+                          f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain or 0:12,.0f}/s "
                           f"x{r['over_plain'] or 0:5.2f}  ({r['wall_s']} s)", flush=True)
     save()
     print(f"wrote {output}")
