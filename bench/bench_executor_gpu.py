@@ -201,7 +201,9 @@ def main() -> None:
                     torch.cuda.empty_cache()
                 why_no_plain = plain if isinstance(plain, str) else None
                 plain = None if why_no_plain else plain
-                more = variants[1:] + (["torch"] if cuda and b == bs[-1] and "torch" not in variants else [])
+                # the torch kernels' A/B against the eager Triton run, at the largest batch
+                ab = cuda and b == bs[-1] and "triton" in variants and "torch" not in variants
+                more = variants[1:] + (["torch"] if ab else [])
                 for r in [first] + [run_plan(d, plan, steps, v) for v in more]:
                     r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
                              over_plain=(r["samples_per_s"] or 0) / plain if plain else None)

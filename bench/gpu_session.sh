@@ -3,7 +3,9 @@
 # Triton kernel tests compiled for CUDA, the executor bench (picasso against its prediction,
 # the torch kernels and plain PyTorch), a profile of one steady step, --verify for fp32 and
 # fp16 tables, and the simulator's calibration and validation on CUDA. JSON results go to
-# $OUT (default ./gpu-out), long logs to $LOGS.
+# $OUT (default ./gpu-out), long logs to $LOGS. Knobs: TEST_S GPU_TESTS PYTEST_K EMB_DIMS EXECUTOR_S
+# STEPS EXECUTOR_ARGS (more bench_executor_gpu.py flags) EXECUTOR_VARIANT (its output's suffix) OVERHEAD_BATCHES
+# PROFILE_S VERIFY_BATCH VERIFY_S CALIBRATE_S VALIDATE_S VALIDATE_PLANS VALIDATE_FIT HW.
 #
 #   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor overhead profile verify calibrate validate
 #                                             (default: all of them)
@@ -51,7 +53,8 @@ for s in $stages; do
     ;;
   executor)
     stamp executor
-    timeout ${EXECUTOR_S:-240} $PY bench/bench_executor_gpu.py --steps ${STEPS:-20} -o "$OUT/executor_gpu.json" 2>&1 \
+    timeout ${EXECUTOR_S:-240} $PY bench/bench_executor_gpu.py --steps ${STEPS:-20} ${EXECUTOR_ARGS:-} \
+      -o "$OUT/executor_gpu${EXECUTOR_VARIANT:+-$EXECUTOR_VARIANT}.json" 2>&1 \
       | tee "$LOGS/bench_executor_gpu.log" | grep -v "^$"
     ;;
   overhead)  # host time against GPU time of a step, eager and as a CUDA graph; the graph's own line in a real run

@@ -196,6 +196,17 @@ def graph_stepper(trainer: Trainer, mode: GraphMode, op_timing: bool, say=None) 
     return GraphStep(trainer, say)
 
 
+def untimed_steps(steps: int, asked: int | None, stepper: Stepper) -> int:
+    """The run's untimed first steps: `--warmup`, else a quarter of the steps (1 to 3), and with
+    a graph at least its eager steps and its capture (a step of tens of ms, not a steady one)."""
+    if asked is not None:
+        return asked
+    if steps <= 1:
+        return 0
+    quarter = min(3, max(1, steps // 4))
+    return min(steps - 1, max(quarter, WARMUP + 1)) if isinstance(stepper, GraphStep) else quarter
+
+
 def graph_note(stepper: Stepper, mode: GraphMode, why_not: str | None) -> str | None:
     """The run result's line on --cuda-graph: the steps the graph served, or why none (a
     refusal where the graph was asked for, a failed capture, batches larger than the buffers)."""

@@ -343,6 +343,8 @@ class Trainer:
                 with T.op("fwd", p.name, p.op("dedup"), i):
                     idx, offs = p.pack_inputs(mb.sparse, mb.pad_bags)
                     lk = p.dedup(idx, offs)
+                    if mb.pad_bags:  # each table's bags: one per sample, then its padding's
+                        lk.pad_every = len(mb) + 1
                 with T.op("fwd", p.name, "route", i):
                     p.prepare(lk)
                 lks[i][j] = lk

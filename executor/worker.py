@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import Comm
-from executor.cuda_graph import graph_note, graph_stepper, refusal
+from executor.cuda_graph import graph_note, graph_stepper, refusal, untimed_steps
 from executor.data.batches import (
     BadRows,
     DataError,
@@ -286,7 +286,6 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         loader = Prefetcher(iter(batches), depth=max(len(batches), 1))
     else:
         loader = Prefetcher(prepared(), depth=4)
-    warmup = args.warmup if args.warmup is not None else (min(3, max(1, args.steps // 4)) if args.steps > 1 else 0)
     kept: list = []
     waits: list[float] = []
     feeder = DeviceFeeder(loader, device)
@@ -298,6 +297,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     clock = StepClock(device)
     graph_mode = GraphMode(args.cuda_graph)
     stepper = graph_stepper(trainer, graph_mode, op_timing, say=None if rank == 0 else (lambda line: None))
+    warmup = untimed_steps(args.steps, args.warmup, stepper)
     trimmer = HeapTrimmer()
     losses = LossLog(start_step, max(1, args.check_every))
     comm.barrier()

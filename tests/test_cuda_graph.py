@@ -182,3 +182,34 @@ def test_padded_buffers_train_as_the_batches_themselves():
         torch.testing.assert_close(pb.state, pa.state, rtol=1e-6, atol=1e-7)
     for x, y in zip(plain.dense.parameters(), padded.dense.parameters()):
         torch.testing.assert_close(y, x, rtol=1e-6, atol=1e-7)
+
+
+def test_padded_lookups_name_their_padding_bags(monkeypatch):
+    """The pools of a padded step are told which bags are padding (one a table, after its
+    batch's bags) so that the Triton pool skips them; a plain step's are told none."""
+    from executor.sparse import syncfree
+
+    seen: list[int] = []
+    real = syncfree.bag_forward
+    monkeypatch.setattr(syncfree, "bag_forward",
+                        lambda w, i, o, mode, pad_every=0: seen.append(pad_every) or real(w, i, o, mode, pad_every))
+    p = replace(plan(), hot_rows={}, hot_ids_file=None)
+    b = synthetic_global_batches(p, 1, seed=2)[0]
+    Trainer(p, {}, Comm()).step(_static_copy(b, pad=True))
+    assert seen and set(seen) == {len(b) + 1}
+    seen.clear()
+    Trainer(p, {}, Comm()).step(b)
+    assert seen and set(seen) == {0}
+
+
+def test_a_graphs_eager_steps_and_capture_are_untimed():
+    """With a graph the first WARMUP steps run eagerly and the next is the capture (tens of ms):
+    none of them is a steady step, so the default untimed steps cover them; --warmup rules."""
+    from executor.cuda_graph import WARMUP, untimed_steps
+
+    g = object.__new__(GraphStep)  # no CUDA stream needed for the rule
+    assert untimed_steps(15, None, g) == WARMUP + 1
+    assert untimed_steps(15, None, object()) == 3  # a quarter, 1 to 3, without a graph
+    assert untimed_steps(3, None, g) == 2  # a timed step is left
+    assert untimed_steps(1, None, g) == 0
+    assert untimed_steps(15, 0, g) == 0

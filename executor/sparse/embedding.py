@@ -56,6 +56,7 @@ class Lookup:
     handle: object = None
     unique_emb: torch.Tensor | None = None
     dedup: syncfree.Dedup | None = None  # the sort behind uniq/inverse, for the backward's segment sums
+    pad_every: int = 0  # padded inputs (Batch.pad_bags): bags per table, the last of each read by nobody
 
 
 class ShardedPack:
@@ -363,7 +364,7 @@ class ShardedPack:
             return u.index_select(0, ids).float()
         if u is not self.weight:
             u = u.float()  # 16-bit rows are pooled (accumulated) in fp32
-        return syncfree.bag_forward(u, ids, lk.offsets, self.layout.mode)
+        return syncfree.bag_forward(u, ids, lk.offsets, self.layout.mode, lk.pad_every)
 
     # ---- backward -----------------------------------------------------------------
     @property

@@ -143,5 +143,7 @@ class RowKeys:
         self.bases = torch.tensor([base[t] for t in tables], dtype=torch.int64, device=device)
 
     def __call__(self, packed: torch.Tensor) -> torch.Tensor:
-        t = torch.searchsorted(self.starts, packed.to(self.starts.device), right=True) - 1
-        return self.bases[t] + packed.to(self.starts.device) - self.starts[t]
+        """The keys on `packed`'s device (a host-placed pack's rows are updated in host memory)."""
+        p = packed.to(self.starts.device)
+        t = torch.searchsorted(self.starts, p, right=True) - 1
+        return (self.bases[t] + p - self.starts[t]).to(packed.device)

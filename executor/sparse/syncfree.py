@@ -167,12 +167,15 @@ def route(uniq: torch.Tensor, n_valid: torch.Tensor | None, hot_map: torch.Tenso
 # ---- pooling --------------------------------------------------------------------------------
 
 
-def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str) -> torch.Tensor:
+def bag_forward(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str,
+                pad_every: int = 0) -> torch.Tensor:
     """Pooled bags. Off the CPU this is torch's embedding_bag: the native CUDA kernel checks
     its indices with a flag read back per call (a synchronisation); the step's indices
-    come from its own dedup and cannot be out of range."""
+    come from its own dedup and cannot be out of range. `pad_every`: every pad_every-th bag
+    is padding that nobody reads (Batch.pad_bags); the Triton kernel skips it (zeros), the
+    other paths pool it."""
     if _triton(weight) and mode in ("sum", "mean"):
-        return _tbe.pool(weight, indices, offsets, mode)
+        return _tbe.pool(weight, indices, offsets, mode, pad_every)
     if _native(weight):
         return kernels.bag_forward(weight, indices, offsets, mode)
     return kernels.bag_forward_ref(weight, indices, offsets, mode)

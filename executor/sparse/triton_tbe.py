@@ -61,12 +61,14 @@ def _block_dim(dim: int) -> int:
 
 
 @triton.jit
-def _pool_kernel(rows, stride_r, idx, offsets, out, stride_o, num_bags, dim,
+def _pool_kernel(rows, stride_r, idx, offsets, out, stride_o, num_bags, dim, pad_every,
                  MEAN: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr):
     b = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     bm = b < num_bags
     lo = tl.load(offsets + b, mask=bm, other=0)
     n = tl.load(offsets + b + 1, mask=bm, other=0) - lo
+    # a padding bag (every pad_every-th) is read by nobody: skipped, not looped over serially
+    n = tl.where((pad_every > 0) & (b % tl.maximum(pad_every, 1) == pad_every - 1), 0, n)
     d = tl.arange(0, BLOCK_D)
     dm = d < dim
     acc = tl.zeros([BLOCK_B, BLOCK_D], dtype=tl.float32)
@@ -82,9 +84,12 @@ def _pool_kernel(rows, stride_r, idx, offsets, out, stride_o, num_bags, dim,
     tl.store(out + b[:, None] * stride_o + d[None, :], acc, mask=bm[:, None] & dm[None, :])
 
 
-def pool(rows: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str) -> torch.Tensor:
+def pool(rows: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode: str,
+         pad_every: int = 0) -> torch.Tensor:
     """Pooled bags [B, D] in fp32: bag b sums (or averages) rows[indices[offsets[b]:offsets[b+1]]];
-    rows may be fp32, fp16 or bf16 (accumulated in fp32); empty bags give zeros."""
+    rows may be fp32, fp16 or bf16 (accumulated in fp32); empty bags give zeros. With
+    `pad_every`, every pad_every-th bag (the padding of a static batch, Batch.pad_bags) gives
+    zeros unread: one program would otherwise loop over all of its IDs alone."""
     if mode not in ("sum", "mean"):
         raise ValueError(f"pooling mode {mode!r} is not sum or mean")
     num_bags, dim = len(offsets) - 1, rows.shape[1]
@@ -94,7 +99,7 @@ def pool(rows: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, mode:
     rows = rows if rows.stride(1) == 1 else rows.contiguous()
     grid = (triton.cdiv(num_bags, BAGS),)
     _pool_kernel[grid](rows, rows.stride(0), indices.contiguous(), offsets.contiguous(), out, out.stride(0),
-                       num_bags, dim, MEAN=mode == "mean", BLOCK_B=BAGS, BLOCK_D=_block_dim(dim))
+                       num_bags, dim, int(pad_every), MEAN=mode == "mean", BLOCK_B=BAGS, BLOCK_D=_block_dim(dim))
     return out
 
 
@@ -394,7 +399,7 @@ def compile_for(arch: int = 90) -> dict[str, str]:
               "head": "*fp32", "tail": "*fp32"}
     variants = [("pool", _pool_kernel,
                  {"rows": "*bf16", "stride_r": "i32", "idx": "*i64", "offsets": "*i64", "out": "*fp32", "stride_o": "i32",
-                  "num_bags": "i32", "dim": "i32", "MEAN": "constexpr", "BLOCK_B": "constexpr", "BLOCK_D": "constexpr"},
+                  "num_bags": "i32", "dim": "i32", "pad_every": "i32", "MEAN": "constexpr", "BLOCK_B": "constexpr", "BLOCK_D": "constexpr"},
                  {"MEAN": True, "BLOCK_B": BAGS, "BLOCK_D": 16}),
                 ("add_rows", _add_rows_kernel,
                  {"dst": "*fp32", "stride_d": "i32", "idx": "*i64", "src": "*fp32", "stride_s": "i32", "n": "i32",
