@@ -40,7 +40,8 @@ from executor.run_args import MAX_STEPS
 from executor.sparse.embedding import CoverageError
 from executor.trainer import Trainer, tables_from_pieces
 from foundation import fields
-from foundation.files import atomic_write_bytes, fsync_dir, regular_file
+from foundation.documents import read_json
+from foundation.files import atomic_write_bytes, fsync_dir
 from planner.plan import Plan
 from planner.sharding import Sharding
 
@@ -180,10 +181,15 @@ def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None 
     return version
 
 
+def _read_manifest_doc(mpath: Path) -> object:
+    """A manifest's JSON, bounded in size, nesting and numbers (foundation.documents)."""
+    return read_json(mpath, "checkpoint manifest", MAX_MANIFEST_BYTES)
+
+
 def _current(folder: Path) -> str | None:
     """The version the folder's manifest points to (None when unreadable)."""
     try:
-        return json.loads((folder / "manifest.json").read_text()).get("dir")
+        return _read_manifest_doc(folder / "manifest.json").get("dir")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -206,7 +212,7 @@ def prune(folder: Path, keep: int) -> None:
     again before each removal: whatever it names is never removed (one writer holds the
     folder, foundation.locks; this guards a writer that does not take the lock).
     """
-    current = json.loads((folder / "manifest.json").read_text()).get("dir")
+    current = _read_manifest_doc(folder / "manifest.json").get("dir")  # unreadable: raise, never prune blind
     complete = [v for v in versions(folder) if (v / "manifest.json").is_file() and v.name != current]
     kept = {current, *(v.name for v in complete[max(0, len(complete) - (keep - 1)):] if keep > 1)}
     for v in versions(folder):
@@ -274,11 +280,8 @@ def read_manifest(folder: str | os.PathLike, plan: Plan | None = None) -> dict:
     if not mpath.exists():
         raise CheckpointError(f"{folder}: no manifest.json: the checkpoint is incomplete (torn) or not a checkpoint")
     try:
-        regular_file(mpath, "checkpoint manifest")
-        if mpath.stat().st_size > MAX_MANIFEST_BYTES:
-            raise CheckpointError(f"{mpath}: too large for a checkpoint manifest")
-        m = json.loads(mpath.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        m = _read_manifest_doc(mpath)
+    except json.JSONDecodeError as exc:
         raise CheckpointError(f"{mpath}: damaged manifest ({exc})") from None
     except (OSError, ValueError) as exc:
         raise CheckpointError(str(exc)) from None

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from foundation import fields
+from foundation.documents import read_json
 from foundation.fields import FieldError
-from foundation.files import atomic_write_bytes, check_output_path, read_json_bytes, regular_file
+from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
@@ -427,11 +428,9 @@ class Plan:
     def load(cls, path: str | os.PathLike) -> Plan:
         path = Path(path)
         try:
-            d = read_json_bytes(path, "plan file")  # bounded in size and nesting
+            d = read_json(path, "plan file")  # bounded in size, nesting and numbers; any BOM
         except FileNotFoundError:
             raise PlanError(f"{path}: no such plan file") from None
-        except UnicodeDecodeError:
-            raise PlanError(f"{path}: not a plan (binary, not UTF-8 JSON)") from None
         except json.JSONDecodeError as exc:
             raise PlanError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         except (OSError, ValueError) as exc:

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
+from foundation.documents import DocumentError, read_json, read_yaml
 from foundation.fields import MAX_RANKS
-from foundation.files import read_text_file
 from simulator.calibration_spec import Calibration, CalibrationSpecError, from_legacy_efficiency
 from simulator.device_perf import DevicePerf, DevicePerfError, GemmShape
 from simulator.timeline import _atomic_write_text
@@ -392,12 +392,11 @@ def load_hardware(name_or_path: str | os.PathLike, overrides: Sequence[str] | Ma
         path = Path(s)
         if not path.exists():
             raise HardwareError(f"hardware {s!r}: neither a preset ({', '.join(PRESETS)}) nor an existing file")
+    read = read_json if path.suffix == ".json" else read_yaml  # bounded: size, nesting, aliases, tags
     try:
-        text = read_text_file(path, "hardware spec")
-    except (OSError, ValueError) as exc:
+        data = read(path, "hardware spec")
+    except (OSError, DocumentError) as exc:
         raise HardwareError(str(exc)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
         raise HardwareError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):

@@ -10,13 +10,13 @@ step, and merging runs of one plan measured at different moments.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from foundation.documents import read_json
 from simulator.timeline import Event, Timeline
 
 COMM_LANE = "comm"
@@ -45,7 +45,14 @@ def load_timeline(path: str | os.PathLike) -> Timeline:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such timeline or trace")
-    d = json.loads(path.read_text())
+    d = read_json(path, "timeline or trace")  # bounded in size, nesting and numbers; any BOM
+    try:
+        return _timeline_from(d)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a timeline or trace ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _timeline_from(d: dict) -> Timeline:
     if "events" in d:
         return Timeline.from_dict(d)
     tl = Timeline(meta=dict(d.get("otherData", {})))

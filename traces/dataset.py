@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from foundation import fields
-from foundation.files import read_json_bytes
+from foundation.documents import read_json
 from traces.errors import TraceError
 
 FORMAT = "picasso-dataset-1"
@@ -159,7 +159,7 @@ class Dataset:
             why = "no manifest.json: an interrupted conversion, or not a converted dataset"
             raise TraceError(f"{self.path}: {why}")
         try:
-            m = read_json_bytes(mf, "dataset manifest")  # bounded in size and nesting
+            m = read_json(mf, "dataset manifest")  # bounded in size and nesting
         except (OSError, ValueError) as exc:
             raise TraceError(f"{mf}: unreadable manifest ({exc})") from None
         if not isinstance(m, dict):

@@ -24,8 +24,9 @@ from typing import Any
 import numpy as np
 
 from foundation import fields
+from foundation.documents import read_json
 from foundation.fields import FieldError
-from foundation.files import UnwritableTarget, atomic_write, check_output_path, read_json_bytes
+from foundation.files import UnwritableTarget, atomic_write, check_output_path
 from traces.counting import IdCounter, unique_counts
 from traces.coverage import presence, top_ids
 from traces.errors import TraceError
@@ -243,8 +244,8 @@ class AccessProfile:
         if not path.exists():
             raise TraceError(f"{path}: no such profile")
         try:
-            doc = read_json_bytes(path, "profile")  # bounded in size and nesting
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            doc = read_json(path, "profile")  # bounded in size and nesting
+        except json.JSONDecodeError as exc:
             raise TraceError(f"{path}: not a profile JSON ({str(exc).splitlines()[0][:120]})") from None
         except (OSError, ValueError) as exc:
             raise TraceError(str(exc)) from None
