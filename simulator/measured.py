@@ -10,6 +10,7 @@ step, and merging runs of one plan measured at different moments.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -45,7 +46,10 @@ def load_timeline(path: str | os.PathLike) -> Timeline:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such timeline or trace")
-    d = read_json(path, "timeline or trace")  # bounded in size, nesting and numbers; any BOM
+    try:
+        d = read_json(path, "timeline or trace")  # bounded in size, nesting and numbers; any BOM
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: a timeline or trace is not JSON (line {exc.lineno}: {exc.msg})") from None
     try:
         return _timeline_from(d)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:

@@ -75,7 +75,10 @@ class Timeline:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Timeline:
-        d = read_json(path, "timeline")  # bounded in size, nesting and numbers; any BOM
+        try:
+            d = read_json(path, "timeline")  # bounded in size, nesting and numbers; any BOM
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{Path(path)}: a timeline is not JSON (line {exc.lineno}: {exc.msg})") from None
         try:
             return cls.from_dict(d)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
