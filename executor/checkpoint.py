@@ -249,11 +249,16 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         if "dir" in m and not (isinstance(m["dir"], str) and VERSION_RE.fullmatch(m["dir"])):
             raise fields.FieldError(f"field dir: expected a version folder name step-<steps>-<tag>, got {m['dir']!r}")
         files = fields.mapping(m.get("files"), "files")
+        count = (world * len(packs) if fmt == FORMAT else world) + 1
+        if len(files) != count:  # before listing the names: world_size and packs are only numbers in the file
+            raise fields.FieldError(f"field files: {len(files):,} entries; a checkpoint of world_size {world} "
+                                    f"and {len(packs)} pack(s) holds {count:,} files")
         want = expected_files(world, len(packs), fmt)
         missing = [f for f in want if f not in files]
         if missing:
+            shown = ", ".join(want[:4]) + (", ..." if len(want) > 4 else "")
             raise fields.FieldError(f"field files: {missing[0]} is missing: a checkpoint of world_size {world} "
-                                    f"holds {', '.join(want)}")
+                                    f"holds {shown}")
         extra = sorted(set(files) - set(want))
         if extra:
             raise fields.FieldError(f"field files: unexpected entry {extra[0]!r} for world_size {world}")
