@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import pickle
@@ -64,9 +65,16 @@ def model_fingerprint(plan: Plan) -> str:
 
 def expected_files(world_size: int, packs: int, fmt: str = FORMAT) -> list[str]:
     """Every file a checkpoint of `world_size` ranks and `packs` packs must hold."""
+    return list(_expected_names(world_size, packs, fmt))
+
+
+def _expected_names(world_size: int, packs: int, fmt: str) -> Iterator[str]:
+    """expected_files one name at a time: a manifest's numbers alone never size a list."""
     if fmt != FORMAT:
-        return [f"rank{r}.pt" for r in range(world_size)] + ["dense.pt"]
-    return [_piece_file(r, k) for r in range(world_size) for k in range(packs)] + ["dense.pt"]
+        yield from (f"rank{r}.pt" for r in range(world_size))
+    else:
+        yield from (_piece_file(r, k) for r in range(world_size) for k in range(packs))
+    yield "dense.pt"
 
 
 def _piece_file(rank: int, pack: int) -> str:
@@ -249,16 +257,14 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         if "dir" in m and not (isinstance(m["dir"], str) and VERSION_RE.fullmatch(m["dir"])):
             raise fields.FieldError(f"field dir: expected a version folder name step-<steps>-<tag>, got {m['dir']!r}")
         files = fields.mapping(m.get("files"), "files")
+        # world_size and packs are only numbers in the file: no list of names grows past its entries
         count = (world * len(packs) if fmt == FORMAT else world) + 1
-        if len(files) != count:  # before listing the names: world_size and packs are only numbers in the file
-            raise fields.FieldError(f"field files: {len(files):,} entries; a checkpoint of world_size {world} "
-                                    f"and {len(packs)} pack(s) holds {count:,} files")
+        if len(files) < count:  # a name is missing: found within the first len(files) + 1 names
+            missing = next(f for f in _expected_names(world, len(packs), fmt) if f not in files)
+            shown = ", ".join(itertools.islice(_expected_names(world, len(packs), fmt), 4))
+            raise fields.FieldError(f"field files: {missing} is missing: a checkpoint of world_size {world} holds "
+                                    f"{shown}{', ...' if count > 4 else ''} ({count:,} files)")
         want = expected_files(world, len(packs), fmt)
-        missing = [f for f in want if f not in files]
-        if missing:
-            shown = ", ".join(want[:4]) + (", ..." if len(want) > 4 else "")
-            raise fields.FieldError(f"field files: {missing[0]} is missing: a checkpoint of world_size {world} "
-                                    f"holds {shown}")
         extra = sorted(set(files) - set(want))
         if extra:
             raise fields.FieldError(f"field files: unexpected entry {extra[0]!r} for world_size {world}")
