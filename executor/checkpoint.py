@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import pickle
@@ -40,7 +41,8 @@ from executor.run_args import MAX_STEPS
 from executor.sparse.embedding import CoverageError
 from executor.trainer import Trainer, tables_from_pieces
 from foundation import fields
-from foundation.files import atomic_write_bytes, fsync_dir, regular_file
+from foundation.documents import read_json
+from foundation.files import atomic_write_bytes, fsync_dir
 from planner.plan import Plan
 from planner.sharding import Sharding
 
@@ -63,9 +65,16 @@ def model_fingerprint(plan: Plan) -> str:
 
 def expected_files(world_size: int, packs: int, fmt: str = FORMAT) -> list[str]:
     """Every file a checkpoint of `world_size` ranks and `packs` packs must hold."""
+    return list(_expected_names(world_size, packs, fmt))
+
+
+def _expected_names(world_size: int, packs: int, fmt: str) -> Iterator[str]:
+    """expected_files one name at a time: a manifest's numbers alone never size a list."""
     if fmt != FORMAT:
-        return [f"rank{r}.pt" for r in range(world_size)] + ["dense.pt"]
-    return [_piece_file(r, k) for r in range(world_size) for k in range(packs)] + ["dense.pt"]
+        yield from (f"rank{r}.pt" for r in range(world_size))
+    else:
+        yield from (_piece_file(r, k) for r in range(world_size) for k in range(packs))
+    yield "dense.pt"
 
 
 def _piece_file(rank: int, pack: int) -> str:
@@ -180,10 +189,15 @@ def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None 
     return version
 
 
+def _read_manifest_doc(mpath: Path) -> object:
+    """A manifest's JSON, bounded in size, nesting and numbers (foundation.documents)."""
+    return read_json(mpath, "checkpoint manifest", MAX_MANIFEST_BYTES)
+
+
 def _current(folder: Path) -> str | None:
     """The version the folder's manifest points to (None when unreadable)."""
     try:
-        return json.loads((folder / "manifest.json").read_text()).get("dir")
+        return _read_manifest_doc(folder / "manifest.json").get("dir")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -206,7 +220,7 @@ def prune(folder: Path, keep: int) -> None:
     again before each removal: whatever it names is never removed (one writer holds the
     folder, foundation.locks; this guards a writer that does not take the lock).
     """
-    current = json.loads((folder / "manifest.json").read_text()).get("dir")
+    current = _read_manifest_doc(folder / "manifest.json").get("dir")  # unreadable: raise, never prune blind
     complete = [v for v in versions(folder) if (v / "manifest.json").is_file() and v.name != current]
     kept = {current, *(v.name for v in complete[max(0, len(complete) - (keep - 1)):] if keep > 1)}
     for v in versions(folder):
@@ -243,11 +257,14 @@ def validate_manifest(m: object, mpath: Path) -> dict:
         if "dir" in m and not (isinstance(m["dir"], str) and VERSION_RE.fullmatch(m["dir"])):
             raise fields.FieldError(f"field dir: expected a version folder name step-<steps>-<tag>, got {m['dir']!r}")
         files = fields.mapping(m.get("files"), "files")
+        # world_size and packs are only numbers in the file: no list of names grows past its entries
+        count = (world * len(packs) if fmt == FORMAT else world) + 1
+        if len(files) < count:  # a name is missing: found within the first len(files) + 1 names
+            missing = next(f for f in _expected_names(world, len(packs), fmt) if f not in files)
+            shown = ", ".join(itertools.islice(_expected_names(world, len(packs), fmt), 4))
+            raise fields.FieldError(f"field files: {missing} is missing: a checkpoint of world_size {world} holds "
+                                    f"{shown}{', ...' if count > 4 else ''} ({count:,} files)")
         want = expected_files(world, len(packs), fmt)
-        missing = [f for f in want if f not in files]
-        if missing:
-            raise fields.FieldError(f"field files: {missing[0]} is missing: a checkpoint of world_size {world} "
-                                    f"holds {', '.join(want)}")
         extra = sorted(set(files) - set(want))
         if extra:
             raise fields.FieldError(f"field files: unexpected entry {extra[0]!r} for world_size {world}")
@@ -274,11 +291,8 @@ def read_manifest(folder: str | os.PathLike, plan: Plan | None = None) -> dict:
     if not mpath.exists():
         raise CheckpointError(f"{folder}: no manifest.json: the checkpoint is incomplete (torn) or not a checkpoint")
     try:
-        regular_file(mpath, "checkpoint manifest")
-        if mpath.stat().st_size > MAX_MANIFEST_BYTES:
-            raise CheckpointError(f"{mpath}: too large for a checkpoint manifest")
-        m = json.loads(mpath.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        m = _read_manifest_doc(mpath)
+    except json.JSONDecodeError as exc:
         raise CheckpointError(f"{mpath}: damaged manifest ({exc})") from None
     except (OSError, ValueError) as exc:
         raise CheckpointError(str(exc)) from None

@@ -9,8 +9,11 @@ does not know is an error, not something a reader guesses at.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
+
+from foundation.documents import read_json
 
 
 class ResultError(ValueError):
@@ -143,6 +146,22 @@ class RunResult:
                 kw[k] = sub(**_checked(sub, kw[k], k))
         kw["eval"] = [Evaluation(**_checked(Evaluation, e, f"eval[{i}]")) for i, e in enumerate(kw.get("eval") or [])]
         return cls(**kw)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> RunResult:
+        """A result saved by `picasso run --json > FILE`: bounded in size, nesting and numbers, any BOM."""
+        try:
+            d = read_json(path, "run result")
+        except json.JSONDecodeError as exc:
+            raise ResultError(f"{path}: a run result is not JSON (line {exc.lineno}: {exc.msg})") from None
+        except (OSError, ValueError) as exc:
+            raise ResultError(str(exc)) from None
+        try:
+            return cls.from_dict(d)
+        except ResultError as exc:
+            raise ResultError(f"{path}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ResultError(f"{path}: not a run result ({type(exc).__name__}: {str(exc)[:120]})") from None
 
     @classmethod
     def from_json(cls, text: str) -> RunResult:

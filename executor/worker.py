@@ -42,9 +42,9 @@ from executor.data.text_ranges import (
     TEXT_FORMATS,
     TextRanges,
     common_steps_per_epoch,
-    gzip_note,
     range_chunks,
     splittable,
+    whole_read_note,
 )
 from executor.process.allocator import HeapTrimmer
 from executor.process.lines import say
@@ -201,11 +201,11 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     model, g, b = plan.model, plan.global_batch, plan.batch_size_per_rank
     bad = BadRows()
     dataset = None if args.data == "synthetic" or not is_dataset(args.data) else Dataset(args.data)
-    # plain text: each rank reads its own byte range (executor.data.text_ranges); gzip: the whole log
+    # plain text: each rank reads its own byte range (executor.data.text_ranges); gzip, UTF-16/32: the whole log
     ranges = (TextRanges(args.data, args.format, world, rank, b, args.strict)
               if dataset is None and splittable(args.data, args.format) else None)
-    note = gzip_note(args.data) if (dataset is None and ranges is None and world > 1
-                                    and args.format.lower() in TEXT_FORMATS) else None
+    note = whole_read_note(args.data) if (dataset is None and ranges is None and world > 1
+                                          and args.format.lower() in TEXT_FORMATS) else None
     if note and rank == 0:
         print(note, file=sys.stderr, flush=True)
     if args.epochs is not None:

@@ -1,4 +1,5 @@
-"""Helpers every layer needs and no layer owns: atomic file writes, field validation.
+"""Helpers every layer needs and no layer owns: atomic file writes, field validation, and the
+bounded reading of files someone else wrote (documents, text encodings, .npz archives).
 
-Imports numpy at most; never a picasso layer.
+Imports numpy (and PyYAML, lazily, for YAML documents); never a picasso layer.
 """

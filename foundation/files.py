@@ -136,20 +136,6 @@ def regular_file(path: str | os.PathLike, what: str) -> Path:
     return path
 
 
-def read_text_file(path: str | os.PathLike, what: str) -> str:
-    """The UTF-8 text of a regular file; one line naming the file when it is missing, special,
-    unreadable or not text (a decode error alone names no file)."""
-    path = regular_file(path, what)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise OSError(f"{path}: cannot read {what} ({exc.strerror})") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: {what} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
-
-
 def _identity(path: Path) -> tuple:
     """What makes two names one file: the inode of an existing file (hard links, symlinks,
     `./x` and `x` alike), else the resolved path a new file would get."""
@@ -190,34 +176,3 @@ def check_distinct(inputs: dict[str, object], outputs: dict[str, object],
             if top == p.resolve() or top in p.resolve().parents:
                 raise ValueError(f"{folder}: {flag} would replace the folder holding the input {other} ({p}); "
                                  f"give {flag} another path")
-
-
-MAX_DOC_BYTES = 64 << 20  # a plan, profile summary or manifest: the largest real ones are a few MB
-
-
-class DocumentTooLarge(ValueError):
-    """A document read from a file is beyond what any real one costs (size or nesting)."""
-
-
-def read_json_bytes(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> object:
-    """The parsed JSON of a regular file of at most `max_bytes` (MAX_DOC_BYTES), checked by its size
-    before it is read; nesting deeper than the parser's stack is one line, not a RecursionError.
-    A JSON syntax error keeps its json.JSONDecodeError (callers name the line)."""
-    import json
-
-    limit = MAX_DOC_BYTES if max_bytes is None else max_bytes
-    path = regular_file(path, what)
-    size = path.stat().st_size
-    if size > limit:
-        raise DocumentTooLarge(f"{path}: {what} of {size:,} bytes, more than any real one ({limit:,} at most)")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(limit + 1)  # the file may grow after the size check
-    except OSError as exc:
-        raise OSError(f"{path}: cannot read {what} ({exc.strerror})") from None
-    if len(raw) > limit:
-        raise DocumentTooLarge(f"{path}: {what} grew past {limit:,} bytes while read")
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except RecursionError:
-        raise DocumentTooLarge(f"{path}: {what} nests lists or objects deeper than any real one") from None

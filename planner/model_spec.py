@@ -173,6 +173,7 @@ class ModelSpec:
 MAX_ROWS = 1 << 48  # rows of one table
 MAX_DIM = 1 << 16
 MAX_WIDTH = 1 << 20  # dense inputs, MLP layer widths
+MAX_TABLES = 1 << 16  # tables of one model (the largest published ones hold about a thousand)
 
 
 def _spec_from_dict(d: object, where: str) -> ModelSpec:
@@ -189,6 +190,8 @@ def _spec_from_dict(d: object, where: str) -> ModelSpec:
     tables = fields.sequence(d["tables"], f"{p}tables")
     if not tables:
         raise FieldError(f"field {p}tables: expected at least one table")
+    if len(tables) > MAX_TABLES:  # each table costs the planner and the executor work and memory
+        raise FieldError(f"field {p}tables: {len(tables):,} tables, more than any real model ({MAX_TABLES:,} at most)")
     return ModelSpec(
         name=fields.text(d["name"], f"{p}name"),
         arch=fields.text(d["arch"], f"{p}arch", ARCHS),

@@ -31,8 +31,10 @@ from typing import Any
 import numpy as np
 
 from foundation import fields
+from foundation.documents import read_json
 from foundation.fields import FieldError
-from foundation.files import atomic_write_bytes, check_output_path, read_json_bytes, regular_file
+from foundation.files import atomic_write_bytes, check_output_path, regular_file
+from foundation.npz import BoundedNpz, NpzError
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
@@ -427,11 +429,9 @@ class Plan:
     def load(cls, path: str | os.PathLike) -> Plan:
         path = Path(path)
         try:
-            d = read_json_bytes(path, "plan file")  # bounded in size and nesting
+            d = read_json(path, "plan file")  # bounded in size, nesting and numbers; any BOM
         except FileNotFoundError:
             raise PlanError(f"{path}: no such plan file") from None
-        except UnicodeDecodeError:
-            raise PlanError(f"{path}: not a plan (binary, not UTF-8 JSON)") from None
         except json.JSONDecodeError as exc:
             raise PlanError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         except (OSError, ValueError) as exc:
@@ -473,10 +473,7 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
     except (OSError, ValueError) as exc:
         raise PlanError(str(exc)) from None
     try:
-        z = np.load(f, allow_pickle=False)
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise PlanError(not_ours)
-        with z:
+        with BoundedNpz(f, "hot-ID file") as z:  # numbers only, no more than the file's bytes justify
             ids = {}
             for k in z.files:
                 a = z[k]
@@ -485,6 +482,8 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
                 ids[k] = a.astype(np.int64)
     except PlanError:
         raise
+    except NpzError as exc:
+        raise PlanError(f"{not_ours}: {str(exc).removeprefix(f'{f}: ')}") from None
     except Exception:  # noqa: BLE001 - zipfile, numpy and OS errors of a damaged file: one line
         raise PlanError(f"{not_ours}: damaged, truncated or another format") from None
     return ids

@@ -9,14 +9,13 @@ generator, so the same name always gives the same model.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from foundation.files import read_text_file
+from foundation.documents import DocumentError, read_json, read_yaml
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 
@@ -247,18 +246,12 @@ def load_model_file(path: str | Path) -> ModelSpec:
           - {name: item, num_rows: 50000, pooling_factor: 3}
     """
     path = Path(path)
+    read = read_json if path.suffix.lower() == ".json" else read_yaml  # bounded: size, nesting, aliases, tags
     try:
-        text = read_text_file(path, "model-spec file")
-    except (OSError, ValueError) as exc:
+        d = read(path, "model-spec file")
+    except (OSError, DocumentError) as exc:
         raise PlanError(str(exc)) from None
-    try:
-        if path.suffix.lower() == ".json":
-            d = json.loads(text)
-        else:
-            import yaml
-
-            d = yaml.safe_load(text)
-    except Exception as exc:  # noqa: BLE001 - yaml and json raise many kinds; one line for the user
+    except Exception as exc:  # noqa: BLE001 - yaml and json syntax errors come in many kinds; one line
         raise PlanError(f"{path}: cannot parse model spec: {str(exc).splitlines()[0]}") from None
     if not isinstance(d, dict):
         raise PlanError(f"{path}: expected a mapping with name, arch, num_dense, tables")

@@ -18,6 +18,7 @@ that kept it as string keys in `efficiency` are converted when loaded.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -27,8 +28,8 @@ from typing import Any
 
 import yaml
 
+from foundation.documents import DocumentError, read_json, read_yaml
 from foundation.fields import MAX_RANKS
-from foundation.files import read_text_file
 from simulator.calibration_spec import Calibration, CalibrationSpecError, from_legacy_efficiency
 from simulator.device_perf import DevicePerf, DevicePerfError, GemmShape
 from simulator.timeline import _atomic_write_text
@@ -166,13 +167,24 @@ def _num(v: Any, where: str, *, positive: bool = False, integer: bool = False) -
             v = parse_quantity(v, where)
         else:
             raise HardwareError(f"{where}: expected a number, got {v!r}")
-    if v != v or v < 0 or (positive and v == 0):
-        raise HardwareError(f"{where}: expected a {'positive' if positive else 'non-negative'} number, got {v!r}")
+    try:
+        finite = math.isfinite(v)
+    except OverflowError:  # an integer past any float
+        finite = False
+    if not finite or v < 0 or (positive and v == 0):  # NaN and infinity too (JSON and YAML allow both)
+        raise HardwareError(f"{where}: expected a finite {'positive' if positive else 'non-negative'} number, "
+                            f"got {_shown(v)}")
     if integer:
         if int(v) != v:
             raise HardwareError(f"{where}: expected an integer, got {v!r}")
         return int(v)
     return float(v)
+
+
+def _shown(v: Any) -> str:
+    """A value as a message shows it: a 400-digit number from a file is cut short."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _check_keys(d: Mapping[str, Any], allowed: set[str], required: set[str], where: str) -> None:
@@ -344,6 +356,8 @@ def _parse_override_value(path: str, text: Any) -> Any:
         if uf is not None and uf[1] != dim:
             raise HardwareError(f"override {path}: unit {unit!r} is a {uf[1]} unit, expected a {dim} unit")
     v = parse_quantity(text, f"override {path}")
+    if not math.isfinite(v):
+        raise HardwareError(f"override {path}: {_shown(text)} is not a finite number")
     return int(v) if path in ("nodes", "gpus_per_node", "gpu.streams", "gpu.cores") and v == int(v) else v
 
 
@@ -392,12 +406,11 @@ def load_hardware(name_or_path: str | os.PathLike, overrides: Sequence[str] | Ma
         path = Path(s)
         if not path.exists():
             raise HardwareError(f"hardware {s!r}: neither a preset ({', '.join(PRESETS)}) nor an existing file")
+    read = read_json if path.suffix == ".json" else read_yaml  # bounded: size, nesting, aliases, tags
     try:
-        text = read_text_file(path, "hardware spec")
-    except (OSError, ValueError) as exc:
+        data = read(path, "hardware spec")
+    except (OSError, DocumentError) as exc:
         raise HardwareError(str(exc)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
         raise HardwareError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):

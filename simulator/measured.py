@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from foundation.documents import read_json
 from simulator.timeline import Event, Timeline
 
 COMM_LANE = "comm"
@@ -45,7 +46,17 @@ def load_timeline(path: str | os.PathLike) -> Timeline:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such timeline or trace")
-    d = json.loads(path.read_text())
+    try:
+        d = read_json(path, "timeline or trace")  # bounded in size, nesting and numbers; any BOM
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: a timeline or trace is not JSON (line {exc.lineno}: {exc.msg})") from None
+    try:
+        return _timeline_from(d)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a timeline or trace ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _timeline_from(d: dict) -> Timeline:
     if "events" in d:
         return Timeline.from_dict(d)
     tl = Timeline(meta=dict(d.get("otherData", {})))

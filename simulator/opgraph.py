@@ -18,12 +18,12 @@ import os
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
 import numpy as np
 
+from foundation.documents import read_json
 from simulator.timeline import _atomic_write_text
 
 COLLECTIVE_TYPES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -319,7 +319,7 @@ class OpGraph:
     @classmethod
     def load(cls, path: str | os.PathLike) -> OpGraph:
         try:
-            d = json.loads(Path(path).read_text())
+            d = read_json(path, "operator graph")  # bounded in size, nesting and numbers; any BOM
         except json.JSONDecodeError as e:
             raise OpGraphError(f"{path}: not valid JSON (line {e.lineno}): {e.msg}") from None
         return cls.from_json(d, str(path))

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from foundation.documents import read_json
 from foundation.files import atomic_write_text
 
 
@@ -74,7 +75,14 @@ class Timeline:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Timeline:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        try:
+            d = read_json(path, "timeline")  # bounded in size, nesting and numbers; any BOM
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{Path(path)}: a timeline is not JSON (line {exc.lineno}: {exc.msg})") from None
+        try:
+            return cls.from_dict(d)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{Path(path)}: not a timeline ({type(exc).__name__}: {exc})") from None
 
     def to_chrome_trace(self) -> dict[str, Any]:
         """Trace-event JSON: one process per rank, one thread per lane."""

@@ -1,5 +1,5 @@
 """Plans, profiles and dataset manifests come from anyone: what reading one may cost is bounded
-(foundation.files.read_json_bytes). Nesting deeper than the parser's stack is one line naming the file
+(foundation.documents.read_json). Nesting deeper than the parser's stack is one line naming the file
 (it escaped as a RecursionError); a file larger than any real one is refused by its size, unread."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foundation import files
+from foundation import documents
 from planner.plan import Plan
 from traces.dataset import Dataset
 from traces.profile import AccessProfile
@@ -49,7 +49,7 @@ def test_a_document_past_the_size_bound_is_refused_unread(tmp_path_factory, extr
     limit = 4096
     (d / "doc.json").write_text("{" + " " * (limit + extra) + "}")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(files, "MAX_DOC_BYTES", limit, raising=False)
+        mp.setattr(documents, "MAX_DOC_BYTES", limit)
         with pytest.raises(ValueError, match=f"more than any real one \\({limit:,} at most\\)"):
             LOADERS[what](d)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from foundation import fields
-from foundation.files import read_json_bytes
+from foundation.documents import read_json
 from traces.errors import TraceError
 
 FORMAT = "picasso-dataset-1"
@@ -57,6 +57,28 @@ def expand_inputs(specs: list[str] | str) -> list[str]:
 
 def is_dataset(path: str | os.PathLike) -> bool:
     return os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST))
+
+
+MAX_ROWS = 1 << 48  # rows of a dataset (Criteo's terabyte log holds 2^32)
+
+
+def check_manifest(m: dict) -> list[tuple[str, int]]:
+    """The manifest's fields checked for type and range (FieldError names the field); its shards as
+    (name, rows), each name a folder inside the dataset's own."""
+    for key in ("features", "dense"):
+        for i, name in enumerate(fields.sequence(m.get(key), key)):
+            fields.text(name, f"{key}[{i}]")
+    if not m["features"]:
+        raise fields.FieldError("field features: a dataset has at least one categorical feature")
+    fields.text(m.get("dense_transform"), "dense_transform", DENSE_TRANSFORMS)
+    fields.integer(m.get("rows"), "rows", 1, MAX_ROWS)
+    fields.integer(m.get("malformed_rows", 0), "malformed_rows", 0)
+    shards = []
+    for i, s in enumerate(fields.sequence(m.get("shards"), "shards")):
+        fields.mapping(s, f"shards[{i}]")
+        shards.append((fields.file_name(s.get("name"), f"shards[{i}].name"),
+                       fields.integer(s.get("rows"), f"shards[{i}].rows", 0, MAX_ROWS)))
+    return shards
 
 
 # ---------------------------------------------------------------------------------------
@@ -113,8 +135,12 @@ class NpyColumn:
             self.offset = f.tell()
         if fortran:
             raise TraceError(f"{path}: Fortran-ordered columns are not supported")
-        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        self.row_bytes = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        self.shape, self.dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+        if self.dtype.hasobject or not self.shape:
+            raise TraceError(f"{path}: not a column of numbers ({self.dtype} of shape {self.shape})")
+        self.row_bytes = self.dtype.itemsize
+        for n in self.shape[1:]:
+            self.row_bytes *= n  # Python ints: a hostile header cannot wrap the size check around
         size = os.fstat(self.fd).st_size
         if size != self.offset + self.shape[0] * self.row_bytes:
             raise TraceError(f"{path}: {size} bytes, its header promises {self.offset + self.shape[0] * self.row_bytes}"
@@ -159,30 +185,35 @@ class Dataset:
             why = "no manifest.json: an interrupted conversion, or not a converted dataset"
             raise TraceError(f"{self.path}: {why}")
         try:
-            m = read_json_bytes(mf, "dataset manifest")  # bounded in size and nesting
+            m = read_json(mf, "dataset manifest")  # bounded in size and nesting
         except (OSError, ValueError) as exc:
             raise TraceError(f"{mf}: unreadable manifest ({exc})") from None
         if not isinstance(m, dict):
             raise TraceError(f"{mf}: not a dataset manifest (a JSON object expected)")
         if m.get("format") != FORMAT:
             raise TraceError(f"{mf}: format {m.get('format')!r}, expected {FORMAT!r}")
+        try:
+            shards = check_manifest(m)
+        except fields.FieldError as exc:
+            raise TraceError(f"{mf}: {exc}") from None
         self.manifest = m
         self.features: list[str] = list(m["features"])
         self.dense_names: list[str] = list(m["dense"])
         self.dense_transform: str = m["dense_transform"]
-        try:  # each shard a folder inside this one: a manifest cannot point elsewhere
-            self.shard_names = [fields.file_name(s["name"], f"shards[{i}].name") for i, s in enumerate(m["shards"])]
-        except fields.FieldError as exc:
-            raise TraceError(f"{mf}: {exc}") from None
-        sizes = np.array([s["rows"] for s in m["shards"]], dtype=np.int64)
+        self.shard_names = [name for name, _ in shards]
+        sizes = np.array([rows for _, rows in shards], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(sizes)])
         self.rows = int(self.starts[-1])
         if self.rows != m["rows"]:
             raise TraceError(f"{mf}: shards hold {self.rows} rows, the manifest says {m['rows']}")
-        for name in self.shard_names:
+        for name, rows in shards:
             for c in COLUMNS:
                 if not (self.path / name / f"{c}.npy").exists():
                     raise TraceError(f"{self.path / name / (c + '.npy')}: missing (a damaged dataset)")
+            labels = self.path / name / "labels.npy"
+            if labels.stat().st_size < rows * 4:  # a row count is only a number: its labels hold its bytes
+                raise TraceError(f"{labels}: {labels.stat().st_size:,} bytes cannot hold the {rows:,} rows the "
+                                 "manifest gives the shard (a damaged dataset)")
         self._open: OrderedDict[int, dict[str, NpyColumn]] = OrderedDict()
         self.max_open = max_open_shards
 
@@ -196,6 +227,9 @@ class Dataset:
         n = int(self.starts[k + 1] - self.starts[k])
         if cols["labels"].shape[0] != n or cols["rowptr"].shape[0] != n + 1:
             raise TraceError(f"{d}: holds {cols['labels'].shape[0]} rows, the manifest says {n}")
+        for c, width in (("dense", len(self.dense_names)), ("lens", len(self.features))):
+            if cols[c].shape[1:] != (width,):
+                raise TraceError(f"{d / (c + '.npy')}: shape {cols[c].shape}, the manifest gives rows of {width}")
         self._open[k] = cols
         if len(self._open) > self.max_open:  # a bounded number of open files
             for c in self._open.popitem(last=False)[1].values():

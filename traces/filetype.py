@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import zlib
 
+from foundation.text import transcoded
 from traces.errors import TraceError
 
 HEAD_BYTES = 1 << 16
@@ -46,7 +47,7 @@ def looks_binary(head: bytes) -> bool:
 
 
 def text_head(path: str) -> bytes:
-    """The first bytes of `path` as text (decompressed when gzip); TraceError naming the file and
+    """The first bytes of `path` as UTF-8 text (decompressed when gzip); TraceError naming the file and
     what it looks like when it is not text."""
     try:
         with open(path, "rb") as f:
@@ -65,6 +66,7 @@ def text_head(path: str) -> bytes:
         what, inside = known_format(head), " inside its gzip stream"
     if what:
         raise TraceError(f"{path}: this is {what}{inside}, not text: check the file and --format")
+    head = b"".join(transcoded([head]))  # text a BOM says is UTF-16/32 is judged as what it reads as
     if looks_binary(head):
         raise TraceError(f"{path}: binary data{inside}, not text: check the file and --format")
     return head

@@ -24,8 +24,10 @@ from typing import Any
 import numpy as np
 
 from foundation import fields
+from foundation.documents import read_json
 from foundation.fields import FieldError
-from foundation.files import UnwritableTarget, atomic_write, check_output_path, read_json_bytes
+from foundation.files import UnwritableTarget, atomic_write, check_output_path
+from foundation.npz import BoundedNpz, NpzError
 from traces.counting import IdCounter, unique_counts
 from traces.coverage import presence, top_ids
 from traces.errors import TraceError
@@ -243,8 +245,8 @@ class AccessProfile:
         if not path.exists():
             raise TraceError(f"{path}: no such profile")
         try:
-            doc = read_json_bytes(path, "profile")  # bounded in size and nesting
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            doc = read_json(path, "profile")  # bounded in size and nesting
+        except json.JSONDecodeError as exc:
             raise TraceError(f"{path}: not a profile JSON ({str(exc).splitlines()[0][:120]})") from None
         except (OSError, ValueError) as exc:
             raise TraceError(str(exc)) from None
@@ -256,15 +258,13 @@ class AccessProfile:
             check_profile_doc(doc)
         except FieldError as exc:
             raise TraceError(f"{path}: {exc}") from None
-        npz = path.parent / doc.get("arrays", path.with_suffix(".npz").name)
+        npz = path.parent / doc.get("arrays", path.with_suffix(".npz").name)  # a name beside it (check_profile_doc)
         if not npz.is_file():
             raise TraceError(f"{npz}: arrays of profile {path.name} not found")
         try:
-            z = np.load(npz, allow_pickle=False)
-        except Exception:  # noqa: BLE001 - zipfile, numpy and OS errors of a damaged file: one line
-            raise TraceError(f"{npz}: not the arrays of a picasso profile (damaged, truncated or another format)") from None
-        if not isinstance(z, np.lib.npyio.NpzFile):
-            raise TraceError(f"{npz}: not the arrays of a picasso profile (expected an .npz)")
+            z = BoundedNpz(npz, "profile arrays")  # numbers only, no more than the file's bytes justify
+        except (OSError, NpzError) as exc:
+            raise TraceError(f"{exc}" if isinstance(exc, NpzError) else f"{npz}: cannot read ({exc.strerror})") from None
         try:
             with z as arrays:
                 feats = {}
@@ -275,6 +275,8 @@ class AccessProfile:
                         raise FieldError(f"arrays features[{i}]: ids/counts or group_values/group_sizes differ in length")
         except FieldError as exc:
             raise TraceError(f"{npz}: {exc}") from None
+        except NpzError as exc:
+            raise TraceError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - a damaged member of the zip
             raise TraceError(f"{npz}: damaged profile arrays ({type(exc).__name__})") from None
         return cls(features=feats, rows=doc["rows"], source=doc["source"], batch_size=doc.get("batch_size"),
@@ -292,6 +294,8 @@ def check_profile_doc(doc: dict) -> None:
     if doc.get("batch_size") is not None:
         fields.integer(doc["batch_size"], "batch_size", 1)
     fields.mapping(doc.get("meta", {}), "meta")
+    if "arrays" in doc:  # the .npz beside the summary: a plain name, never a path out of its folder
+        fields.file_name(doc["arrays"], "arrays")
     names = set()
     for i, d in enumerate(fields.sequence(doc["features"], "features")):
         w = f"features[{i}]"

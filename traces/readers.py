@@ -2,7 +2,9 @@
 
 Every reader yields `Chunk`s of bounded size (about `chunk_bytes` of input at a time, so a
 1 GB file needs a few hundred MB at most) and never holds the whole file. Plain or gzip
-(detected from the magic bytes). Malformed rows (wrong field count, non-hex where hex is
+(detected from the magic bytes), UTF-8 or the UTF-16/32 a byte-order mark names (foundation.text:
+Windows tools write those; transcoded to UTF-8 as read, so such a file cannot be cut by byte
+ranges, as gzip cannot). Malformed rows (wrong field count, non-hex where hex is
 expected, bad numbers) are skipped and counted; `strict=True` raises `TraceError` naming
 file, line and field at the first one. How raw values become int64 IDs: see traces/ids.py.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from foundation.documents import read_text
+from foundation.text import sniff, transcoded
 from traces.errors import TraceError
 from traces.filetype import text_head
 from traces.ids import ints_to_ids, parse_hex8_present, strings_to_ids
@@ -34,6 +40,7 @@ CRITEO_DENSE = [f"I{i}" for i in range(1, 14)]
 CRITEO_SPARSE = [f"C{i}" for i in range(1, 27)]
 AVAZU_LABEL = "click"
 AVAZU_SKIP = ("id",)
+_INDEX = re.compile(r"[0-9]{1,18}")  # a libsvm index as the token parser reads it (an int64)
 _NUMBER_RE = r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$"
 
 Progress = Callable[[float, float], None]
@@ -87,6 +94,28 @@ def _is_gzip(path: str) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
+def _encoding(path: str, gzip: bool) -> tuple[str, int]:
+    """(codec, BOM length) of a text file by foundation.text's rule (inside its gzip stream)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 12)
+    if gzip:
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 8)
+        except zlib.error:
+            return "utf-8", 0  # a damaged stream is named when it is read
+    return sniff(head)
+
+
+def whole_read_reason(path: str) -> str | None:
+    """Why `path` cannot be cut into byte ranges at line ends (None when it can): its bytes are not
+    the text's (gzip), or a line end is not the byte 0x0a (UTF-16/32)."""
+    gzip = _is_gzip(path)
+    codec, _ = _encoding(path, gzip)
+    if gzip:
+        return "gzip-compressed"
+    return None if codec == "utf-8" else f"{codec.upper()} text"
+
+
 class _BlockSource:
     """Line-aligned byte blocks of a plain or gzip text file, with 1-based line numbers.
 
@@ -100,13 +129,16 @@ class _BlockSource:
         self.path = path
         self.chunk_bytes = max(int(chunk_bytes), 1 << 12)
         self.gzip = _is_gzip(path)
+        self.codec, bom = _encoding(path, self.gzip)
         self.bytes_total = os.path.getsize(path)
         self.bytes_done = 0
         self.range = byte_range
-        if byte_range is not None and self.gzip:
-            raise TraceError(f"{path}: a gzip file cannot be read by byte ranges (convert it with `picasso convert`)")
-        self.start = self._line_start(byte_range[0]) if byte_range is not None else 0
-        self._lines_before: int | None = 0 if self.start == 0 else None
+        if byte_range is not None and (self.gzip or self.codec != "utf-8"):
+            what = "a gzip file" if self.gzip else f"a {self.codec.upper()} file"
+            raise TraceError(f"{path}: {what} cannot be read by byte ranges (convert it with `picasso convert`)")
+        self.start = max(self._line_start(byte_range[0]) if byte_range is not None else 0, bom)  # after a BOM
+        self.from_start = self.start == bom  # the file's first line is this source's first (a header's place)
+        self._lines_before: int | None = 0 if self.from_start else None
 
     def _line_start(self, lo: int) -> int:
         """The first line start at or after byte lo (the file's size when there is none)."""
@@ -139,13 +171,31 @@ class _BlockSource:
         return line + self._lines_before
 
     def __iter__(self) -> Iterator[tuple[bytes, int]]:
-        if not self.gzip:
+        if not self.gzip and self.codec == "utf-8":
             yield from self._plain()
             return
-        raw = pa.OSFile(self.path, "rb")
-        stream = pa.CompressedInputStream(raw, "gzip")
         line = 1
         rest = b""
+        for buf in transcoded(self._stream()):  # UTF-8, its BOM removed
+            data = rest + buf if rest else buf
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                self._check_line(len(data), line)
+                rest = data
+                continue
+            block, rest = data[: cut + 1], data[cut + 1 :]
+            yield block, line
+            line += block.count(b"\n")
+        if rest:
+            yield rest + b"\n", line
+
+    def _stream(self) -> Iterator[bytes]:
+        """The file's bytes from its start, decompressed when gzip, in blocks of about chunk_bytes."""
+        if self.gzip:
+            raw = pa.OSFile(self.path, "rb")
+            stream = pa.CompressedInputStream(raw, "gzip")
+        else:
+            raw = stream = pa.OSFile(self.path, "rb")
         try:
             while True:
                 try:
@@ -154,20 +204,11 @@ class _BlockSource:
                     raise TraceError(f"{self.path}: cannot read ({_first_line(exc)})") from None
                 self.bytes_done = raw.tell()
                 if not buf:
-                    break
-                data = rest + buf if rest else buf
-                cut = data.rfind(b"\n")
-                if cut < 0:
-                    self._check_line(len(data), line)
-                    rest = data
-                    continue
-                block, rest = data[: cut + 1], data[cut + 1 :]
-                yield block, line
-                line += block.count(b"\n")
-            if rest:
-                yield rest + b"\n", line
+                    return
+                yield buf
         finally:
             stream.close()
+            raw.close()
 
     def _check_line(self, size: int, line: int) -> None:
         """A line is held whole in memory: past MAX_LINE_BYTES the file is not a log of rows."""
@@ -447,7 +488,7 @@ class DelimitedReader(Reader):
 
         def next_chunk() -> tuple[Chunk | None, float]:
             for block, line in blocks:
-                if line == 1 and self.header and self.source.start == 0:
+                if line == 1 and self.header and self.source.from_start:
                     nl = block.find(b"\n")
                     block, line = block[nl + 1 :], 2
                     if not block.strip(b"\r\n"):
@@ -1017,15 +1058,18 @@ def _load_field_map(field_map: dict | str, path: str) -> list[tuple[str, int, in
         fm = os.fspath(field_map)
         if not os.path.isfile(fm):
             raise TraceError(f"{fm}: field map not found")
+        try:
+            text = read_text(fm, "field map")  # bounded in size, any BOM
+        except (OSError, ValueError) as exc:
+            raise TraceError(str(exc)) from None
         items = []
-        with open(fm, encoding="utf-8") as f:
-            for i, text in enumerate(f, 1):
-                parts = text.split()
-                if not parts or parts[0].startswith("#"):
-                    continue
-                if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-                    raise TraceError(f"{fm}:{i}: expected 'name lo hi' (inclusive index range)")
-                items.append((parts[0], int(parts[1]), int(parts[2])))
+        for i, line in enumerate(text.splitlines(), 1):
+            parts = line.split()
+            if not parts or parts[0].startswith("#"):
+                continue
+            if len(parts) != 3 or not all(_INDEX.fullmatch(x) for x in parts[1:]):
+                raise TraceError(f"{fm}:{i}: expected 'name lo hi' (inclusive index range)")
+            items.append((parts[0], int(parts[1]), int(parts[2])))
     if not items:
         raise TraceError(f"{path}: empty field map")
     where = fm if not isinstance(field_map, dict) else "--field-map"

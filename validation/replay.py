@@ -9,11 +9,12 @@ measurements in seconds, with no run repeated: `picasso validate --replay DIR --
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from foundation import fields
+from foundation.documents import read_json
 from planner.access import table_access
 from planner.builders import Case
 from planner.plan import Plan
@@ -29,15 +30,17 @@ def load_sweep(out_dir: str | Path) -> tuple[dict[str, Any], list[tuple[Case, Me
     """(validate.json, [(Case, Measured)] of every plan that ran, the profile) of a finished sweep."""
     out = Path(out_dir)
     try:
-        result = json.loads((out / "validate.json").read_text())
+        result = read_json(out / "validate.json", "validate result")  # bounded in size, nesting and numbers
+        warmup, records = _sweep_records(result)
         # a sweep without a profile planned from the model's assumptions (table_access)
         profile = AccessProfile.load(out / "profile.json") if (out / "profile.json").exists() else None
+    except fields.FieldError as exc:
+        raise ValidateError(f"{out / 'validate.json'}: {exc}") from None
     except (OSError, ValueError) as exc:
         raise ValidateError(f"{out}: not a finished validate sweep ({exc})") from None
-    warmup = int(result.get("warmup", 0))
     runs = []
-    for rec in result["per_plan"]:
-        plan_path = out / "plans" / Path(rec["plan_file"]).name
+    for rec in records:
+        plan_path = out / "plans" / Path(rec["plan_file"]).name  # only its name: inside the sweep's plans/
         plan = Plan.load(plan_path)
         traces = sorted(plan_path.parent.glob(plan_path.stem + ".measured*.json"))
         if not traces:
@@ -50,6 +53,26 @@ def load_sweep(out_dir: str | Path) -> tuple[dict[str, Any], list[tuple[Case, Me
         case = Case(rec["name"], plan, plan.load_hot_ids(plan_path), dict(rec.get("knobs") or {}), rec["role"])
         runs.append((case, m))
     return result, runs, profile
+
+
+def _sweep_records(result: object) -> tuple[int, list[dict]]:
+    """validate.json's warm-up and per-plan records, every field the replay reads checked
+    (FieldError names it)."""
+    fields.mapping(result, "(top level)")
+    warmup = fields.integer(result.get("warmup", 0), "warmup", 0)
+    records = fields.sequence(result.get("per_plan"), "per_plan")
+    for i, rec in enumerate(records):
+        w = f"per_plan[{i}]"
+        fields.mapping(rec, w)
+        for key in ("name", "role", "plan_file"):
+            fields.text(rec.get(key), f"{w}.{key}")
+        fields.real(rec.get("measured_us"), f"{w}.measured_us", 0.0, lo_open=True)
+        fields.real(rec.get("samples_per_s", 0.0), f"{w}.samples_per_s", 0.0)
+        fields.integer(rec.get("timed_steps", 0), f"{w}.timed_steps", 0)
+        for j, x in enumerate(fields.sequence(rec.get("passes_measured_us") or [], f"{w}.passes_measured_us")):
+            fields.real(x, f"{w}.passes_measured_us[{j}]", 0.0, lo_open=True)
+        fields.mapping(rec.get("knobs") or {}, f"{w}.knobs")
+    return warmup, records
 
 
 def replay(out_dir: str | Path, hw: HardwareSpec,

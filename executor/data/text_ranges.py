@@ -12,8 +12,9 @@ reads every range the same way, so it trains on the same global batches.
 A pass over a range yields its whole batches of B rows (the tail is dropped) and starts over.
 With `--epochs` every rank's pass is cut to the fewest whole batches any rank has (one
 all-reduce, counting each rank's own rows once), so an epoch is the same steps on every rank.
-gzip cannot be split by bytes: a list holding one is read as before (every rank streams the
-whole log and keeps its slice of each global batch), with a note suggesting `picasso convert`.
+gzip and UTF-16/32 text cannot be split by bytes (traces.readers.whole_read_reason): a list holding
+one is read whole by every rank, which keeps its slice of each global batch, with a note suggesting
+`picasso convert`.
 """
 
 from __future__ import annotations
@@ -28,20 +29,24 @@ TEXT_FORMATS = ("criteo", "avazu", "csv", "tsv", "libsvm", "libfm")
 Piece = tuple[str, int, int]  # (file, first byte, end byte)
 
 
-def gzip_note(data: str) -> str:
-    return (f"note: {data} is gzip-compressed and cannot be split by byte ranges: every rank reads all of it "
+def whole_read_note(data: str) -> str | None:
+    """Why a text log is read whole by every rank, for the user (None: synthetic rows, no file)."""
+    from traces.readers import whole_read_reason
+
+    if data == "synthetic":
+        return None
+    why = next(filter(None, map(whole_read_reason, expand_inputs(data))), "not plain text")
+    return (f"note: {data} is {why} and cannot be split by byte ranges: every rank reads all of it "
             "and keeps its rows; `picasso convert` it once so each rank reads only its own")
 
 
 def splittable(data: str, fmt: str) -> bool:
-    """Plain text in a line format: every file can be read by byte ranges."""
+    """Plain UTF-8 text in a line format: every file can be read by byte ranges."""
     if fmt.lower() not in TEXT_FORMATS or data == "synthetic":
         return False
-    for p in expand_inputs(data):
-        with open(p, "rb") as f:
-            if f.read(2) == b"\x1f\x8b":
-                return False
-    return True
+    from traces.readers import whole_read_reason
+
+    return all(whole_read_reason(p) is None for p in expand_inputs(data))
 
 
 def byte_ranges(paths: list[str], world: int) -> list[list[Piece]]:

@@ -29,11 +29,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def execute(args: argparse.Namespace) -> RunComparison:
-    from pathlib import Path
-
     from executor.result import RunResult
 
-    result = RunResult.from_json(Path(args.result).read_text())
+    result = RunResult.load(args.result)
     return compare(args.plan, result, args.hardware, args.set, args.profile)
 
 
