@@ -24,3 +24,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def shared_ranks(request):
+    """Registered rank calls (tests/shared_ranks.py) of the collected modules, one group per world size."""
+    from tests.shared_ranks import SharedRanks
+
+    return SharedRanks({item.module.__name__ for item in request.session.items
+                        if "shared_ranks" in getattr(item, "fixturenames", ())})

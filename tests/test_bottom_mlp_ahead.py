@@ -16,20 +16,21 @@ from dataclasses import replace
 
 import pytest
 
-from executor.process.spawn import run_ranks
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
+from tests.shared_ranks import shared_call
 from tests.test_executor_equivalence import TOL
 from tests.test_executor_grad_buckets import TINY, _lowered, dcn_plan
 from tests.test_layered_backward import DCN_HOT as HOT
 from tests.test_layered_backward import _issued_worker
 
 BOTTOM = "fwd/dense/bottom_mlp"
+ISSUED = shared_call(__name__, 2, _issued_worker, dcn_plan(2, k=4).to_dict())
 
 
 @pytest.mark.dist
-def test_the_executor_runs_every_bottom_mlp_before_the_first_pooling():
+def test_the_executor_runs_every_bottom_mlp_before_the_first_pooling(shared_ranks):
     plan = dcn_plan(2, k=4)
-    issued = run_ranks(_issued_worker, 2, plan.to_dict())[0]
+    issued = shared_ranks(ISSUED)[0]
     computed = [n for n, lane in issued if lane == "compute" and n.startswith("fwd/")]
     first_pool = min(i for i, n in enumerate(computed) if n.split("/")[2].startswith("pool"))
     assert [n for n in computed[:first_pool] if n.startswith(BOTTOM)] == [f"{BOTTOM}@mb{i}" for i in range(4)]
@@ -71,8 +72,11 @@ def test_memory_holds_every_micro_batchs_bottom_activations():
     assert acts[1] - acts[4] == pytest.approx(plan.batch_size_per_rank * rest * 2 * 3 / 4)
 
 
+BASE = dcn_plan(2, k=4).to_dict()
+SHARED = shared_cases(__name__, 2, [(BASE, HOT, 5, 2), ({**BASE, "grad_bucket_mb": TINY}, HOT, 6, 2)])
+
+
 @pytest.mark.dist
-def test_training_matches_the_reference_on_both_dense_paths():
-    base = dcn_plan(2, k=4).to_dict()
-    assert_cases_match(2, [(base, HOT, 5, 2), ({**base, "grad_bucket_mb": TINY}, HOT, 6, 2)], TOL,
-                       lambda d: (d["model"]["name"], d["micro_batches"], d["grad_bucket_mb"]))
+def test_training_matches_the_reference_on_both_dense_paths(shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED, TOL,
+                              lambda d: (d["model"]["name"], d["micro_batches"], d["grad_bucket_mb"]))

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from executor.comm import Comm
-from executor.process.spawn import run_ranks
 from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare
 from planner.builders import random_plan
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
+from tests.shared_ranks import shared_call
 
 TOL = 1e-5
 # Adagrad's and Adam's first steps are lr * g / (|g| + eps): for gradient entries near eps
@@ -114,22 +114,18 @@ def arch_cases(world: int) -> list:
     return cases
 
 
-@pytest.fixture(scope="module")
-def dist_results() -> dict:
-    """One process group per world size runs every case (process start-up dominates)."""
-    out = {}
-    for world in (2, 4):
-        cases = dist_cases(world, 6 if world == 2 else 4, seed=world) + [mixed_case(world)]
-        if world == 2:
-            cases += arch_cases(world)
-        out[world] = (cases, run_ranks(equivalence_worker, world, cases)[0])
-    return out
+def dist_world_cases(world: int) -> list:
+    cases = dist_cases(world, 6 if world == 2 else 4, seed=world) + [mixed_case(world)]
+    return cases + arch_cases(world) if world == 2 else cases
+
+
+SHARED = {w: shared_call(__name__, w, equivalence_worker, dist_world_cases(w)) for w in (2, 4)}
 
 
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_distributed_plans_match_reference(dist_results, world):
-    cases, results = dist_results[world]
+def test_distributed_plans_match_reference(shared_ranks, world):
+    cases, results = SHARED[world].args[0], shared_ranks(SHARED[world])[0]
     assert len(results) == len(cases)
     for (plan_d, _, _, _), res in zip(cases, results):
         assert res is not None

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from executor.comm import Comm
-from executor.process.spawn import run_ranks
 from executor.sparse.lowp import VERIFY_TOL_16, VERIFY_TOL_FP32
 from executor.trainer import Trainer
 from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare
 from planner.builders import random_plan
 from planner.model_spec import DTYPES, ModelSpec, TableSpec
 from planner.plan import OptimizerPlan
+from tests.shared_ranks import shared_call
 
 TOL = VERIFY_TOL_FP32  # fp32 plans: as tests/test_executor_equivalence.py
 # 16-bit tables, 20 steps: executor.sparse.lowp says why 1e-2. Adagrad with a tiny eps amplifies a
@@ -75,11 +75,17 @@ def test_features_single_rank():
         check(label, train_and_compare(plan, hot, synthetic_global_batches(plan, steps, seed), Comm()), tol)
 
 
+CASES = {w: cases(w) for w in (2, 4)}
+SHARED = {w: shared_call(__name__, w, equivalence_worker, [(p, h, s, n) for _, p, h, s, n, _ in cs])
+          for w, cs in CASES.items()}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_features_match_reference(world):
-    cs = cases(world)
-    results = run_ranks(equivalence_worker, world, [(p, h, s, n) for _, p, h, s, n, _ in cs])[0]
+def test_features_match_reference(world, shared_ranks):
+    cs = CASES[world]
+    results = shared_ranks(SHARED[world])[0]
+    assert len(results) == len(cs)
     for (label, _, _, _, _, tol), res in zip(cs, results):
         check(label, res, tol)
 

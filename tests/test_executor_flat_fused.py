@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor.process.spawn import run_ranks
 from executor.sparse.pack_groups import flat_runs
 from planner.plan import PackPlan, Plan, fused_runs
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
+from tests.shared_ranks import shared_call
 from tests.test_executor_pooled import ADAGRAD, HOT, SGD, TOL, model
 
 
@@ -54,11 +54,14 @@ def test_runs_fused_are_lowerings():
     assert flat_runs(seq) == []
 
 
+SHARED = {w: shared_cases(__name__, w, [(p.to_dict(), HOT, i, 2) for i, p in enumerate(plans(w))]) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_torchrec_plans_match_reference(world):
-    cases = [(p.to_dict(), HOT, i, 2) for i, p in enumerate(plans(world))]
-    assert_cases_match(world, cases, TOL, lambda d: [(p["name"], p["sharding"], p["ranks"]) for p in d["packs"]])
+def test_torchrec_plans_match_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], TOL,
+                              lambda d: [(p["name"], p["sharding"], p["ranks"]) for p in d["packs"]])
 
 
 def _train_worker(rank: int, world: int, plan_d: dict) -> list:
@@ -98,14 +101,17 @@ def _train_worker(rank: int, world: int, plan_d: dict) -> list:
     return out
 
 
+TRAINED = {twrw: shared_call(__name__, 4, _train_worker, torchrec_plan(4, opt=ADAGRAD, twrw=twrw).to_dict())
+           for twrw in (False, True)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("twrw", [False, True])
-def test_fused_run_is_one_collective_per_stage_with_the_same_weights(twrw):
-    world = 4
-    plan = torchrec_plan(world, opt=ADAGRAD, twrw=twrw)
+def test_fused_run_is_one_collective_per_stage_with_the_same_weights(twrw, shared_ranks):
+    plan = torchrec_plan(4, opt=ADAGRAD, twrw=twrw)
     runs = flat_runs(plan)
     members = sum(len(r) for r in runs)
-    for (fused_calls, fused), (per_pack_calls, per_pack) in run_ranks(_train_worker, world, plan.to_dict()):
+    for (fused_calls, fused), (per_pack_calls, per_pack) in shared_ranks(TRAINED[twrw]):
         # per step and run: the per-pack exchange's IDs, lengths, sums and gradients of every
         # member (4 all-to-alls each) become 3 (IDs with lengths, sums, gradients)
         assert per_pack_calls - fused_calls == 3 * (4 * members - 3 * len(runs)), (fused_calls, per_pack_calls)

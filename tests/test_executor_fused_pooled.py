@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from executor.process.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import PackPlan, Plan
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
+from tests.shared_ranks import shared_call
 from tests.test_executor_pooled import ADAGRAD, HOT, SGD, TOL, model
 
 
@@ -41,10 +41,13 @@ def cases(world: int) -> list:
     return [(p.to_dict(), HOT, i, 2) for i, p in enumerate(plans)]
 
 
+SHARED = {w: shared_cases(__name__, w, cases(w)) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_fused_pooled_plans_match_reference(world):
-    assert_cases_match(world, cases(world), TOL, lambda d: [(p["name"], p["ranks"]) for p in d["packs"]])
+def test_fused_pooled_plans_match_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], TOL, lambda d: [(p["name"], p["ranks"]) for p in d["packs"]])
 
 
 def test_fused_pooled_refused_where_it_cannot_run():
@@ -74,8 +77,11 @@ def _logits_worker(rank: int, world: int, plan_d: dict) -> list:
     return out
 
 
+LOGITS = shared_call(__name__, 4, _logits_worker, fused_plan(4, 2).to_dict())
+
+
 @pytest.mark.dist
-def test_fused_pooled_evaluation_forward_matches_per_pack():
-    for fused, per_pack in run_ranks(_logits_worker, 4, fused_plan(4, 2).to_dict()):
+def test_fused_pooled_evaluation_forward_matches_per_pack(shared_ranks):
+    for fused, per_pack in shared_ranks(LOGITS):
         assert fused.shape == per_pack.shape and len(fused)
         assert abs(fused - per_pack).max() <= 1e-5 * max(abs(per_pack).max(), 1.0)

@@ -17,11 +17,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from executor.process.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import PackPlan, Plan
 from simulator.measured import BUCKET_LANE, SYNC_LANE
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
+from tests.shared_ranks import shared_call
 from tests.test_executor_equivalence import TOL, mixed_case, other_models
 from tests.test_executor_pooled import ADAGRAD, HOT, pooled_plan
 
@@ -50,11 +50,14 @@ def cases(world: int) -> list:
             bucketed((dcn_plan(world, k=1).to_dict(), {"C2": np.arange(40) * 3}, 6, 2))]
 
 
+SHARED = {w: shared_cases(__name__, w, cases(w)) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_bucketed_plans_match_reference(world):
-    assert_cases_match(world, cases(world), TOL,
-                       lambda d: (d["model"]["name"], d["micro_batches"], d["kernel_interleaving"]))
+def test_bucketed_plans_match_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], TOL,
+                              lambda d: (d["model"]["name"], d["micro_batches"], d["kernel_interleaving"]))
 
 
 def _timed_worker(rank: int, world: int, plan_d: dict) -> list[tuple[str, str]]:
@@ -80,10 +83,13 @@ def _lowered(plan: Plan):
     return {op.name: op for op in build_program(plan, packs, dense, hw)}, dense
 
 
+TIMED = shared_call(__name__, 2, _timed_worker, replace(dcn_plan(2), grad_bucket_mb=TINY).to_dict())
+
+
 @pytest.mark.dist
-def test_the_executor_runs_lowerings_buckets_on_their_own_lane():
+def test_the_executor_runs_lowerings_buckets_on_their_own_lane(shared_ranks):
     plan = replace(dcn_plan(2), grad_bucket_mb=TINY)
-    seen = run_ranks(_timed_worker, 2, plan.to_dict())[0]
+    seen = shared_ranks(TIMED)[0]
     ops, _ = _lowered(plan)
     predicted = {(n, op.lane) for n, op in ops.items() if n.startswith("bwd/dense/allreduce")}
     measured = {(n, lane) for n, lane in seen if n.startswith("bwd/dense/allreduce")}

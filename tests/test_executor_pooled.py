@@ -14,7 +14,7 @@ import pytest
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
 
 TOL = 1e-5
 SGD = OptimizerPlan("sgd", 0.5, "sgd", 0.1)
@@ -53,11 +53,14 @@ def cases(world: int) -> list:
     return [(p.to_dict(), HOT, i, 2) for i, p in enumerate(plans)]
 
 
+SHARED = {w: shared_cases(__name__, w, cases(w)) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_pooled_plans_match_reference(world):
-    assert_cases_match(world, cases(world), TOL,
-                       lambda d: [(p["name"], p["sharding"], p["exchange"]) for p in d["packs"]])
+def test_pooled_plans_match_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], TOL,
+                              lambda d: [(p["name"], p["sharding"], p["exchange"]) for p in d["packs"]])
 
 
 def test_pooled_refused_where_it_cannot_run():

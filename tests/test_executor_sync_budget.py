@@ -21,7 +21,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from executor.comm import Comm
-from executor.process.spawn import run_ranks
 from executor.sparse import kernels
 from executor.timing import OpTimer
 from executor.trainer import Trainer
@@ -29,6 +28,7 @@ from executor.verify import local_rows, synthetic_global_batches
 from planner.builders import random_plan
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
+from tests.shared_ranks import shared_call
 
 aten = torch.ops.aten
 # ops whose CUDA implementation copies a value or a size back to the host
@@ -238,10 +238,21 @@ def test_one_rank_step_never_waits_for_the_device(timed, device_path):
     check_budget(syncs_per_step(0, 1, cases, timed), budget=0, cases=cases)
 
 
+def syncs_then_native(rank: int, world: int, cases: list, timed: bool) -> dict[str, list[list[str]]]:
+    """syncs_per_step, then the native kernels back (the shared group runs other tests' calls next)."""
+    try:
+        return syncs_per_step(rank, world, cases, timed)
+    finally:
+        kernels.use_native()
+
+
+SYNCS = shared_call(__name__, 2, syncs_then_native, plans(2), False)
+
+
 @pytest.mark.dist
-def test_two_rank_step_reads_the_device_once():
+def test_two_rank_step_reads_the_device_once(shared_ranks):
     cases = plans(2)
-    for result in run_ranks(syncs_per_step, 2, cases, False):
+    for result in shared_ranks(SYNCS):
         check_budget(result, budget=1, cases=cases)
         # the one read is the sizes of the exchanges, and every multi-rank step needs it
         assert all([x for x in s if not x.startswith("host:")] == ["Tensor.tolist"]

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor.process.spawn import run_ranks
 from planner.access import table_access
 from planner.lowering import lower
 from planner.plan import PackPlan, Plan
 from simulator.hardware import load_hardware
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
+from tests.shared_ranks import shared_call
 from tests.test_executor_equivalence import TOL
 from tests.test_executor_pooled import ADAGRAD, SGD, model
 
@@ -72,14 +72,20 @@ def _a2a_worker(rank: int, world: int, plan_d: dict, hot: dict) -> int:
     return calls[0]
 
 
-@pytest.mark.dist
-def test_the_executor_launches_no_exchange_for_a_fully_hot_pack():
+def nothing_to_exchange() -> tuple[dict, dict]:
+    """The fully hot pack and a replica: nothing to exchange (the plan, its hot IDs)."""
     plan = hot_plan(2)
-    # the fully hot pack and a replica: nothing to exchange
     plan.packs = plan.packs[:1] + [PackPlan("rep", ["C3", "C4", "C5"], "replicated")]
     del plan.hot_rows["C3"]
-    hot = {t: v for t, v in HOT.items() if t != "C3"}
-    assert run_ranks(_a2a_worker, 2, plan.to_dict(), hot) == [0, 0]
+    return plan.to_dict(), {t: v for t, v in HOT.items() if t != "C3"}
+
+
+A2A = shared_call(__name__, 2, _a2a_worker, *nothing_to_exchange())
+
+
+@pytest.mark.dist
+def test_the_executor_launches_no_exchange_for_a_fully_hot_pack(shared_ranks):
+    assert shared_ranks(A2A) == [0, 0]
 
 
 def cases(world: int) -> list:
@@ -88,7 +94,11 @@ def cases(world: int) -> list:
     return [(p.to_dict(), HOT, 30 + i, 3) for i, p in enumerate(plans)]
 
 
+SHARED = {w: shared_cases(__name__, w, cases(w)) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_fully_hot_plans_match_reference(world):
-    assert_cases_match(world, cases(world), TOL, lambda d: (d["micro_batches"], d["packs"][0]["hot_sync"]))
+def test_fully_hot_plans_match_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], TOL,
+                              lambda d: (d["micro_batches"], d["packs"][0]["hot_sync"]))

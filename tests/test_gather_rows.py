@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from executor.process.spawn import run_ranks
+from tests.shared_ranks import shared_call
 
 
 def _worker(rank: int, world: int, dtype_name: str) -> tuple[int, list, list]:
@@ -35,12 +35,15 @@ def _worker(rank: int, world: int, dtype_name: str) -> tuple[int, list, list]:
     return calls[0], got_rows.tolist(), got_vals.float().tolist()
 
 
+GATHERED = {dtype: shared_call(__name__, 3, _worker, dtype) for dtype in ("float32", "bfloat16")}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_rows_and_values_arrive_whole_in_one_gather_for_four_byte_values(dtype):
+def test_rows_and_values_arrive_whole_in_one_gather_for_four_byte_values(dtype, shared_ranks):
     import torch
 
-    out = run_ranks(_worker, 3, dtype)
+    out = shared_ranks(GATHERED[dtype])
     want_rows, want_vals = [], []
     for r in range(3):
         n = 3 + 2 * r

@@ -19,7 +19,8 @@ import pytest
 from executor.process.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import Plan
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
+from tests.shared_ranks import shared_call
 from tests.test_executor_equivalence import TOL, mixed_case
 from tests.test_executor_fused_pooled import fused_plan
 from tests.test_executor_pooled import ADAGRAD, HOT, pooled_plan
@@ -42,12 +43,15 @@ def cases(world: int) -> list:
     return out + [piped((p.to_dict(), HOT, 10 + i, 3)) for i, p in enumerate(plans)] + [piped(early)]
 
 
+SHARED = {w: shared_cases(__name__, w, cases(w)) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_pipelined_plans_match_reference(world):
-    assert_cases_match(world, cases(world), TOL,
-                       lambda d: ([(p["name"], p["sharding"], p["exchange"]) for p in d["packs"]],
-                                  d["micro_batches"], d["kernel_interleaving"]))
+def test_pipelined_plans_match_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], TOL,
+                              lambda d: ([(p["name"], p["sharding"], p["exchange"]) for p in d["packs"]],
+                                         d["micro_batches"], d["kernel_interleaving"]))
 
 
 def _wrong_rows_worker(rank: int, world: int, plan_d: dict) -> str:
@@ -94,11 +98,15 @@ def _ordered_worker(rank: int, world: int, plan_d: dict) -> list[tuple[str, str,
     return events
 
 
+ORDERED = {(k, ki): shared_call(__name__, 2, _ordered_worker,
+                                {**pooled_plan(2, k=k, ki=ki, mixed=True).to_dict(), "input_pipeline": True})
+           for k, ki in [(1, False), (2, True)]}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("k,ki", [(1, False), (2, True)])
-def test_the_executor_routes_ahead_after_the_gathers_and_sends_ids_after_the_last_pooling(k, ki):
-    plan_d = {**pooled_plan(2, k=k, ki=ki, mixed=True).to_dict(), "input_pipeline": True}
-    events = run_ranks(_ordered_worker, 2, plan_d)[0]
+def test_the_executor_routes_ahead_after_the_gathers_and_sends_ids_after_the_last_pooling(k, ki, shared_ranks):
+    events = shared_ranks(ORDERED[k, ki])[0]
     fwd = [e for e in events if e[0].startswith("fwd/")]
 
     def op(e):

@@ -20,11 +20,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from executor.process.spawn import run_ranks
 from planner.errors import PlanError
 from planner.plan import PackPlan, Plan
 from simulator.measured import BUCKET_LANE
-from tests.equivalence_cases import assert_cases_match
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
+from tests.shared_ranks import shared_call
 from tests.test_executor_equivalence import TOL, mixed_case, other_models
 from tests.test_executor_fused_pooled import fused_plan
 from tests.test_executor_grad_buckets import TINY, _lowered, dcn_plan
@@ -51,12 +51,15 @@ def cases(world: int) -> list:
     return out
 
 
+SHARED = {w: shared_cases(__name__, w, cases(w)) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_layered_plans_match_reference(world):
-    assert_cases_match(world, cases(world), TOL,
-                       lambda d: (d["model"]["name"], [(p["name"], p["sharding"]) for p in d["packs"]],
-                                  d["micro_batches"]))
+def test_layered_plans_match_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], TOL,
+                              lambda d: (d["model"]["name"], [(p["name"], p["sharding"]) for p in d["packs"]],
+                                         d["micro_batches"]))
 
 
 def _issued_worker(rank: int, world: int, plan_d: dict) -> list[tuple[str, str]]:
@@ -76,10 +79,17 @@ def _backward(names) -> list[str]:
     return [n for n in names if n.startswith("bwd/")]
 
 
+def layer_by_layer_plan() -> Plan:
+    return replace(dcn_plan(2, k=4), grad_bucket_mb=TINY, backward_by_layer=True)
+
+
+ISSUED = shared_call(__name__, 2, _issued_worker, layer_by_layer_plan().to_dict())
+
+
 @pytest.mark.dist
-def test_the_executor_runs_the_backward_in_lowerings_order():
-    plan = replace(dcn_plan(2, k=4), grad_bucket_mb=TINY, backward_by_layer=True)
-    issued = run_ranks(_issued_worker, 2, plan.to_dict())[0]
+def test_the_executor_runs_the_backward_in_lowerings_order(shared_ranks):
+    plan = layer_by_layer_plan()
+    issued = shared_ranks(ISSUED)[0]
     ops, _ = _lowered(plan)
     measured = [n for n, _ in issued]
     computed = [n for n, lane in issued if lane == "compute"]

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from executor.plan_fields import PLANNING_ONLY
-from executor.process.spawn import run_ranks
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
+from tests.shared_ranks import shared_call
 
 WORLD = 2
 SCHEMA = {"Plan": Plan, "PackPlan": PackPlan, "OptimizerPlan": OptimizerPlan, "TableSpec": TableSpec}
@@ -189,11 +189,16 @@ def test_every_field_is_run_or_listed():
     assert all(len(r) > 20 for r in PLANNING_ONLY.values())
 
 
+BASES = [B, base(din()), PIPED, K2, TW]
+OBSERVED = shared_call(__name__, WORLD, observe, BASES + [c for _, c in CHANGES.values()])
+TWICE = shared_call(__name__, WORLD, observe, [B, B])
+
+
 @pytest.mark.dist
-def test_a_changed_field_changes_the_run():
-    bases = [B, base(din()), PIPED, K2, TW]
+def test_a_changed_field_changes_the_run(shared_ranks):
+    bases = BASES
     plans = bases + [c for _, c in CHANGES.values()]
-    per_rank = run_ranks(observe, WORLD, plans)
+    per_rank = shared_ranks(OBSERVED)
     seen = [tuple(r[i] for r in per_rank) for i in range(len(plans))]
     base_seen = {digest(b): seen[i] for i, b in enumerate(bases)}
     assert all("refused" not in seen[i][0] for i in range(len(bases))), seen[: len(bases)]
@@ -202,8 +207,8 @@ def test_a_changed_field_changes_the_run():
 
 
 @pytest.mark.dist
-def test_base_run_is_repeatable():
+def test_base_run_is_repeatable(shared_ranks):
     """The observation is deterministic: a base plan run twice is seen the same (so a
     difference above is the field's, not noise)."""
-    per_rank = run_ranks(observe, WORLD, [B, B])
+    per_rank = shared_ranks(TWICE)
     assert all(r[0] == r[1] for r in per_rank), per_rank

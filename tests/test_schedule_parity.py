@@ -49,6 +49,7 @@ from planner.builders import random_plan
 from planner.lowering import lower
 from planner.plan import Plan
 from simulator.hardware import load_hardware
+from tests.shared_ranks import shared_call
 from tests.test_executor_features import SGD, model
 
 UNISSUED = {"fwd/input/h2d_next"}  # the worker's input copy a batch ahead, not the step's
@@ -129,11 +130,18 @@ def mismatches(plan: Plan, issued: list[list[tuple[str, str]]]) -> list[str]:
     return out
 
 
+SEEDS = {1: range(4), 2: range(10)}
+# two ranks: in the session's shared group (tests/shared_ranks.py); one rank: a group of its own
+SHARED = shared_call(__name__, 2, issued_worker, [(p.to_dict(), hot) for p, hot in (plan_for(2, s) for s in SEEDS[2])],
+                     timeout_s=120)
+
+
 @pytest.mark.dist
-@pytest.mark.parametrize("world, seeds", [(1, range(4)), (2, range(10))])
-def test_a_step_issues_the_lowered_ops_in_order(world, seeds):
+@pytest.mark.parametrize("world, seeds", SEEDS.items())
+def test_a_step_issues_the_lowered_ops_in_order(world, seeds, shared_ranks):
     plans = [plan_for(world, s) for s in seeds]
-    issued = run_ranks(issued_worker, world, [(p.to_dict(), hot) for p, hot in plans], timeout_s=120)
+    issued = (shared_ranks(SHARED) if world == 2 else
+              run_ranks(issued_worker, world, [(p.to_dict(), hot) for p, hot in plans], timeout_s=120))
     bad = {}
     for i, (plan, _) in enumerate(plans):
         found = mismatches(plan, [issued[r][i] for r in range(world)])

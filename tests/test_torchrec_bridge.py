@@ -15,6 +15,7 @@ from planner.torchrec_bridge import (
     torchrec_available,
     torchrec_sharding,
 )
+from tests.equivalence_cases import assert_shared_cases_match, shared_cases
 
 needs_torchrec = pytest.mark.skipif(not torchrec_available(), reason="TorchRec is not installed (picasso[torchrec])")
 
@@ -210,12 +211,14 @@ def twrw_cases(world: int) -> list:
     return [(a.to_dict(), {}, 0, 2), (b.to_dict(), {}, 1, 2)]
 
 
+SHARED = {w: shared_cases(__name__, w, twrw_cases(w)) for w in (2, 4)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("world", [2, 4])
-def test_table_row_wise_matches_reference(world):
-    from tests.equivalence_cases import assert_cases_match
-
-    assert_cases_match(world, twrw_cases(world), 1e-5, lambda d: [(p["name"], p["sharding"]) for p in d["packs"]])
+def test_table_row_wise_matches_reference(world, shared_ranks):
+    assert_shared_cases_match(shared_ranks, SHARED[world], 1e-5,
+                              lambda d: [(p["name"], p["sharding"]) for p in d["packs"]])
 
 
 # ---- with TorchRec installed ---------------------------------------------------------------------

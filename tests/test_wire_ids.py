@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from executor.process.spawn import run_ranks
 from planner.access import table_access
 from planner.plan import INT32_ROWS, PackPlan, Plan, wire_id_bytes
 from planner.volumes import pack_volumes
+from tests.shared_ranks import shared_call
 from tests.test_executor_equivalence import mixed_case
 from tests.test_executor_fused_pooled import fused_plan
 from tests.test_executor_pooled import HOT, model, pooled_plan
@@ -71,15 +71,14 @@ def _dtypes_worker(rank: int, world: int, plan_d: dict, hot: dict) -> list[str]:
     return seen
 
 
+SENT = {"rows": shared_call(__name__, 2, _dtypes_worker, *mixed_case(2)[:2]),
+        "pooled": shared_call(__name__, 2, _dtypes_worker, pooled_plan(2, k=2, mixed=True).to_dict(), HOT),
+        "fused_pooled": shared_call(__name__, 2, _dtypes_worker, fused_plan(2, 1).to_dict(), HOT)}
+
+
 @pytest.mark.dist
 @pytest.mark.parametrize("case", ["rows", "pooled", "fused_pooled"])
-def test_the_executor_sends_ids_and_lengths_as_int32(case):
-    if case == "rows":
-        plan_d, hot = mixed_case(2)[:2]
-    elif case == "pooled":
-        plan_d, hot = pooled_plan(2, k=2, mixed=True).to_dict(), HOT
-    else:
-        plan_d, hot = fused_plan(2, 1).to_dict(), HOT
-    seen = run_ranks(_dtypes_worker, 2, plan_d, hot)
+def test_the_executor_sends_ids_and_lengths_as_int32(case, shared_ranks):
+    seen = shared_ranks(SENT[case])
     for got in seen:
         assert got and set(got) == {str(torch.int32)}, got

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,11 +123,22 @@ def test_spec_carries_per_world_factors(tmp_path):
     assert json.loads(path.read_text())["gpus_per_node"] == 2
 
 
-@pytest.mark.dist
-def test_microbenchmarks_run_in_two_gloo_ranks():
-    from executor.microbench import run_microbenchmarks
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory) -> tuple[Path, dict]:
+    """`picasso calibrate --nproc 2 --quick` once for the module: its spec's path and its --json report
+    (its fit file holds every microbenchmark sample, at 1 and 2 ranks)."""
+    from picasso.cli import main
 
-    samples = run_microbenchmarks(2, quick=True, timeout_s=120)
+    out = tmp_path_factory.mktemp("calibrate") / "hw.json"
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert main(["calibrate", "--nproc", "2", "--quick", "-o", str(out), "--json"]) == 0
+    return out, json.loads(printed.getvalue())
+
+
+@pytest.mark.dist
+def test_microbenchmarks_run_in_two_gloo_ranks(calibrated):
+    out, _ = calibrated
+    samples = json.loads(out.with_name("hw.fit.json").read_text())["samples"]["2"]  # run_microbenchmarks(2, quick)
     kinds = {s["kind"] for s in samples}
     assert {"gather", "pool", "gemm", "all_to_all", "all_reduce"} <= kinds
     assert all(s["us"] > 0 and s["nproc"] == 2 for s in samples)
@@ -134,18 +148,14 @@ def test_microbenchmarks_run_in_two_gloo_ranks():
 
 
 @pytest.mark.dist
-def test_calibrate_command_writes_a_loadable_spec(tmp_path, capsys):
-    from picasso.cli import main
-
-    out = tmp_path / "hw.json"
-    assert main(["calibrate", "--nproc", "2", "--quick", "-o", str(out), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+def test_calibrate_command_writes_a_loadable_spec(calibrated):
+    out, report = calibrated
     hw = load_hardware(out)
     assert hw.gpus_per_node == 2 and calibrated_worlds(hw) == [1, 2]
     for key in ("compute", "hbm", "all_to_all", "all_reduce"):
         assert hw.efficiency[key] > 0
     assert any(k.startswith("fit.w2.") for k in hw.source)  # residuals travel with the spec
-    fit = json.loads((tmp_path / "hw.fit.json").read_text())
+    fit = json.loads(out.with_name("hw.fit.json").read_text())
     assert fit["fits"]["2"]["all_to_all"]["n"] >= 3
     assert report["residuals"]["2"]["samples"] > 20
 

@@ -94,11 +94,16 @@ def test_browser_renders_a_small_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_report_opens_without_javascript_errors(tmp_path):
+def test_demo_report_opens_without_javascript_errors(tmp_path, monkeypatch):
     """The whole demo (synth -> ... -> validate) writes a report that renders cleanly."""
     need_chromium()
+    import validation.demo as demo
     from validation.demo import DemoConfig, run_demo
 
+    # the quality stage's run, shortened: two evaluations on a few held-out rows draw the AUC curve
+    monkeypatch.setattr(demo, "QUALITY_STEPS", 16)
+    monkeypatch.setattr(demo, "QUALITY_EVERY", 8)
+    monkeypatch.setattr(demo, "QUALITY_ROWS", 2_000)
     out = tmp_path / "demo"
     summary = run_demo(DemoConfig(out=str(out), rows=60_000, seed=0, row_cap=20_000, batch=256, steps=4, plans=4,
                                   repeats=1, run_repeats=2, quiet=True))
@@ -115,3 +120,4 @@ def test_demo_report_opens_without_javascript_errors(tmp_path):
     rendered = [c for c in res.console if c.startswith("picasso-report:")]
     assert rendered and "figures rendered" in rendered[0], res.console
     assert shot.is_file() and png_size(shot)[0] > 100
+    assert [e["step"] for e in summary["eval"]] == [8, 16]
