@@ -23,7 +23,6 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from scipy.special import zeta
 
 from planner.features import data_feature
 from planner.model_spec import ModelSpec, TableSpec
@@ -109,6 +108,8 @@ class ZipfAccess:
             out[small] = _head_sums(a)[n[small].astype(np.int64)]
         big = ~small
         if big.any():
+            from scipy.special import zeta  # here: scipy's import costs every rank 0.1 s at start
+
             if abs(a - 1.0) < 1e-9:
                 # Euler-Maclaurin: H(n) ~ ln n + gamma + 1/(2n)
                 out[big] = np.log(n[big]) + 0.5772156649015329 + 0.5 / n[big]

@@ -20,7 +20,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from foundation.documents import read_json
@@ -87,6 +86,8 @@ class OpGraph:
                 raise OpGraphError(f"rank_weights[{r}] = {w}: expected a rank in [0, {world_size}) and weight >= 1")
         if self._rank_weights and sum(self._rank_weights.values()) > world_size:
             raise OpGraphError(f"rank_weights sum to {sum(self._rank_weights.values())} > world_size {world_size}")
+        import networkx as nx  # here: its import costs every process 0.1 s, and ranks build no graph
+
         self.g = nx.DiGraph()
         self.meta: dict[str, Any] = {}
         # Columns kept alongside the networkx graph so engines compile without walking it.
@@ -256,6 +257,8 @@ class OpGraph:
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
         """Raise OpGraphError naming a cycle or a collective whose held ranks do not all take part."""
+        import networkx as nx
+
         try:
             cyc = nx.find_cycle(self.g)
         except nx.NetworkXNoCycle:
