@@ -95,22 +95,33 @@ def plain_fits(model, device: torch.device) -> str | None:
     return None if need <= 0.9 * free else f"needs {need / 2**30:.0f} GiB (tables, dense gradients, Adagrad state), {free / 2**30:.0f} GiB free"
 
 
-def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool, tf32: bool) -> float | str:
-    """samples/s of the plain PyTorch step on the plan's model and batch (events on CUDA), with
-    the same dense precision (TF32 matmuls, or bf16 autocast); why not, where it does not fit."""
+def time_plain(plan_d: dict, data: Path, steps: int, device: torch.device, bf16: bool,
+               tf32: bool) -> tuple[float | None, str | None]:
+    """(samples/s, None) of the plain PyTorch step on the plan's model and batch (events on CUDA),
+    with the same dense precision (TF32 matmuls, or bf16 autocast); (None, why) where it does not
+    fit (an out-of-memory included: the rows after it still run, in their own processes)."""
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    from executor.data.batches import feature_map, reader_chunks, to_batch
     from planner.plan import Plan
 
     plan = Plan.from_dict(plan_d)
     model, b = plan.model, plan.batch_size_per_rank
     if why := plain_fits(model, device):
-        return why
+        return None, why
+    try:
+        return _time_plain(model, b, data, steps, device, bf16), None
+    except torch.OutOfMemoryError as e:
+        return None, f"out of memory: {str(e)[:120]}"
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _time_plain(model, b: int, data: Path, steps: int, device: torch.device, bf16: bool) -> float:
+    from executor.data.batches import RawBatch, feature_map, reader_chunks, to_batch
+
     raw = next(iter(reader_chunks(str(data), "criteo")))
     while len(raw) < b:
-        from executor.data.batches import RawBatch
-
         raw = RawBatch.concat([raw, raw])
     batch = to_batch(raw.slice(0, b), model, feature_map(model, raw.sparse)).to(device)
     net = PlainDLRM(model).to(device)
@@ -192,15 +203,8 @@ def main() -> None:
                     cap = 1_000_000
                     plan = make_plan(d, model, hardware, b, cap, ddt)
                     first = run_plan(d, plan, steps, variants[0])
-                try:
-                    plain = time_plain(json.loads(plan.read_text()), d / "data.tsv", steps, device, ddt == "bf16",
-                                       ddt == "tf32")
-                except torch.OutOfMemoryError as e:  # the rows after it still run, in their own processes
-                    plain = f"out of memory: {str(e)[:120]}"
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-                why_no_plain = plain if isinstance(plain, str) else None
-                plain = None if why_no_plain else plain
+                plain, why_no_plain = time_plain(json.loads(plan.read_text()), d / "data.tsv", steps, device,
+                                                 ddt == "bf16", ddt == "tf32")
                 # the torch kernels' A/B against the eager Triton run, at the largest batch
                 ab = cuda and b == bs[-1] and "triton" in variants and "torch" not in variants
                 more = variants[1:] + (["torch"] if ab else [])
