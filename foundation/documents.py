@@ -100,6 +100,11 @@ def read_yaml(path: str | os.PathLike, what: str, max_bytes: int | None = None) 
         loader.dispose()
 
 
+def read_spec(path: str | os.PathLike, what: str) -> object:
+    """A spec a user writes in either syntax: JSON for a `.json` file (any case), else YAML."""
+    return (read_json if Path(path).suffix.lower() == ".json" else read_yaml)(path, what)
+
+
 def check_depth(doc: object, path: str | os.PathLike, what: str) -> None:
     """Refuse lists or mappings nested deeper than MAX_DEPTH (an explicit stack: no recursion)."""
     stack = [(doc, 1)]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from foundation.documents import DocumentError, read_json, read_yaml
+from foundation.documents import DocumentError, read_spec
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 
@@ -246,9 +246,8 @@ def load_model_file(path: str | Path) -> ModelSpec:
           - {name: item, num_rows: 50000, pooling_factor: 3}
     """
     path = Path(path)
-    read = read_json if path.suffix.lower() == ".json" else read_yaml  # bounded: size, nesting, aliases, tags
     try:
-        d = read(path, "model-spec file")
+        d = read_spec(path, "model-spec file")  # bounded: size, nesting, aliases, tags
     except (OSError, DocumentError) as exc:
         raise PlanError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - yaml and json syntax errors come in many kinds; one line

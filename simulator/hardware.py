@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from foundation.documents import DocumentError, read_json, read_yaml
+from foundation.documents import DocumentError, read_spec
 from foundation.fields import MAX_RANKS
 from simulator.calibration_spec import Calibration, CalibrationSpecError, from_legacy_efficiency
 from simulator.device_perf import DevicePerf, DevicePerfError, GemmShape
@@ -406,13 +406,12 @@ def load_hardware(name_or_path: str | os.PathLike, overrides: Sequence[str] | Ma
         path = Path(s)
         if not path.exists():
             raise HardwareError(f"hardware {s!r}: neither a preset ({', '.join(PRESETS)}) nor an existing file")
-    read = read_json if path.suffix == ".json" else read_yaml  # bounded: size, nesting, aliases, tags
     try:
-        data = read(path, "hardware spec")
+        data = read_spec(path, "hardware spec")  # bounded: size, nesting, aliases, tags
     except (OSError, DocumentError) as exc:
         raise HardwareError(str(exc)) from None
     except (yaml.YAMLError, json.JSONDecodeError) as e:
-        raise HardwareError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
+        raise HardwareError(f"{path}: not valid {'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise HardwareError(f"{path}: expected a mapping at top level")
     hw = _build(data, str(path))

@@ -109,10 +109,9 @@ def _encoding(path: str, gzip: bool) -> tuple[str, int]:
 def whole_read_reason(path: str) -> str | None:
     """Why `path` cannot be cut into byte ranges at line ends (None when it can): its bytes are not
     the text's (gzip), or a line end is not the byte 0x0a (UTF-16/32)."""
-    gzip = _is_gzip(path)
-    codec, _ = _encoding(path, gzip)
-    if gzip:
+    if _is_gzip(path):
         return "gzip-compressed"
+    codec, _ = _encoding(path, False)
     return None if codec == "utf-8" else f"{codec.upper()} text"
 
 
