@@ -46,7 +46,7 @@ from results_path import results_path  # noqa: E402
 
 from executor.process.process_tree import run_tree  # noqa: E402
 from executor.process.threads import rank_env  # noqa: E402
-from executor.result import RunResult  # noqa: E402
+from executor.run.result import RunResult  # noqa: E402
 from foundation.files import atomic_write_bytes, check_output_path  # noqa: E402
 from planner.op_names import op_class  # noqa: E402
 from simulator.measured import drop_warmup, host_gap, load_timeline  # noqa: E402

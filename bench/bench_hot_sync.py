@@ -57,9 +57,9 @@ def make_plan(world: int, batch: int, hot: int, hot_sync: str) -> tuple[dict, di
 
 def worker(rank: int, world: int, configs: list[tuple[int, int]], steps: int) -> list[dict]:
     from executor.comm import Comm
-    from executor.timing import OpTimer
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.timing import OpTimer
+    from executor.step.trainer import Trainer
 
     torch.set_num_threads(1)
     comm = Comm()

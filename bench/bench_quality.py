@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from results_path import results_path  # noqa: E402
 
 from executor.data.batches import RawBatch, chunk_from_reader, feature_map, to_batch  # noqa: E402
-from executor.evaluate import auc, logloss  # noqa: E402
+from executor.run.evaluate import auc, logloss  # noqa: E402
 from picasso.cli import main as picasso  # noqa: E402
 from planner.plan import PackPlan, Plan  # noqa: E402
 from traces.readers import open_reader  # noqa: E402

@@ -21,7 +21,7 @@ from results_path import results_path  # noqa: E402
 from executor.comm import Comm  # noqa: E402
 from executor.data.batches import RawBatch, feature_map, reader_chunks, to_batch  # noqa: E402
 from executor.sparse import syncfree  # noqa: E402
-from executor.trainer import Trainer  # noqa: E402
+from executor.step.trainer import Trainer  # noqa: E402
 from planner.plan import Plan  # noqa: E402
 
 

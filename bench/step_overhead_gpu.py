@@ -2,7 +2,7 @@
 
 For a plan on one GPU: the Trainer's step called back to back (no synchronisation between
 steps), timed per step on the host (perf_counter around the call) and on the GPU (events
-around it); then the same steps through executor.cuda_graph's GraphStep. A step whose host
+around it); then the same steps through executor.run.cuda_graph's GraphStep. A step whose host
 time exceeds its GPU time is bound by launches and Python; the graph removes that.
 
     python bench/step_overhead_gpu.py PLAN --data DATA.tsv [--steps 20] [-o OUT.json]
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results_path import results_path  # noqa: E402
 
 from executor.comm import Comm  # noqa: E402
-from executor.cuda_graph import GraphStep  # noqa: E402
 from executor.data.batches import RawBatch, feature_map, reader_chunks, to_batch  # noqa: E402
-from executor.trainer import Trainer  # noqa: E402
+from executor.run.cuda_graph import GraphStep  # noqa: E402
+from executor.step.trainer import Trainer  # noqa: E402
 from planner.plan import Plan  # noqa: E402
 
 

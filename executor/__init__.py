@@ -1,4 +1,4 @@
-"""The torch.distributed runtime that executes a Plan, in four wings and the run itself.
+"""The torch.distributed runtime that executes a Plan, in wings.
 
 - `sparse/`: the embedding side: `layout` (where each packed row lives, the deterministic initial
   weights), `embedding.ShardedPack` (one pack on one rank: hot cache, cold shard, the staged lookup
@@ -8,6 +8,10 @@
 - `data/`: global batches cut from logs or converted datasets, byte ranges of text logs.
 - `process/`: `agent` (starts a node's ranks), `rendezvous` (the store, bound to --master-addr
   only), `launch`, spawning, process trees, threads and memory.
-- The run: `trainer.Trainer` (one rank's step), `worker` (`python -m executor`), `reference` and
-  `verify` (the single-process check), `checkpoint`, `timing`, `result`.
+- `step/`: `trainer.Trainer` (one rank's step, which lowering mirrors) and its op `timing`.
+- `run/`: `worker` (one rank's run, `python -m executor`), its `args`, the `cuda_graph` around the
+  step, `evaluate`, `reference` and `verify` (the single-process check), `checkpoint`, `memory`,
+  `result` (the typed `RunResult`) and `plan_fields` (the Plan fields no run reads).
+- `measure/`: the `microbench` kernels and collectives that calibration reads.
+- `comm`: the collectives every wing that exchanges reads through.
 """

@@ -1,5 +1,5 @@
-"""`python -m executor ...`: one worker rank (see executor.worker)."""
+"""`python -m executor ...`: one worker rank (see executor.run.worker)."""
 
-from executor.worker import main
+from executor.run.worker import main
 
 raise SystemExit(main())

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from executor.result import RunResult
+    from executor.run.result import RunResult
     from planner.plan import Plan
     from planner.whatif import SweepPoint
     from simulator.timeline import Timeline

@@ -279,7 +279,7 @@ def calibrated_spec(base: HardwareSpec, fits_by_world: dict[int, dict[str, Affin
 
 def gpu_calibrated_spec(base: HardwareSpec, rates: DeviceRates) -> HardwareSpec:
     """`base` (a GPU spec) with the perf section and kernel gap its device's microbenchmarks
-    measured (executor.microbench.measure_device): factors of the same meaning as a preset's,
+    measured (executor.measure.microbench.measure_device): factors of the same meaning as a preset's,
     measured / the spec's peaks, one per dtype and GEMM shape. Nothing measured on the CPU
     enters it: the CPU-fitted `efficiency` keys are dropped."""
     if base.kind != "gpu":
@@ -577,7 +577,7 @@ def fit_op_classes(
     with none keeps the pooled fit.
 
     With `collectives`, collective ops form classes of their own (`class_key`): their
-    measured span runs from launch to completion (executor.timing), and their "flow" is
+    measured span runs from launch to completion (executor.step.timing), and their "flow" is
     the whole modelled collective (its own fixed part, latency and bandwidth terms), so
     `s` scales all of it ("lat:op:<class>" the latency terms, "op:<class>" the bandwidth)
     and `f` adds launches: on a CPU "cluster" a collective competes with the ranks' compute

@@ -2,7 +2,7 @@
 
 Peaks (gpu.flops, gpu.hbm_bw, pcie_bw) come from datasheets; no kernel reaches them. The
 factors here are achieved / peak, measured by microbenchmarks (`picasso calibrate` on CUDA
-writes them, executor.microbench) or taken from published ones, each with its source:
+writes them, executor.measure.microbench) or taken from published ones, each with its source:
 
 | field | meaning | applies to |
 | --- | --- | --- |
@@ -129,7 +129,7 @@ def _fraction(v: Any, where: str) -> float:
 
 @dataclass
 class DeviceRates:
-    """What a device's microbenchmarks measured (executor.microbench on CUDA), in the units of
+    """What a device's microbenchmarks measured (executor.measure.microbench on CUDA), in the units of
     a hardware spec: FLOP/s per dtype and GEMM shape, bytes per second, microseconds."""
 
     gemm: dict[str, dict[str, float]]  # dtype -> GemmShape value -> FLOP/s

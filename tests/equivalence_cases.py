@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from executor.verify import equivalence_worker
+from executor.run.verify import equivalence_worker
 from tests.shared_ranks import Call, SharedRanks, shared_call
 
 

@@ -28,7 +28,7 @@ def test_a_step_count_no_run_could_reach_is_refused(plan_path, capsys, flag, val
 
 
 def test_a_checkpoint_claiming_an_absurd_step_is_refused(tmp_path, plan_path):
-    from executor.checkpoint import CheckpointError, read_manifest
+    from executor.run.checkpoint import CheckpointError, read_manifest
 
     ck = tmp_path / "ck"
     assert main(["run", str(plan_path), "--data", "synthetic", "--steps", "1", "--checkpoint", str(ck)]) == 0

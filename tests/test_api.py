@@ -57,7 +57,7 @@ def _result(plan_path, it_ms: float, ops: dict | None) -> dict:
 def test_compare_reads_a_runs_result_against_the_prediction(loop, tmp_path, capsys):
     import json
 
-    from executor.result import RunResult
+    from executor.run.result import RunResult
     from picasso.cli import main
     from simulator.measured import mean_op_durations
 

@@ -1,4 +1,4 @@
-"""The collectives' microbenchmark sizes let their bandwidth show (executor.microbench.COLL_BYTES).
+"""The collectives' microbenchmark sizes let their bandwidth show (executor.measure.microbench.COLL_BYTES).
 
 With 4 gloo ranks on this 2-core machine a collective has a fixed cost of 3-7 ms (ranks
 waiting to be scheduled), so up to 4 MiB its time hardly depends on its size. Fitted on those
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from executor.microbench import COLL_BYTES, COLL_BYTES_QUICK
+from executor.measure.microbench import COLL_BYTES, COLL_BYTES_QUICK
 from simulator.calibration import collective_factors, fit_collectives
 
 # measured on this machine (2 cores, 4 gloo ranks, torch 2.13.0 CPU), 2026-11-25: world, kind,

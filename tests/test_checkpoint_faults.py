@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from executor import checkpoint
-from executor.checkpoint import CheckpointError
 from executor.comm import Comm
 from executor.process.spawn import run_ranks
-from executor.reference import dense_state
-from executor.trainer import Trainer
-from executor.verify import local_rows, synthetic_global_batches
+from executor.run import checkpoint
+from executor.run.checkpoint import CheckpointError
+from executor.run.reference import dense_state
+from executor.run.verify import local_rows, synthetic_global_batches
+from executor.step.trainer import Trainer
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from executor import checkpoint, verify
 from executor.comm import Comm
-from executor.reference import Reference, dense_state
+from executor.run import checkpoint, verify
+from executor.run.reference import Reference, dense_state
+from executor.run.verify import synthetic_global_batches
 from executor.sparse.embedding import ShardedPack
-from executor.trainer import Trainer
-from executor.verify import synthetic_global_batches
+from executor.step.trainer import Trainer
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
 

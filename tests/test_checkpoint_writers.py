@@ -49,7 +49,7 @@ def test_a_second_writer_of_a_checkpoint_folder_is_refused(plan_path, tmp_path, 
 
 
 def test_prune_never_removes_the_version_the_manifest_names(tmp_path, monkeypatch):
-    import executor.checkpoint as ck
+    import executor.run.checkpoint as ck
 
     def version(name: str) -> Path:
         (tmp_path / name).mkdir()

@@ -8,7 +8,7 @@ import pytest
 
 from executor.data.batches import BadRows, DataError, reader_chunks
 from executor.data.text_ranges import TextRanges
-from executor.worker import resumed_batches
+from executor.run.worker import resumed_batches
 
 
 def _criteo_rows(path, n: int, label: str) -> None:

@@ -1,4 +1,4 @@
-"""`--cuda-graph` (executor.cuda_graph): the flag's way from `picasso run` to the worker, the
+"""`--cuda-graph` (executor.run.cuda_graph): the flag's way from `picasso run` to the worker, the
 plans it refuses with one line, the static-buffer checks, and on a GPU that a captured run
 trains the same weights as an uncaptured one."""
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from executor.comm import Comm
-from executor.cuda_graph import GraphStep, _copy_into, _same_shapes, _static_copy, graph_stepper, refusal
 from executor.data.batches import Batch
-from executor.reference import dense_state
-from executor.run_args import GraphMode
-from executor.trainer import Trainer
-from executor.verify import synthetic_global_batches
+from executor.run.args import GraphMode
+from executor.run.cuda_graph import GraphStep, _copy_into, _same_shapes, _static_copy, graph_stepper, refusal
+from executor.run.reference import dense_state
+from executor.run.verify import synthetic_global_batches
+from executor.step.trainer import Trainer
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
 
@@ -76,7 +76,7 @@ def test_static_buffers_take_batches_of_the_same_shapes_only():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the step runs on CUDA: nothing to refuse")
 def test_the_flag_reaches_the_worker_which_says_why_it_is_not_used(tmp_path, capsys):
-    from executor.worker import main
+    from executor.run.worker import main
 
     p = plan()
     p.save(tmp_path / "plan.json")
@@ -139,7 +139,7 @@ def test_a_captured_run_trains_the_weights_of_an_uncaptured_one():
 def test_the_note_counts_replayed_and_uncaptured_steps():
     """A run whose bags change length from batch to batch (missing categorical values) runs
     uncaptured; the result says how many steps the graph served, and why not the others."""
-    from executor.cuda_graph import graph_note
+    from executor.run.cuda_graph import graph_note
 
     g = GraphStep.__new__(GraphStep)  # the counters only: no CUDA stream on this machine
     g.seen, g.uncaptured, g.replayed, g.eager_why, g._warned_shapes, g.static = 5, 25, 1, None, True, object()
@@ -205,7 +205,7 @@ def test_padded_lookups_name_their_padding_bags(monkeypatch):
 def test_a_graphs_eager_steps_and_capture_are_untimed():
     """With a graph the first WARMUP steps run eagerly and the next is the capture (tens of ms):
     none of them is a steady step, so the default untimed steps cover them; --warmup rules."""
-    from executor.cuda_graph import WARMUP, untimed_steps
+    from executor.run.cuda_graph import WARMUP, untimed_steps
 
     g = object.__new__(GraphStep)  # no CUDA stream needed for the rule
     assert untimed_steps(15, None, g) == WARMUP + 1

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from executor.data.batches import RawBatch, chunk_from_reader, dataset_batches
-from executor.evaluate import auc, global_ranges, logloss, share
+from executor.run.evaluate import auc, global_ranges, logloss, share
 from picasso.cli import main
 from traces.convert import convert
 from traces.dataset import Dataset, EpochOrder, dlrm_dense, feistel_permute

@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from executor import trainer as trainer_mod
 from executor.comm import Comm
 from executor.dense.model import build_dense
 from executor.dense.precision import DensePrecision
+from executor.run.verify import synthetic_global_batches
 from executor.sparse import kernels
-from executor.trainer import Trainer
-from executor.verify import synthetic_global_batches
+from executor.step import trainer as trainer_mod
+from executor.step.trainer import Trainer
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
 from planner.presets import get_model

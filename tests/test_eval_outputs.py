@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from executor.checkpoint import CheckpointError, eval_record, validate_manifest
+from executor.run.checkpoint import CheckpointError, eval_record, validate_manifest
 from picasso.cli import main
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model

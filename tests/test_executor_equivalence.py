@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from executor.comm import Comm
-from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare
+from executor.run.verify import equivalence_worker, synthetic_global_batches, train_and_compare
 from planner.builders import random_plan
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
@@ -67,8 +67,8 @@ def test_wrong_plan_is_detected():
     model = dlrm_model()
     plan, hot = random_plan(model, 1, 16, np.random.default_rng(0), optimizer=OPTS[0])
     batches = synthetic_global_batches(plan, 2, seed=0)
-    from executor.trainer import Trainer
-    from executor.verify import compare
+    from executor.run.verify import compare
+    from executor.step.trainer import Trainer
 
     tr = Trainer(plan, hot, Comm())
     for b in batches:

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from executor.comm import Comm
+from executor.run.verify import equivalence_worker, synthetic_global_batches, train_and_compare
 from executor.sparse.lowp import VERIFY_TOL_16, VERIFY_TOL_FP32
-from executor.trainer import Trainer
-from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare
+from executor.step.trainer import Trainer
 from planner.builders import random_plan
 from planner.model_spec import DTYPES, ModelSpec, TableSpec
 from planner.plan import OptimizerPlan
@@ -111,7 +111,7 @@ def test_host_placement_keeps_cold_rows_in_host_memory_and_hot_rows_on_device():
     """Structure (on a CPU both are host memory, so this checks what the code asks for): the
     cold shard is placed on the CPU, the hot cache on the run's device, and a host lookup
     runs the host gather and the copy as two timed ops, the names lowering predicts."""
-    from executor.timing import OpTimer
+    from executor.step.timing import OpTimer
     from planner.plan import Plan
 
     plan, hot = random_plan(model(), 1, 16, np.random.default_rng(0), packing=True, sharding="row_wise",
@@ -142,7 +142,7 @@ def test_host_placement_keeps_cold_rows_in_host_memory_and_hot_rows_on_device():
 def test_checkpoint_resume_of_host_and_16bit_pack_continues_exactly(tmp_path):
     """Save after 2 steps, load into a fresh trainer, 2 more steps: the same weights as 4 steps
     straight (stored dtype, host placement and the rounding's step count all survive)."""
-    from executor import checkpoint
+    from executor.run import checkpoint
     from planner.plan import Plan
 
     plan, hot = random_plan(model("bf16"), 1, 16, np.random.default_rng(2), packing=True, sharding="row_wise",

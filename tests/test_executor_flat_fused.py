@@ -71,8 +71,8 @@ def _train_worker(rank: int, world: int, plan_d: dict) -> list:
     import torch.distributed as dist
 
     from executor.comm import Comm
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.trainer import Trainer
 
     calls = [0]
     real = dist.all_to_all_single

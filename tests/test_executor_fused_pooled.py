@@ -60,12 +60,12 @@ def test_fused_pooled_refused_where_it_cannot_run():
 
 
 def _logits_worker(rank: int, world: int, plan_d: dict) -> list:
-    """Evaluation's forward (executor.evaluate.forward_logits) of a fused plan and of the same
+    """Evaluation's forward (executor.run.evaluate.forward_logits) of a fused plan and of the same
     plan exchanging pack by pack: the logits of this rank's rows."""
     from executor.comm import Comm
-    from executor.evaluate import forward_logits
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.evaluate import forward_logits
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.trainer import Trainer
 
     comm = Comm()
     out = []

@@ -91,7 +91,7 @@ def test_real_criteo_sample_trains_like_the_reference(criteo_sample_dir):
     """The real Criteo head through traces.readers, hot rows from its counts, one rank in-process."""
     from executor.comm import Comm
     from executor.data.batches import feature_map, global_batches, reader_chunks, to_batch
-    from executor.verify import train_and_compare
+    from executor.run.verify import train_and_compare
     from planner.plan import OptimizerPlan
 
     m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(1000), bottom_mlp=(16, 16), top_mlp=(16, 1))

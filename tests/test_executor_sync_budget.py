@@ -21,10 +21,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from executor.comm import Comm
+from executor.run.verify import local_rows, synthetic_global_batches
 from executor.sparse import kernels
-from executor.timing import OpTimer
-from executor.trainer import Trainer
-from executor.verify import local_rows, synthetic_global_batches
+from executor.step.timing import OpTimer
+from executor.step.trainer import Trainer
 from planner.builders import random_plan
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan

@@ -32,7 +32,7 @@ def test_function_ranks_follow_the_policy(monkeypatch):
 
 
 def test_calibration_ranks_are_started_by_the_one_spawner(monkeypatch):
-    from executor import microbench
+    from executor.measure import microbench
     from executor.process import spawn
 
     calls = []

@@ -18,7 +18,7 @@ from executor.data.batches import (
 )
 from executor.dense.optim import DenseOptimizer
 from executor.sparse.layout import init_packed_rows, init_table_rows, pack_layout
-from executor.trainer import pad_sequences
+from executor.step.trainer import pad_sequences
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import PackPlan, Plan
 
@@ -160,7 +160,7 @@ def test_lower_triangle_dots_gradient_matches_autograd():
 
 
 def test_loss_log_stops_on_the_first_non_finite_step():
-    from executor.timing import LossLog, NonFiniteLoss
+    from executor.step.timing import LossLog, NonFiniteLoss
 
     log = LossLog(first_step=10, every=3)
     log.add(torch.tensor(0.5))
@@ -175,7 +175,7 @@ def test_loss_log_stops_on_the_first_non_finite_step():
 
 def test_diverging_run_exits_nonzero_naming_the_step(tmp_path, capsys):
     """A learning rate that blows the loss up ends the run with one line, not a NaN result."""
-    from executor.worker import main
+    from executor.run.worker import main
     from planner.builders import naive_plan
     from planner.model_spec import ModelSpec, TableSpec
     from planner.plan import OptimizerPlan
@@ -193,7 +193,7 @@ def test_step_clock_counts_cpu_time_of_timed_steps_only():
     """CPU seconds per timed step: a busy timed step counts, an untimed (warm-up) one does not."""
     import time
 
-    from executor.timing import StepClock
+    from executor.step.timing import StepClock
 
     def busy(seconds: float) -> None:
         end = time.process_time() + seconds

@@ -104,8 +104,8 @@ def test_one_rank_host_gather_reads_only_cold_rows():
     """The hot rows of a lookup stay in the device's cache: the host gathers the cold ones
     only (before, every unique row, hot ones too, crossed from host memory)."""
     from executor.comm import Comm
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.trainer import Trainer
     from planner.plan import Plan
 
     plan = Plan.from_dict(_tiny_plan(1, "host").to_dict())

@@ -76,7 +76,7 @@ def test_an_archive_costs_no_more_than_its_bytes(tmp_path_factory, reader, attac
 @settings(max_examples=10, deadline=None)
 @given(world=st.integers(1 << 10, 1 << 16), packs=st.integers(64, 4096))
 def test_ranks_times_packs_is_checked_before_any_name_is_listed(tmp_path_factory, world, packs):
-    from executor.checkpoint import CheckpointError, read_manifest
+    from executor.run.checkpoint import CheckpointError, read_manifest
 
     d = tmp_path_factory.mktemp("ck")
     (d / "manifest.json").write_text(json.dumps({

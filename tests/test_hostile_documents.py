@@ -128,14 +128,14 @@ def _load_profile(p: Path):
 
 
 def _load_checkpoint_manifest(p: Path):
-    from executor.checkpoint import read_manifest
+    from executor.run.checkpoint import read_manifest
 
     p.replace(p.with_name("manifest.json"))
     return {k: v for k, v in read_manifest(p.parent).items() if k != "_files_dir"}
 
 
 def _load_run_result(p: Path):
-    from executor.result import RunResult
+    from executor.run.result import RunResult
 
     return RunResult.load(p).to_dict()
 

@@ -56,8 +56,8 @@ def test_pipelined_plans_match_reference(world, shared_ranks):
 
 def _wrong_rows_worker(rank: int, world: int, plan_d: dict) -> str:
     from executor.comm import Comm
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.trainer import Trainer
 
     plan = Plan.from_dict(plan_d)
     batches = [local_rows(b, plan, rank) for b in synthetic_global_batches(plan, 3, seed=0)]
@@ -79,9 +79,9 @@ def test_a_step_refuses_rows_other_than_those_sent_ahead():
 
 def _ordered_worker(rank: int, world: int, plan_d: dict) -> list[tuple[str, str, float, float]]:
     from executor.comm import Comm
-    from executor.timing import OpTimer
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.timing import OpTimer
+    from executor.step.trainer import Trainer
 
     plan = Plan.from_dict(plan_d)
     batches = [local_rows(b, plan, rank) for b in synthetic_global_batches(plan, 3, seed=0)]

@@ -74,7 +74,7 @@ def test_other_dtypes_fall_back_to_the_reference() -> None:
 
 def test_pack_gradient_is_a_view_of_the_interaction_gradient() -> None:
     """The per-table gradients the native backward writes end to end reach the pack uncopied."""
-    from executor.trainer import leaves_grad
+    from executor.step.trainer import leaves_grad
 
     xs = [torch.randn(33, 8) for _ in range(4)]
     leaves = [x.clone().requires_grad_() for x in xs]

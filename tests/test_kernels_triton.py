@@ -18,8 +18,8 @@ tbe = pytest.importorskip("executor.sparse.triton_tbe", reason="triton is not in
 
 from executor.comm import Comm  # noqa: E402
 from executor.process.spawn import run_ranks  # noqa: E402
+from executor.run.verify import equivalence_worker, synthetic_global_batches, train_and_compare  # noqa: E402
 from executor.sparse import syncfree  # noqa: E402
-from executor.verify import equivalence_worker, synthetic_global_batches, train_and_compare  # noqa: E402
 from planner.builders import random_plan  # noqa: E402
 from planner.model_spec import ModelSpec, TableSpec  # noqa: E402
 from planner.plan import OptimizerPlan  # noqa: E402

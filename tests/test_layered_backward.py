@@ -64,9 +64,9 @@ def test_layered_plans_match_reference(world, shared_ranks):
 
 def _issued_worker(rank: int, world: int, plan_d: dict) -> list[tuple[str, str]]:
     from executor.comm import Comm
-    from executor.timing import OpTimer
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.timing import OpTimer
+    from executor.step.trainer import Trainer
 
     plan = Plan.from_dict(plan_d)
     timer = OpTimer(rank, Comm().device, enabled=True, micro_batches=plan.micro_batches)

@@ -93,12 +93,16 @@ def test_picasso_is_thin():
 
 # The executor's wings (DESIGN.md): what each may import of the rest of the executor, besides itself.
 # process/ starts and watches ranks and knows nothing of training; data/ reads rows; sparse/ and
-# dense/ are the two halves of the model, neither of which knows the trainer or the worker.
+# dense/ are the two halves of the model, neither of which knows the trainer or the worker; step/ is
+# one rank's step over them; run/ (the rank's run around the step) may read every wing.
 WINGS = {
-    "executor.process": {"executor.result"},  # launch hands back the run's typed result
+    "executor.process": {"executor.run.result"},  # launch hands back the run's typed result
     "executor.data": set(),
     "executor.sparse": {"executor.comm"},
     "executor.dense": set(),
+    # the step knows the model's halves and the data, never the run around it
+    "executor.step": {"executor.comm", "executor.sparse", "executor.dense", "executor.data"},
+    "executor.measure": {"executor.process"},
 }
 # the documented seams between sparse/ and dense/: executor.sparse.kernels is the executor's one
 # native-kernel dispatch (the embedding hot path and the dense interaction alike)
@@ -132,8 +136,8 @@ def test_executor_wings_import_only_their_own_and_the_seams():
 def test_a_wing_breach_is_caught(tmp_path):
     """The rule is live: a dense module that reads the trainer, and a process module that
     reads a sparse one, are both named."""
-    (tmp_path / "a.py").write_text("from executor.trainer import Trainer\n")
+    (tmp_path / "a.py").write_text("from executor.step.trainer import Trainer\n")
     (tmp_path / "b.py").write_text("def f():\n    from executor.sparse import embedding\n")
     found = wing_breaches({"executor.dense.a": tmp_path / "a.py", "executor.process.b": tmp_path / "b.py"})
-    assert found == ["executor.dense.a imports executor.trainer", "executor.dense.a imports executor.trainer.Trainer",
+    assert found == ["executor.dense.a imports executor.step.trainer", "executor.dense.a imports executor.step.trainer.Trainer",
                      "executor.process.b imports executor.sparse", "executor.process.b imports executor.sparse.embedding"]

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from executor import checkpoint
-from executor.checkpoint import CheckpointError
 from executor.comm import Comm
-from executor.trainer import Trainer
+from executor.run import checkpoint
+from executor.run.checkpoint import CheckpointError
+from executor.step.trainer import Trainer
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan

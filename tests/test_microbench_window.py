@@ -8,7 +8,7 @@ longer than the scheduler's slices puts the ranks' sharing of the cores in the n
 
 from __future__ import annotations
 
-from executor import microbench
+from executor.measure import microbench
 
 
 class FakeClock:

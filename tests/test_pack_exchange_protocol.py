@@ -14,7 +14,7 @@ from executor.sparse.embedding import ShardedPack
 from executor.sparse.pooled import PooledPack
 from executor.sparse.pooled_twrw import FusedPooledPack
 from executor.sparse.protocol import PackExchange
-from executor.trainer import Trainer
+from executor.step.trainer import Trainer
 from planner.plan import PackPlan, Plan
 from tests.test_executor_features import model
 

@@ -2,7 +2,7 @@
 
 The test walks every field of the Plan schema (Plan, PackPlan, OptimizerPlan, and the
 model's TableSpec). A field is either listed as planning-only, with its reason, in
-executor.plan_fields, or it has a change below under which a 2-rank run, loaded from disk
+executor.run.plan_fields, or it has a change below under which a 2-rank run, loaded from disk
 as `picasso run` loads it, differs from the base run: in its weights, its ranks' state
 (rows held, hot rows, storage dtype), its timeline (op names, lanes, order), or by refusing
 to start. A new field without either fails `test_every_field_is_run_or_listed`.
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from executor.plan_fields import PLANNING_ONLY
+from executor.run.plan_fields import PLANNING_ONLY
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import OptimizerPlan, PackPlan, Plan
 from tests.shared_ranks import shared_call
@@ -143,9 +143,9 @@ def observe(rank: int, world: int, plans: list[dict]) -> list[dict]:
     import torch
 
     from executor.comm import Comm
-    from executor.timing import OpTimer
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.timing import OpTimer
+    from executor.step.trainer import Trainer
     from planner.errors import PlanError
 
     comm = Comm()
@@ -183,7 +183,7 @@ def test_every_field_is_run_or_listed():
     names = fields()
     for f in names:
         assert (f in PLANNING_ONLY) != (f in CHANGES), (
-            f"{f}: give it a change the executor must show, or list it in executor.plan_fields.PLANNING_ONLY "
+            f"{f}: give it a change the executor must show, or list it in executor.run.plan_fields.PLANNING_ONLY "
             "with the reason (exactly one of them)")
     assert set(PLANNING_ONLY) | set(CHANGES) <= set(names), (set(PLANNING_ONLY) | set(CHANGES)) - set(names)
     assert all(len(r) > 20 for r in PLANNING_ONLY.values())

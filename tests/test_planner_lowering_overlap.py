@@ -1,5 +1,5 @@
 """With micro-batches the executor launches every exchange asynchronously and issues the
-step stage by stage over micro-batches and packs (executor.trainer, `overlap`), with or
+step stage by stage over micro-batches and packs (executor.step.trainer, `overlap`), with or
 without kernel interleaving: lowering issues and chains the ops the same way."""
 
 from planner.lowering import lower

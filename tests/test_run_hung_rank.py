@@ -73,7 +73,7 @@ def test_a_frozen_rank_stops_the_run_naming_it(tmp_path):
 FAILING_RANK = """
 import os, signal, sys, time
 import torch, torch.distributed as dist
-import executor.worker as worker
+import executor.run.worker as worker
 
 def run_worker(args):
     comm, _ = worker.setup(args.timeout)

@@ -51,8 +51,8 @@ def test_plan_larger_than_the_machine_is_refused_before_any_rank(setup, capsys, 
 
 
 def test_verify_states_its_cost_and_refuses_rather_than_being_killed(setup, capsys, monkeypatch):
-    from executor import run_memory
-    from executor.reference import reference_bytes
+    from executor.run import memory as run_memory
+    from executor.run.reference import reference_bytes
 
     plan = Plan.load(setup / "plan.json")
     pred = run_memory.predicted_peaks(plan, "cpu", str(setup / "data.tsv"), "criteo", False, 3, verify=False)
@@ -118,7 +118,7 @@ def test_run_reports_measured_peak_memory_beside_the_prediction(setup, capsys):
 def test_preload_of_a_converted_folder_is_sized_from_its_manifest(setup):
     """`picasso run --data FOLDER --preload` sizes its input from the manifest's rows (it read
     the folder as a file: 'Is a directory')."""
-    from executor.run_memory import predicted_peaks
+    from executor.run.memory import predicted_peaks
     from traces.convert import convert
 
     convert([str(setup / "data.tsv")], "criteo", setup / "converted")

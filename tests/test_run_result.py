@@ -1,4 +1,4 @@
-"""The run's result: one typed schema (executor.result.RunResult) from the workers to every reader."""
+"""The run's result: one typed schema (executor.run.result.RunResult) from the workers to every reader."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from executor.result import ResultError, RunResult
+from executor.run.result import ResultError, RunResult
 from picasso.commands.run import verify_failure
 
 

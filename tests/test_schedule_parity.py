@@ -4,7 +4,7 @@ ops of the lowered graph (planner.lowering.build_program) for that rank and lane
 Random plans over every sharding, both per-pack exchanges (pooled on one rank too), host placement, both hot syncs,
 1/2/4 micro-batches, kernel interleaving, the input pipeline (and where its IDs go), gradient
 buckets and the layered backward run 3 steps on 1 and 2 ranks over gloo; the middle step's
-issue order is recorded at the trainer's timer (executor.timing.OpTimer.start: every op the
+issue order is recorded at the trainer's timer (executor.step.timing.OpTimer.start: every op the
 step times starts there, in issue order). How the two sides name the same program differently,
 each in one place here:
 - the executor has no copy stream: lowering's copy lane (the step's input, a host pack's PCIe
@@ -76,9 +76,9 @@ def plan_for(world: int, seed: int) -> tuple[Plan, dict[str, list[int]]]:
 def issued_worker(rank: int, world: int, cases: list[tuple[dict, dict]]) -> list[list[tuple[str, str]]]:
     """Per case: (op name, lane) of every op this rank's second of three steps issued, in order."""
     from executor.comm import Comm
-    from executor.timing import OpTimer
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.timing import OpTimer
+    from executor.step.trainer import Trainer
 
     out = []
     for plan_d, hot in cases:

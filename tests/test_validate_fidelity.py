@@ -128,7 +128,7 @@ class _FakeWork:
 def test_collective_timed_to_completion_not_to_wait():
     """An async collective's event ends when it completes, even when the trainer waits
     for it much later (the old span held everything that ran in between)."""
-    from executor.timing import OpTimer
+    from executor.step.timing import OpTimer
 
     T = OpTimer(0, torch.device("cpu"))
     tok = T.start("bwd", "dense", "allreduce", lane="comm")
@@ -149,7 +149,7 @@ def test_collective_timed_to_completion_not_to_wait():
 def test_collective_without_future_ends_at_once():
     """The single-process stand-in (no future) and a missing token are handled."""
     from executor.comm import Done
-    from executor.timing import OpTimer
+    from executor.step.timing import OpTimer
 
     T = OpTimer(0, torch.device("cpu"))
     tok = T.start("fwd", "p0", "a2a_ids", lane="comm")
@@ -307,8 +307,8 @@ def test_one_rank_step_times_what_lowering_names():
     zeroing is inside fwd/input/h2d, and every timed op has a lowered twin."""
     from executor.comm import Comm
     from executor.data.batches import feature_map, synthetic_raw, to_batch
-    from executor.timing import OpTimer
-    from executor.trainer import Trainer
+    from executor.step.timing import OpTimer
+    from executor.step.trainer import Trainer
     from planner.lowering import lower
     from planner.model_spec import ModelSpec, TableSpec
     from planner.plan import PackPlan, Plan

@@ -47,8 +47,8 @@ def _dtypes_worker(rank: int, world: int, plan_d: dict, hot: dict) -> list[str]:
     import torch.distributed as dist
 
     from executor.comm import Comm
-    from executor.trainer import Trainer
-    from executor.verify import local_rows, synthetic_global_batches
+    from executor.run.verify import local_rows, synthetic_global_batches
+    from executor.step.trainer import Trainer
 
     seen: list[str] = []
     real = dist.all_to_all_single

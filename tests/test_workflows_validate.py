@@ -274,7 +274,7 @@ def test_unfitted_classes_name_what_the_fit_never_ran_at_that_world(setup):
 @pytest.mark.dist
 def test_a_measured_run_is_the_executors_typed_result(tmp_path):
     """validate measures through executor.process.launch's RunResult, not the stdout of a child command."""
-    from executor.result import RunResult
+    from executor.run.result import RunResult
     from planner.plan import PackPlan, Plan
     from planner.presets import get_model
     from traces.synth import generate_criteo

@@ -4,7 +4,7 @@
   (plans from planner.builders, runs through executor.process.launch, predictions through
   planner.search.evaluate, the refit on the fit plans' timelines in validation.refit)
 - `validation.calibrate.calibrate(CalibrateConfig)`: `picasso calibrate`'s microbenchmarks
-  (executor.microbench) fitted into a hardware spec (simulator.calibration)
+  (executor.measure.microbench) fitted into a hardware spec (simulator.calibration)
 - `validation.demo.run_demo(DemoConfig)`: `picasso demo`, every stage end to end
 Reports are written with simulator.report. This layer sits above executor and planner;
 only picasso/ imports it.

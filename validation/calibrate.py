@@ -1,6 +1,6 @@
 """`picasso calibrate`: microbenchmark this machine, fit the cost model, build a hardware spec.
 
-The benchmarks (executor.microbench) run at every world size in {1, 2, 4, ...} up to
+The benchmarks (executor.measure.microbench) run at every world size in {1, 2, 4, ...} up to
 `nproc` (the ranks of a CPU "cluster" share the cores, so a rank's speed depends on how
 many there are); the fitting is simulator.calibration's. The spec's live factors are
 those of `nproc`; every world size's are kept in its calibration (`worlds[n]`), which
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from executor.microbench import CudaBench, DeviceBench, measure_device, run_microbenchmarks
+from executor.measure.microbench import CudaBench, DeviceBench, measure_device, run_microbenchmarks
 from planner.dense import mlp_shapes
 from planner.modes import Mode
 from planner.presets import get_model
@@ -70,7 +70,7 @@ def on_gpu(cfg: CalibrateConfig, base: HardwareSpec) -> bool:
 
 def calibrate_gpu(base: HardwareSpec, bench: DeviceBench,
                   log: Callable[[str], None] | None = None) -> tuple[HardwareSpec, dict[str, Any]]:
-    """The GPU's microbenchmarks through `bench` (executor.microbench.DeviceBench) and the spec
+    """The GPU's microbenchmarks through `bench` (executor.measure.microbench.DeviceBench) and the spec
     they give: `base` with its perf section and kernel gap measured (no CPU rate in it)."""
     t0 = time.perf_counter()
     if log:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from executor.result import RunResult
+from executor.run.result import RunResult
 from planner.access import TableAccess, table_access
 from planner.builders import Case
 from planner.op_names import base_name, op_class, split_name

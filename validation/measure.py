@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from executor.process.launch import LaunchError, launch
-from executor.result import RunResult
+from executor.run.result import RunResult
 from simulator.measured import drop_warmup, load_timeline, mean_op_durations, merge_runs, step_times_us
 from simulator.timeline import Timeline
 

@@ -78,7 +78,7 @@ class Batch:
     sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]
     host_offsets: dict[str, np.ndarray] | None = None
     # each table's rows may run past its last bag (fixed-size buffers of a captured CUDA graph,
-    # executor.cuda_graph): the rows after offsets[-1] are padding and form one extra bag per
+    # executor.run.cuda_graph): the rows after offsets[-1] are padding and form one extra bag per
     # table, whose pooled row the model never reads
     pad_bags: bool = False
 

@@ -34,7 +34,7 @@ GRACE_S = 5.0
 STORE_TIMEOUT_S = 300.0  # the host's own waits; each worker joins with its --timeout
 PREFIX = "picasso agent"
 REPORT_START = re.compile(rf"(?=executor rank \d+: error: |{PREFIX}: )")
-COLLECTIVE = "another rank probably died or hung"  # executor.worker's line for a broken collective
+COLLECTIVE = "another rank probably died or hung"  # executor.run.worker's line for a broken collective
 
 
 def agent_command(worker_args: list[str], nproc: int, nnodes: int = 1, node_rank: int = 0,

@@ -12,7 +12,7 @@ from pathlib import Path
 from executor.process.agent import agent_command, agent_ended, first_error
 from executor.process.process_tree import run_tree
 from executor.process.threads import rank_env
-from executor.result import RunResult
+from executor.run.result import RunResult
 from foundation.files import regular_file
 
 __all__ = ["LaunchError", "check_topology", "first_error", "launch"]

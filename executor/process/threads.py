@@ -4,7 +4,7 @@ OpenMP threads that spin while they wait turn a core shared with other processes
 steps 5-10x slower (measured here: 358 ms against 53 ms per step at one rank with two
 threads), so ranks wait passively; and the ranks of one machine share its cores out
 evenly. Measured runs (`executor.process.launch`) and the calibration microbenchmarks
-(`executor.microbench`) follow the same policy, so what calibration measures is what a
+(`executor.measure.microbench`) follow the same policy, so what calibration measures is what a
 run meets. A user's own OMP_* settings win.
 """
 

@@ -3,7 +3,7 @@
 Families: ShardedPack (executor.sparse.embedding: rows back to the requester), PooledPack
 (executor.sparse.pooled: owners pool), FusedPooledPack (executor.sparse.pooled_twrw, its
 collectives shared through a Fuser: the hierarchical one there or the flat one of
-executor.sparse.pooled_flat). The trainer (executor.trainer.Trainer.step) types its packs
+executor.sparse.pooled_flat). The trainer (executor.step.trainer.Trainer.step) types its packs
 against this protocol only, so a new family is a new class, not a new branch in the step.
 Members are listed in the order one step uses them.
 """

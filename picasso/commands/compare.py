@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from executor.result import RunResult
+    from executor.run.result import RunResult
     from validation.compare import RunComparison
 
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def execute(args: argparse.Namespace) -> RunComparison:
-    from executor.result import RunResult
+    from executor.run.result import RunResult
 
     result = RunResult.load(args.result)
     return compare(args.plan, result, args.hardware, args.set, args.profile)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from executor.run_args import add_training_args
+from executor.run.args import add_training_args
 
 if TYPE_CHECKING:
-    from executor.result import RunResult
+    from executor.run.result import RunResult
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -119,7 +119,7 @@ def execute(args: argparse.Namespace) -> RunResult | None:
 
     from executor.data.inputs import check_inputs
     from executor.process.launch import launch
-    from executor.run_args import worker_flags
+    from executor.run.args import worker_flags
     from foundation.files import check_distinct, check_output_path
     from planner.plan import Plan
 
@@ -138,7 +138,7 @@ def execute(args: argparse.Namespace) -> RunResult | None:
             master_port=args.master_port,
         )
     if res is not None and pred is not None:
-        from executor.run_memory import attach_measured
+        from executor.run.memory import attach_measured
 
         attach_measured(res, pred)
     return res
@@ -188,7 +188,7 @@ def _memory_check(args: argparse.Namespace) -> dict | None:
     """The planner's predicted peak per rank; refuses (one line) a plan this machine cannot hold."""
     from pathlib import Path
 
-    from executor.run_memory import check_fits, predicted_peaks
+    from executor.run.memory import check_fits, predicted_peaks
     from planner.plan import Plan
 
     if args.data != "synthetic" and not Path(args.data).exists():

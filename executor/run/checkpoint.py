@@ -37,9 +37,9 @@ from pathlib import Path
 
 import torch
 
-from executor.run_args import MAX_STEPS
+from executor.run.args import MAX_STEPS
 from executor.sparse.embedding import CoverageError
-from executor.trainer import Trainer, tables_from_pieces
+from executor.step.trainer import Trainer, tables_from_pieces
 from foundation import fields
 from foundation.documents import read_json
 from foundation.files import atomic_write_bytes, fsync_dir

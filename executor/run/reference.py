@@ -22,7 +22,7 @@ from executor.data.batches import Batch
 from executor.dense.model import build_dense
 from executor.sparse import kernels, lowp
 from executor.sparse.layout import init_table_rows
-from executor.trainer import make_dense_optimizer, pad_sequences
+from executor.step.trainer import make_dense_optimizer, pad_sequences
 from planner.plan import Plan, table_optimizer
 from planner.sharding import Sharding
 

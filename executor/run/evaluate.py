@@ -25,7 +25,7 @@ from executor.data.batches import (
     rebatch,
     to_batch,
 )
-from executor.trainer import Trainer, dense_step_inputs
+from executor.step.trainer import Trainer, dense_step_inputs
 from traces.dataset import Dataset, is_dataset
 
 

@@ -29,7 +29,7 @@ from executor.sparse.embedding import Lookup, assemble_pieces
 from executor.sparse.exchange_check import ExchangeCounts
 from executor.sparse.pack_groups import make_packs
 from executor.sparse.protocol import PackExchange
-from executor.timing import OpTimer
+from executor.step.timing import OpTimer
 from planner.dense import dense_cost
 from planner.grad_buckets import early_buckets
 from planner.plan import Plan

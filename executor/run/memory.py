@@ -7,7 +7,7 @@ import gzip
 import os
 from pathlib import Path
 
-from executor.result import RunResult
+from executor.run.result import RunResult
 from planner.errors import PlanError
 from planner.memory import (
     CPU_RUNTIME,
@@ -72,7 +72,7 @@ def predicted_peaks(plan: Plan, device_kind: str, data: str, fmt: str, preload: 
         inp = INPUT_READER if input_bytes is None else input_bytes
         out["predicted_host_bytes_per_rank"] = [float(h) + CPU_RUNTIME + inp for h in report.host_total]
     if verify:
-        from executor.reference import reference_bytes
+        from executor.run.reference import reference_bytes
 
         cost = reference_bytes(plan, steps, resumed)
         out["verify_reference_bytes"] = cost

@@ -7,13 +7,13 @@ import copy
 import numpy as np
 import torch
 
-from executor.checkpoint import read_manifest, saved_tables
 from executor.comm import Comm
 from executor.data.batches import Batch
-from executor.reference import Reference, dense_state, max_rel_diff
+from executor.run.checkpoint import read_manifest, saved_tables
+from executor.run.reference import Reference, dense_state, max_rel_diff
 from executor.sparse.collect import block_rel_diff, full_packs
 from executor.sparse.lowp import verify_tolerance
-from executor.trainer import Trainer
+from executor.step.trainer import Trainer
 from planner.model_spec import ModelSpec
 from planner.plan import Plan
 
@@ -59,7 +59,7 @@ def compare(trainer: Trainer, batches: list[Batch], start: Reference | None = No
     weights. Returns, on rank 0, the largest relative differences of embeddings and
     dense weights (max|a-b| / max|b| per tensor) and how far the reference moved from its
     start. Rank 0 builds the reference first, then takes the trained packs one at a time
-    (executor.sparse.collect): its cost is executor.reference.reference_bytes.
+    (executor.sparse.collect): its cost is executor.run.reference.reference_bytes.
     """
     plan, rank, world = trainer.plan, trainer.comm.rank, trainer.comm.world
     ref = None

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from executor.data.batches import Batch
-from executor.run_args import GraphMode
+from executor.run.args import GraphMode
 from executor.sparse import lowp
-from executor.trainer import Trainer
+from executor.step.trainer import Trainer
 from planner.plan import Plan
 
 WARMUP = 3  # eager steps before the capture

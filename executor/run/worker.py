@@ -21,7 +21,6 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import Comm
-from executor.cuda_graph import graph_note, graph_stepper, refusal, untimed_steps
 from executor.data.batches import (
     BadRows,
     DataError,
@@ -52,13 +51,14 @@ from executor.process.memory import peak_bytes
 from executor.process.process_tree import die_with_parent
 from executor.process.rendezvous import join_store
 from executor.process.threads import set_rank_threads
-from executor.result import RunResult
-from executor.run_args import GraphMode, add_training_args
+from executor.run.args import GraphMode, add_training_args
+from executor.run.cuda_graph import graph_note, graph_stepper, refusal, untimed_steps
+from executor.run.result import RunResult
+from executor.run.verify import compare, default_tolerance, start_state
 from executor.sparse import kernels
 from executor.sparse.exchange_check import exchange_report
-from executor.timing import LossLog, OpTimer, StepClock, percentiles
-from executor.trainer import Trainer
-from executor.verify import compare, default_tolerance, start_state
+from executor.step.timing import LossLog, OpTimer, StepClock, percentiles
+from executor.step.trainer import Trainer
 from foundation.files import atomic_write_bytes
 from planner.access import assumed
 from planner.plan import Plan
@@ -191,7 +191,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     start_step = 0
     resumed: dict | None = None
     if args.resume:
-        from executor.checkpoint import load
+        from executor.run.checkpoint import load
 
         m = load(trainer, args.resume)
         start_step = int(m["data_position"])
@@ -291,7 +291,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     feeder = DeviceFeeder(loader, device)
     evaluator = None
     if args.eval_data:
-        from executor.evaluate import Evaluator
+        from executor.run.evaluate import Evaluator
 
         evaluator = Evaluator(trainer, args.eval_data, args.eval_format or args.format, args.eval_batch or g)
     clock = StepClock(device)
@@ -359,7 +359,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
     # the checkpoint records the last evaluation (this run's, else the one it resumed with)
     last_eval = evaluator.history[-1] if evaluator is not None else (resumed or {}).get("last_eval")
     if args.checkpoint:
-        from executor.checkpoint import eval_record, save
+        from executor.run.checkpoint import eval_record, save
 
         save(trainer, args.checkpoint, data_position=start_step + args.steps, keep=args.keep,
              evaluation=eval_record(last_eval, args.eval_data) if evaluator is not None else last_eval)
@@ -450,7 +450,7 @@ def run_worker(args: argparse.Namespace) -> dict | None:
         result["max_rel_diff"] = verify["max_rel_diff"]
     if args.checkpoint:
         result["checkpoint"] = str(args.checkpoint)
-    if args.result:  # the schema checked as it is written (executor.result)
+    if args.result:  # the schema checked as it is written (executor.run.result)
         atomic_write_bytes(Path(args.result), RunResult.from_dict(result).to_json().encode())
     return result
 

@@ -11,7 +11,7 @@ from enum import Enum
 
 
 class GraphMode(str, Enum):
-    """--cuda-graph: replay one rank's step as a CUDA graph (executor.cuda_graph)."""
+    """--cuda-graph: replay one rank's step as a CUDA graph (executor.run.cuda_graph)."""
 
     AUTO = "auto"  # where the plan allows it (one rank on a GPU, ...), silently eager elsewhere
     ON = "on"  # the same, and a refusal is said

@@ -1,0 +1,1 @@
+"""Measurements of this machine that calibration reads: the `microbench` kernels and collectives."""
