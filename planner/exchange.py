@@ -24,6 +24,7 @@ import numpy as np
 
 from planner import op_names as on
 from planner.access import TableAccess
+from planner.host_access import HostAccess
 from planner.modes import Exchange, Placement
 from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
 from planner.program_ops import POOL_STAGE, Op, collective, compute
@@ -62,7 +63,10 @@ def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) 
     rows = pv.recv_ids
     owners = np.nonzero(rows > 0)[0]
     produced = pv.world * out_b  # an owner's partial sums for every rank
-    if pv.placement == Placement.HOST:  # host gather of the rows, then their copy over PCIe and the pooling
+    if pv.placement == Placement.HOST and pv.host_access == HostAccess.MAPPED:  # read in place over PCIe
+        ops.append(compute(n("cold_gather"), [n("a2a_ids")], hbm=rows * ID_BYTES * 2 + produced,
+                            pcie=rows * pv.slice_bytes, flops=rows * pv.dim, ranks=owners, stage=4))
+    elif pv.placement == Placement.HOST:  # host gather of the rows, then their copy over PCIe and the pooling
         ops.append(compute(n("cold_gather"), [n("a2a_ids")], host=rows * (pv.slice_bytes * 2 + ID_BYTES),
                             ranks=owners, stage=4))
         ops.append(Op(on.op_name("fwd", pv.name, "cold_h2d", mb), "copy", "copy",

@@ -19,6 +19,7 @@ from planner.builders import BASELINES, TORCHREC, baseline_plan
 from planner.dense import default_dense_dtype
 from planner.errors import PlanError
 from planner.exchange import exchange_costs, poolable
+from planner.host_access import HostAccess
 from planner.memory import gib
 from planner.modes import HotSync, Placement, PlanExchange, Scoring
 from planner.plan import Plan, wire_id_bytes
@@ -122,6 +123,10 @@ class Explanation:
                 "exchange": pv.exchange, "exchange_us": self._exchange_costs(pv.name),
                 "a2a_bytes_per_step": a2a,
                 "bytes_saved_per_step": pv.bytes_saved_per_step(k),
+                # host-placed: the PCIe reads of cold rows the device's hot cache spares each step
+                "host_cache_saves_bytes": ((pv.cold_unique_nohot - pv.cold_unique) * k * pv.slice_bytes
+                                           if pv.placement == Placement.HOST else 0.0),
+                "host_access": str(pv.host_access) if pv.placement == Placement.HOST else None,
                 "owner_imbalance": float(pv.recv_ids.max() / max(pv.recv_ids[pv.recv_ids > 0].mean(), 1e-12))
                 if (pv.recv_ids > 0).any() else 1.0,
             })
@@ -192,7 +197,7 @@ class Explanation:
         chosen = self.plan.hot_rows.get(t.name, 0)
         if pack.sharding == Sharding.REPLICATED:
             why = "replicated pack: every row is local (sparse gradients all-gathered), no hot set needed"
-        elif world <= 1:
+        elif world <= 1 and not on_host:
             why = "one rank: nothing is exchanged, so no row is worth replicating"
         elif theta >= 1:
             why = (f"a hot row's all-reduce ({rb} B, {rb * c_ar:.3g} us) costs more than the exchange it saves even "
@@ -334,6 +339,7 @@ class Explanation:
                   f"{p['owner_imbalance']:.2f}", p["sync"]] for p in d["packs"]],
             ),
             *_exchange_lines(d["packs"]),
+            *_host_cache_lines(d["packs"], self.hw),
             *fused_lines(self.plan, self.evaluation.lowered.packs),
             "",
             *(["per table: access statistics and hot set (a hot row costs its gradient in the all-reduce each "
@@ -381,6 +387,22 @@ class Explanation:
             lines.append(f"bound: with embeddings free (input copy, dense layers, dense all-reduce only) an "
                          f"iteration takes {d['embedding_free_us']:.1f} us; no plan beats that: at most {best}")
         return "\n".join(lines)
+
+
+def _host_cache_lines(packs: list[dict[str, Any]], hw: HardwareSpec | None) -> list[str]:
+    """What each host-placed pack's device cache saves: the cold rows it spares PCIe each step."""
+    out = []
+    for p in packs:
+        if p["placement"] != Placement.HOST:
+            continue
+        how = ("its rows read and updated in place over PCIe" if p["host_access"] == HostAccess.MAPPED
+               else "its rows gathered on the host and copied over PCIe")
+        saved = p["host_cache_saves_bytes"]
+        us = f", {saved / hw.pcie_bw * 1e6:,.0f} us at {hw.pcie_bw / 1e9:.0f} GB/s" if hw is not None else ""
+        out.append(f"{p['pack']} lives in host memory, {how}: its device cache of {p['hot_rows']:,} hot rows serves "
+                   f"{p['hot_coverage']:.1%} of its lookups and spares {saved / 1e6:,.1f} MB of PCIe reads a "
+                   f"step{us}")
+    return out
 
 
 def _exchange_lines(packs: list[dict[str, Any]]) -> list[str]:

@@ -64,6 +64,7 @@ from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
 from planner.grad_buckets import early_buckets, grad_buckets
+from planner.host_access import HostAccess, host_access
 from planner.memory import MemoryReport, memory_report
 from planner.modes import PlanExchange, Scoring
 from planner.plan import PackPlan, Plan, fused_runs, table_optimizer
@@ -152,6 +153,7 @@ def analyze(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess],
     packs = fuse_pooled(plan, packs)  # Plan.exchange "fused_pooled": planner.pooled_twrw
     for pv in packs:
         pv.longest_run = kernel_passes.longest_run(pv, access)
+        pv.host_access = host_access(hw.kind)
     dense = dense_cost(plan.model)
     return packs, memory_report(plan, packs, hw, dense), dense
 
@@ -212,7 +214,12 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
     nbytes = rows * pv.slice_bytes
     # a local pack reads its rows on every rank (the trainer times that read, rows or none)
     owners = None if pv.local else np.nonzero(rows > 0)[0]
-    if pv.placement == "host":
+    if pv.placement == "host" and pv.host_access == HostAccess.MAPPED:
+        # as a GPU runs it: the lookup kernel reads the rows in place over PCIe, one op
+        ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes + rows * ID_BYTES, pcie=nbytes,
+                            ranks=owners, stage=4))
+        last = n("cold_gather")
+    elif pv.placement == "host":
         # as the executor runs it: a gather in host memory into a staging buffer, then its
         # copy over PCIe into device memory, two ops
         ops.append(_compute(n("cold_gather"), [gather_dep], host=nbytes * 2 + rows * ID_BYTES, ranks=owners,
@@ -598,12 +605,16 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
             touched = rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
             # a pooled pack's owner first expands each bag's gradient to its lookups
             expand = rows * pv.grad_row_bytes * 2 if pv.pooled else 0.0
-            # as the executor runs it: host-resident rows are updated where they live, in host
-            # memory; only their gradients and IDs cross PCIe (ShardedPack.to_host)
+            # as the executor runs it: staged host-resident rows are updated where they live, in
+            # host memory, only their gradients and IDs crossing PCIe (ShardedPack.to_host);
+            # mapped ones by the device's kernel, every byte it touches crossing PCIe
             host = pv.placement == "host"
-            grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if host else 0.0
+            mapped = host and pv.host_access == HostAccess.MAPPED
+            staged = host and not mapped
+            grads = rows * (pv.grad_row_bytes * pv.slice_bytes / pv.row_bytes + ID_BYTES) if staged else 0.0
             updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), grads_by_pack[pv.name],
-                                    hbm=(0.0 if host else touched) + expand, host=touched if host else 0.0, pcie=grads,
+                                    hbm=(0.0 if host else touched) + expand, host=touched if staged else 0.0,
+                                    pcie=grads + (touched if mapped else 0.0),
                                     flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered with their rows in one gather (sizes

@@ -34,6 +34,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.access import TableAccess
+from planner.host_access import HostAccess
 from planner.model_spec import TableSpec
 from planner.modes import Exchange, HotSync
 from planner.plan import PackPlan, Plan, pooled_at_owners, table_optimizer, wire_id_bytes
@@ -84,6 +85,8 @@ class PackVolumes:
     # lookups of the pack's most frequent row in one micro-batch (planner.kernel_passes: the
     # longest run its backward sums; set by lowering's analyze)
     longest_run: float = 0.0
+    # how a rank reaches the rows of a host-placed pack (planner.host_access): set by lowering from the hardware
+    host_access: HostAccess = HostAccess.STAGED
     # scored as TorchRec runs it (Plan.exchange torchrec: planner.lowering's own path, every
     # lookup's ID sent); the exchange above is then not PICASSO's rows or pooled path
     torchrec: bool = False

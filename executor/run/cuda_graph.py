@@ -9,7 +9,7 @@ input buffers that each batch is copied into.
 
 A plan is refused, with one line saying why, when its step is not the same kernels on the
 same buffers every time: several ranks (each step reads the exchange sizes back on the host),
-host-placed packs, the input pipeline, 16-bit tables (stochastic rounding draws depend on the
+host-placed packs a GPU cannot map (their rows are staged on the host), the input pipeline, 16-bit tables (stochastic rounding draws depend on the
 step number), Adam (its bias correction is a host number per step), per-op timing. A batch
 whose shapes differ from the captured one (multi-hot bags of another length) runs eagerly,
 said once. A capture that fails (an op that reads the device back) leaves the run eager with
@@ -26,8 +26,9 @@ import torch
 
 from executor.data.batches import Batch
 from executor.run.args import GraphMode
-from executor.sparse import lowp
+from executor.sparse import host_memory, lowp
 from executor.step.trainer import Trainer
+from planner.host_access import HostAccess
 from planner.plan import Plan
 
 WARMUP = 3  # eager steps before the capture
@@ -44,8 +45,8 @@ def refusal(plan: Plan, device: torch.device, op_timing: bool = False) -> str | 
     if plan.world_size > 1:
         return f"{plan.world_size} ranks: each step reads its exchange sizes back on the host"
     host = [p.name for p in plan.packs if p.placement == "host"]
-    if host:
-        return f"pack {host[0]} is placed in host memory"
+    if host and host_memory.access_on(device) != HostAccess.MAPPED:
+        return f"pack {host[0]} is placed in host memory that this GPU cannot map: its rows are staged on the host"
     if plan.pipelines_inputs:
         return "the input pipeline routes the next step's IDs during each step"
     low = [t.name for t in plan.model.tables if lowp.is_low(lowp.storage_dtype(t.dtype))]

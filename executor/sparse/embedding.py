@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 from executor.comm import Comm, wire_id_dtype
-from executor.sparse import lowp, syncfree
+from executor.sparse import host_memory, lowp, syncfree
 from executor.sparse.layout import PackLayout, init_packed_rows, pack_layout
 from executor.sparse.syncfree import Route
 from planner import op_names
+from planner.host_access import HostAccess
 from planner.modes import Exchange, HotSync, Placement
 from planner.plan import PackPlan, Plan
 from planner.sharding import Sharding
@@ -93,10 +94,13 @@ class ShardedPack:
         self.keys = lowp.RowKeys(plan.model, L.tables, L.table_offsets, self.dev) if self.low else None
         self.seed = plan.seed
         self.step_index = 0  # the trainer's step: the stochastic rounding's draw depends on it
-        # placement "host" (PICASSO caching): the cold shard lives in host memory (pinned where
-        # a GPU copies from it), the hot cache stays on the device
-        self.host = pack.placement == Placement.HOST
-        self.cold_dev = torch.device("cpu") if self.host else self.dev
+        # placement "host" (PICASSO caching): the cold shard lives in host memory, the hot cache
+        # on the device; a GPU maps the shard and its kernels reach the rows in place (MAPPED),
+        # else the step gathers them on the host and copies them (STAGED: `host` below)
+        self.placed_host = pack.placement == Placement.HOST
+        self.access = host_memory.access_on(self.dev) if self.placed_host else None
+        self.host = self.access == HostAccess.STAGED
+        self.cold_dev = torch.device("cpu") if self.placed_host else self.dev
         local = L.local_packed_rows()
         # generated where it lives, in its storage dtype (a GPU builds its shard in place; a
         # host-placed shard is generated on the GPU and copied): executor.sparse.init_rng
@@ -121,11 +125,11 @@ class ShardedPack:
         self.zero_grad()
 
     def _cold_tensor(self, t: torch.Tensor) -> torch.Tensor:
-        """A cold-shard tensor where the placement puts it (host memory pinned for a GPU's copies)."""
-        t = t.contiguous().to(self.cold_dev)
-        if self.host and self.dev.type == "cuda":
-            t = t.pin_memory()
-        return t
+        """A cold-shard tensor where the placement puts it: device memory, or host memory as
+        the access needs it (executor.sparse.host_memory: pinned in place, mapped on a GPU)."""
+        if self.placed_host:
+            return host_memory.host_tensor(t, self.dev, self.access)
+        return t.contiguous().to(self.dev)
 
     def packed_of_local(self, local: torch.Tensor) -> torch.Tensor:
         """Packed rows of this rank's local cold rows (row-wise shards are cyclic)."""
