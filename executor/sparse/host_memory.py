@@ -24,15 +24,16 @@ class MappingError(RuntimeError):
     """Host memory could not be registered or mapped on this GPU."""
 
 
-def _register(t: torch.Tensor, flags: int) -> None:
-    """Pin `t`'s pages in place (unpinned again when `t`'s storage is freed)."""
+def _register(t: torch.Tensor, flags: int, owner: object) -> None:
+    """Pin `t`'s pages in place, unpinned again when `owner` (the object whose life is the
+    pages' use: the host tensor, or the mapping a CUDA tensor's storage holds) is freed."""
     if t.numel() == 0:
         return
     ptr, size = t.data_ptr(), t.numel() * t.element_size()
     err = int(torch.cuda.cudart().cudaHostRegister(ptr, size, flags))
     if err != 0:
         raise MappingError(f"cudaHostRegister of {size:,} bytes failed (cudaError {err})")
-    weakref.finalize(t.untyped_storage(), torch.cuda.cudart().cudaHostUnregister, ptr)
+    weakref.finalize(owner, torch.cuda.cudart().cudaHostUnregister, ptr)
 
 
 def _owned(t: torch.Tensor) -> torch.Tensor:
@@ -47,28 +48,30 @@ def _owned(t: torch.Tensor) -> torch.Tensor:
 
 class _DeviceArray:
     """A host buffer registered as mapped, described for torch.as_tensor on the GPU. With unified
-    addressing the host pointer of mapped registered memory is valid on the device; the object
-    keeps the host tensor alive for as long as the CUDA tensor made from it."""
+    addressing the host pointer of mapped registered memory is valid on the device. The CUDA
+    tensor's storage holds this object, and this object the host tensor: the pages stay (and
+    stay registered) for as long as any tensor on them."""
 
-    def __init__(self, host: torch.Tensor):
-        self.host = host
+    def __init__(self, host: torch.Tensor, raw: torch.Tensor):
+        self.host, self.raw = host, raw
         typestr = {torch.float32: "<f4", torch.float16: "<f2", torch.int64: "<i8", torch.int32: "<i4",
-                   torch.int16: "<i2"}[host.dtype]
-        self.__cuda_array_interface__ = {"shape": tuple(host.shape), "typestr": typestr,
-                                         "data": (host.data_ptr(), False), "version": 3, "strides": None}
+                   torch.int16: "<i2"}[raw.dtype]
+        self.__cuda_array_interface__ = {"shape": tuple(raw.shape), "typestr": typestr,
+                                         "data": (raw.data_ptr(), False), "version": 3, "strides": None}
 
 
 def mapped(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A CUDA tensor whose rows live in host memory: `t`'s pages (or a copy of them), pinned,
     mapped and checked by one read through the device. MappingError when this GPU cannot."""
     host = _owned(t)
-    _register(host, _PORTABLE | _MAPPED)
     if host.numel() == 0:
         return torch.empty(host.shape, dtype=host.dtype, device=device)
     dtype = host.dtype
     raw = host.view(torch.int16) if dtype == torch.bfloat16 else host  # bf16 has no array-interface type
+    array = _DeviceArray(host, raw)
+    _register(host, _PORTABLE | _MAPPED, array)
     with torch.cuda.device(device):
-        view = torch.as_tensor(_DeviceArray(raw), device=device)
+        view = torch.as_tensor(array, device=device)
     if dtype == torch.bfloat16:
         view = view.view(torch.bfloat16)
     # the device must see the host's bytes: a GPU without host-pointer access to registered
@@ -88,7 +91,7 @@ def host_tensor(t: torch.Tensor, device: torch.device, access: HostAccess) -> to
     if access == HostAccess.MAPPED:
         return mapped(t, device)
     host = _owned(t)
-    _register(host, _PORTABLE)
+    _register(host, _PORTABLE, host)
     return host
 
 
