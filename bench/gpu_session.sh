@@ -5,9 +5,9 @@
 # fp16 tables, and the simulator's calibration and validation on CUDA. JSON results go to
 # $OUT (default ./gpu-out), long logs to $LOGS. Knobs: TEST_S GPU_TESTS PYTEST_K EMB_DIMS EXECUTOR_S
 # STEPS EXECUTOR_ARGS (more bench_executor_gpu.py flags) EXECUTOR_VARIANT (its output's suffix) OVERHEAD_BATCHES
-# PROFILE_S VERIFY_BATCH VERIFY_S CALIBRATE_S VALIDATE_S VALIDATE_PLANS VALIDATE_FIT HW.
+# PROFILE_S VERIFY_BATCH VERIFY_S HOST_TEST_S HOST_S HOST_STEPS CALIBRATE_S VALIDATE_S VALIDATE_PLANS VALIDATE_FIT HW.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor overhead profile verify calibrate validate
+#   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor overhead profile verify host calibrate validate
 #                                             (default: all of them)
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
@@ -102,6 +102,12 @@ PY
         --json >"$OUT/verify_$tdt.json" 2>"$LOGS/verify_$tdt.err"; echo "verify $tdt rc=$?"; tail -2 "$LOGS/verify_$tdt.err"
       $PY -c "import json;d=json.load(open('$OUT/verify_$tdt.json'));print({k:v for k,v in d.items() if 'verif' in k})" 2>/dev/null
     done
+    ;;
+  host)  # host-placed rows mapped into the GPU: the mapping's own test, then the host plan against its all-HBM twin
+    stamp host
+    timeout ${HOST_TEST_S:-60} $PY -m pytest -q -p no:cacheprovider tests/test_host_access.py 2>&1 | tail -3
+    timeout ${HOST_S:-300} $PY bench/bench_host_placement.py --device cuda --steps ${HOST_STEPS:-12} \
+      --out "$OUT/host_placement.json" 2>&1 | grep -v Warn | tail -8
     ;;
   calibrate)
     stamp calibrate
