@@ -119,14 +119,21 @@ def test_world_size_mismatch_is_a_clear_error():
         lower(kaggle_plan(), load_hardware("local-cpu"))
 
 
-def test_micro_batches_lower_activation_memory_and_host_placement_moves_tables():
+def test_micro_batches_lower_activation_memory_and_host_placement_moves_tables(monkeypatch):
+    from planner import lowering
+    from planner.host_access import HostAccess
+
     m = get_model("dlrm-criteo-kaggle")
     one = lower(kaggle_plan(batch=8192), hw8()).memory.hbm["activations"].max()
     four = lower(kaggle_plan(batch=8192, micro_batches=4), hw8()).memory.hbm["activations"].max()
     assert four < one
     host = lower(kaggle_plan(packs=[PackPlan("pack0", m.table_names, placement="host")]), hw8())
     assert host.memory.hbm["tables"].max() == 0 and host.memory.host["cold_tables"].max() > 0
-    # the host gather and the PCIe copy are two ops, as the executor times them
+    # a GPU reads the rows in place over PCIe (mapped): one op
+    assert np.max(host.op("fwd/pack0/cold_gather").demand["pcie_bytes"]) > 0
+    # staged: the host gather and the PCIe copy are two ops, as the executor times them
+    monkeypatch.setattr(lowering, "host_access", lambda kind: HostAccess.STAGED)
+    host = lower(kaggle_plan(packs=[PackPlan("pack0", m.table_names, placement="host")]), hw8())
     gather, copy = host.op("fwd/pack0/cold_gather"), host.op("fwd/pack0/cold_h2d")
     assert np.max(gather.demand["host_bytes"]) > 0 and np.max(gather.demand["pcie_bytes"]) == 0
     assert np.max(copy.demand["pcie_bytes"]) > 0 and copy.deps == ["fwd/pack0/cold_gather"]
