@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from results_path import results_path  # noqa: E402
 
 from executor.process.launch import launch  # noqa: E402
+from executor.run.config import RunConfig  # noqa: E402
 from planner.access import table_access  # noqa: E402
 from planner.builders import naive_plan  # noqa: E402
 from planner.plan import Prediction, atomic_write_bytes  # noqa: E402
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in ("naive", "planned", "planned_op_timing"):
                 t = time.perf_counter()
                 plan_file = Path(tmp) / f"{name.replace('_op_timing', '')}{world}.json"
-                extra = ["--preload", "--warmup", "4"] + (["--op-timing"] if name.endswith("op_timing") else [])
-                res = launch(str(plan_file), str(data), "criteo", steps=args.steps, extra=extra)
+                res = launch(RunConfig(plan=str(plan_file), data=str(data), format="criteo", steps=args.steps,
+                                       preload=True, warmup=4, op_timing=name.endswith("op_timing")))
                 row[name] = {
                     "samples_per_s": res.samples_per_s,
                     "iteration_ms_p50": res.iteration_ms["p50"],

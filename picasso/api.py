@@ -100,13 +100,21 @@ def sweep(plan: Plan | PathLike, key: str, values: Sequence[str], hardware: str 
 
 
 def run(plan: PathLike, data: PathLike, *, format: str = "criteo", nproc: int | None = None, steps: int = 20,
-        **flags: Any) -> RunResult:
-    """Train the saved plan for real on `nproc` local ranks (`picasso run`); flags such as
-    `op_timing=True`, `verify=True`, `epochs=1`, `checkpoint="ck"` are the command's."""
+        **settings: Any) -> RunResult:
+    """Train the saved plan for real on `nproc` local ranks (`picasso run`); settings such as
+    `op_timing=True`, `verify=True`, `epochs=1`, `checkpoint="ck"` are executor.run.config.RunConfig's
+    fields, the command's flags."""
+    from dataclasses import fields
+
+    from executor.run.config import RunConfig
     from picasso.commands import run as cmd
 
-    args = _args("run", plan, data=data, format=format, nproc=nproc, steps=steps, **flags)
-    res = cmd.execute(args)
+    known = {f.name for f in fields(RunConfig) if f.metadata.get("cli", True)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"picasso.run: {unknown[0]!r} is not a run setting (known: {', '.join(sorted(known))})")
+    res = cmd.execute(RunConfig(plan=str(plan), data=str(data), format=format, nproc=nproc, steps=steps,
+                                **{k: str(v) if isinstance(v, os.PathLike) else v for k, v in settings.items()}))
     if res is None:
         raise ValueError("picasso.run: this node's ranks report nothing (node 0 does)")
     failed = cmd.verify_failure(res)

@@ -8,7 +8,7 @@ import pytest
 
 from executor.data.batches import BadRows, DataError, reader_chunks
 from executor.data.text_ranges import TextRanges
-from executor.run.worker import resumed_batches
+from executor.run.sources import resumed_batches
 
 
 def _criteo_rows(path, n: int, label: str) -> None:
@@ -103,10 +103,12 @@ def test_a_rank_writes_its_error_line_in_one_write(tmp_path):
 
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
+    from executor.run.config import RunConfig
+
     trace = tmp_path / "writes.txt"
+    RunConfig(plan=str(tmp_path / "nope.json"), data="synthetic", steps=1).save(tmp_path / "config.json")
     proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=write", "-s", "300", "-o", str(trace),
-                           sys.executable, "-u", "-m", "executor", "--plan", str(tmp_path / "nope.json"),
-                           "--data", "synthetic", "--steps", "1"],
+                           sys.executable, "-u", "-m", "executor", str(tmp_path / "config.json")],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "WORLD_SIZE": "1"})
     if "Operation not permitted" in proc.stderr and not trace.read_text():
         pytest.skip("ptrace is not permitted here")

@@ -12,7 +12,7 @@ import torch
 
 from executor.comm import Comm
 from executor.data.batches import Batch
-from executor.run.args import GraphMode
+from executor.run.config import GraphMode, RunConfig
 from executor.run.cuda_graph import GraphStep, _copy_into, _same_shapes, _static_copy, graph_stepper, refusal
 from executor.run.reference import dense_state
 from executor.run.verify import synthetic_global_batches
@@ -81,8 +81,9 @@ def test_the_flag_reaches_the_worker_which_says_why_it_is_not_used(tmp_path, cap
     p = plan()
     p.save(tmp_path / "plan.json")
     np.savez(tmp_path / "hot.npz", C2=np.arange(6))
-    rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "3", "--cuda-graph",
-               "--result", str(tmp_path / "result.json")])
+    RunConfig(plan=str(tmp_path / "plan.json"), data="synthetic", steps=3, cuda_graph=GraphMode.ON,
+              result=str(tmp_path / "result.json")).save(tmp_path / "config.json")
+    rc = main([str(tmp_path / "config.json")])
     err = capsys.readouterr().err
     assert rc == 0, err
     assert err.count("cuda graph: not used: the step runs on cpu") == 1
@@ -98,8 +99,8 @@ def test_picasso_run_passes_the_flag_on(monkeypatch, tmp_path):
 
     seen: dict = {}
 
-    def launch(*args, **kw):
-        seen["extra"] = kw["extra"]
+    def launch(config, **kw):
+        seen["config"] = config
         raise SystemExit(0)
 
     monkeypatch.setattr("executor.process.launch.launch", launch)
@@ -108,7 +109,7 @@ def test_picasso_run_passes_the_flag_on(monkeypatch, tmp_path):
     np.savez(tmp_path / "hot.npz", C2=np.arange(6))
     with pytest.raises(SystemExit):
         main(["run", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "2", "--cuda-graph"])
-    assert seen["extra"][seen["extra"].index("--cuda-graph") + 1] == "on"
+    assert seen["config"].cuda_graph == "on"
 
 
 @pytest.mark.gpu

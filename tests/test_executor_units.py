@@ -184,7 +184,10 @@ def test_diverging_run_exits_nonzero_naming_the_step(tmp_path, capsys):
     plan = naive_plan(m, 1, 32)
     plan.optimizer = OptimizerPlan("sgd", 1e6, "sgd", 1e6)  # the largest rates a plan may name
     plan.save(tmp_path / "plan.json")
-    rc = main(["--plan", str(tmp_path / "plan.json"), "--data", "synthetic", "--steps", "6", "--check-every", "2"])
+    from executor.run.config import RunConfig
+
+    RunConfig(plan=str(tmp_path / "plan.json"), data="synthetic", steps=6, check_every=2).save(tmp_path / "c.json")
+    rc = main([str(tmp_path / "c.json")])
     err = capsys.readouterr().err
     assert rc == 1 and "the loss became" in err and "at step" in err, err
 

@@ -96,7 +96,7 @@ def test_picasso_is_thin():
 # dense/ are the two halves of the model, neither of which knows the trainer or the worker; step/ is
 # one rank's step over them; run/ (the rank's run around the step) may read every wing.
 WINGS = {
-    "executor.process": {"executor.run.result"},  # launch hands back the run's typed result
+    "executor.process": {"executor.run.config", "executor.run.result"},  # launch: the typed config in, the typed result back
     "executor.data": set(),
     "executor.sparse": {"executor.comm"},
     "executor.dense": set(),

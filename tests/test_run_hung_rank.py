@@ -99,8 +99,10 @@ def test_a_failed_rank_does_not_wait_on_a_frozen_peer(tmp_path):
     (tmp_path / "rank.py").write_text(FAILING_RANK)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port("127.0.0.1")), "WORLD_SIZE": "2"}
-    argv = [sys.executable, str(tmp_path / "rank.py"), "--plan", "p.json", "--data", "synthetic",
-            "--timeout", str(timeout_s)]
+    from executor.run.config import RunConfig
+
+    RunConfig(plan="p.json", data="synthetic", timeout=timeout_s).save(tmp_path / "config.json")
+    argv = [sys.executable, str(tmp_path / "rank.py"), str(tmp_path / "config.json")]
     peer = subprocess.Popen(argv, env={**env, "RANK": "1"})
     try:
         r0 = subprocess.run(argv, env={**env, "RANK": "0"}, capture_output=True, text=True, timeout=120)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from executor.data.batches import RawBatch, global_batches
-from executor.run.worker import resumed_batches
+from executor.run.sources import resumed_batches
 from picasso.cli import main
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model

@@ -170,12 +170,13 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
     with st.stage("quality", f"the plan trained {QUALITY_STEPS} steps, AUC on held-out rows every {QUALITY_EVERY}"):
         from executor.process.launch import launch
+        from executor.run.config import RunConfig
 
         held_out = out / "held-out.tsv"
         generate_criteo(held_out, QUALITY_ROWS, seed=seed + 1)
-        q = launch(plan_path, str(data), "criteo", nproc=WORLD, steps=QUALITY_STEPS,
-                   extra=["--eval-data", str(held_out), "--eval-every", str(QUALITY_EVERY),
-                          "--trace", str(out / "plan.quality.trace.json")])
+        q = launch(RunConfig(plan=str(plan_path), data=str(data), format="criteo", nproc=WORLD, steps=QUALITY_STEPS,
+                             eval_data=str(held_out), eval_every=QUALITY_EVERY,
+                             trace=str(out / "plan.quality.trace.json")))
         ctx["quality"] = [asdict(e) for e in q.eval]
 
     with st.stage("validate", f"{n_plans} varied plans at 1-{WORLD} ranks, predicted against measured"):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from executor.process.launch import LaunchError, launch
+from executor.run.config import RunConfig
 from executor.run.result import RunResult
 from simulator.measured import drop_warmup, load_timeline, mean_op_durations, merge_runs, step_times_us
 from simulator.timeline import Timeline
@@ -41,10 +42,11 @@ def run_measured(
     predicts the training step, and a loader thread parsing the next batch meanwhile
     would add time it does not model (and more so at 4 ranks on 2 cores)."""
     trace = out_dir / f"{plan_path.stem}.measured{tag}.json"
-    extra = ["--warmup", str(warmup), "--timeline", str(trace), *(["--preload"] if preload else [])]
     t0 = time.perf_counter()
     try:
-        res = launch(str(plan_path), data, fmt, nproc=world, steps=steps + warmup, extra=extra, timeout_s=timeout_s)
+        config = RunConfig(plan=str(plan_path), data=data, format=fmt, nproc=world, steps=steps + warmup,
+                           warmup=warmup, timeline=str(trace), preload=preload)
+        res = launch(config, timeout_s=timeout_s)
     except (LaunchError, ValueError, OSError) as exc:
         raise ValidateError(f"run of {plan_path.name} failed: {exc}") from None
     wall = time.perf_counter() - t0

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from executor.run.args import MAX_STEPS
+from executor.run.config import MAX_STEPS
 from executor.sparse.embedding import CoverageError
 from executor.step.trainer import Trainer, tables_from_pieces
 from foundation import fields

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from executor.data.batches import Batch
-from executor.run.args import GraphMode
+from executor.run.config import GraphMode
 from executor.sparse import host_memory, lowp
 from executor.step.trainer import Trainer
 from planner.host_access import HostAccess

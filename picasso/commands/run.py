@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from executor.run.args import add_training_args
+from executor.run.config import RunConfig
+from foundation.settings import add_arguments, from_namespace
 
 if TYPE_CHECKING:
     from executor.run.result import RunResult
@@ -13,43 +14,15 @@ if TYPE_CHECKING:
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("run", parents=[common], help="run a plan for real (torch.distributed workers, gloo or NCCL)")
-    p.add_argument("plan", help="plan JSON (from `picasso plan`)")
-    p.add_argument("--data", required=True,
-                   help="click-log file or glob, a folder from `picasso convert` (each rank reads only its rows), "
-                        "or 'synthetic'")
-    p.add_argument("--format", default="criteo", help="data format: criteo, avazu, csv, parquet, libsvm")
-    p.add_argument("--nproc", type=int, help="workers on this machine (default: the plan's world size / nnodes)")
-    p.add_argument("--nnodes", type=int, default=1, help="machines taking part")
-    p.add_argument("--node-rank", type=int, default=0, help="this machine's index among --nnodes")
-    p.add_argument("--master-addr", default="127.0.0.1", help="rendezvous address: node 0 listens on it only (loopback by default)")
-    p.add_argument("--master-port", type=int, help="rendezvous port (default: a free one; set it for --nnodes > 1)")
-    p.add_argument("--steps", type=int, default=20, help="training steps (global batches)")
-    add_training_args(p)
-    p.add_argument("--trace", help="write the measured Chrome trace (Perfetto) here")
-    p.add_argument("--timeline", help="write the measured Timeline JSON here")
-    p.add_argument("--checkpoint", help="save a checkpoint to this folder at the end")
-    p.add_argument("--keep", type=int, default=2, help="checkpoint versions kept in the --checkpoint folder (default 2)")
-    p.add_argument("--resume", help="load this checkpoint first (any plan or world size of the same model)")
-    p.add_argument("--verify", action="store_true",
-                   help="compare the trained weights with a single-process reference started from the same "
-                        "state (keep --steps small); exit 1 above the tolerance")
-    p.add_argument("--verify-tolerance", type=float,
-                   help="largest relative difference --verify accepts (default 1e-4 for fp32 dense layers)")
-    p.add_argument("--preload", action="store_true", help="read the whole data file before training starts")
-    p.add_argument("--timeout", type=float, default=120.0, help="collective timeout in seconds (a dead rank stops the run)")
-    p.add_argument("--op-timing", action="store_true",
-                   help="time every op (on with --trace/--timeline); without it whole steps are timed")
-    p.add_argument("--check-every", type=int, help="read the losses back every N steps (default 10): a non-finite "
-                   "loss stops the run there")
-    p.add_argument("--no-memory-check", action="store_true",
-                   help="start the ranks even when the predicted peak memory exceeds this machine's")
+    add_arguments(p, RunConfig)  # every flag is a RunConfig field
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
-    res = execute(args)
+    config = from_namespace(RunConfig, args)
+    res = execute(config)
     if res is None:  # another node's workers: rank 0's node reports
         print(json.dumps({"node_rank": args.node_rank}) if args.json else f"node {args.node_rank}: workers finished")
         return 0
@@ -112,31 +85,26 @@ def run(args: argparse.Namespace) -> int:
     return _fail(failed)
 
 
-def execute(args: argparse.Namespace) -> RunResult | None:
-    """Check the flags and the memory, start the ranks, and return rank 0's result (None on
-    another node): the work of `picasso run` and `picasso.run`."""
+def execute(config: RunConfig) -> RunResult | None:
+    """Check the inputs and the memory, start the ranks, and return rank 0's result (None on
+    another node): the work of `picasso run` and `picasso.run`. The config checked its own values."""
     import glob
 
     from executor.data.inputs import check_inputs
     from executor.process.launch import launch
-    from executor.run.args import worker_flags
     from foundation.files import check_distinct, check_output_path
     from planner.plan import Plan
 
-    for out in (args.trace, args.timeline):
+    c = config
+    for out in (c.trace, c.timeline):
         if out is not None:
             check_output_path(out)
-    check_distinct({"PLAN": args.plan, "--data": glob.glob(args.data) if glob.has_magic(args.data) else args.data,
-                    "--eval-data": args.eval_data}, {"--trace": args.trace, "--timeline": args.timeline})
-    extra = worker_flags(args)
-    check_inputs(Plan.load(args.plan).model, args.data, args.format, args.eval_data, args.eval_format)
-    pred = _memory_check(args)
-    with _checkpoint_writer(args):
-        res = launch(
-            args.plan, args.data, args.format, nproc=args.nproc, steps=args.steps, extra=extra,
-            nnodes=args.nnodes, node_rank=args.node_rank, master_addr=args.master_addr,
-            master_port=args.master_port,
-        )
+    check_distinct({"PLAN": c.plan, "--data": glob.glob(c.data) if glob.has_magic(c.data) else c.data,
+                    "--eval-data": c.eval_data}, {"--trace": c.trace, "--timeline": c.timeline})
+    check_inputs(Plan.load(c.plan).model, c.data, c.format, c.eval_data, c.eval_format)
+    pred = _memory_check(c)
+    with _checkpoint_writer(c):
+        res = launch(c)
     if res is not None and pred is not None:
         from executor.run.memory import attach_measured
 
@@ -144,16 +112,16 @@ def execute(args: argparse.Namespace) -> RunResult | None:
     return res
 
 
-def _checkpoint_writer(args: argparse.Namespace):
+def _checkpoint_writer(c: RunConfig):
     """The --checkpoint folder's writer lock, held by node 0 for the whole run: a second run
     writing the same folder is refused before any rank starts."""
     import contextlib
 
     from foundation.locks import one_writer
 
-    if args.checkpoint is None or args.node_rank != 0:
+    if c.checkpoint is None or c.node_rank != 0:
         return contextlib.nullcontext()
-    return one_writer(args.checkpoint, "checkpoint folder")
+    return one_writer(c.checkpoint, "checkpoint folder")
 
 
 def resume_line(r: dict) -> str:
@@ -184,26 +152,23 @@ def _fail(line: str | None) -> int:
     return 1
 
 
-def _memory_check(args: argparse.Namespace) -> dict | None:
+def _memory_check(c: RunConfig) -> dict | None:
     """The planner's predicted peak per rank; refuses (one line) a plan this machine cannot hold."""
     from pathlib import Path
 
     from executor.run.memory import check_fits, predicted_peaks
     from planner.plan import Plan
 
-    if args.data != "synthetic" and not Path(args.data).exists():
+    if c.data != "synthetic" and not Path(c.data).exists():
         return None  # launch names the missing file
-    if args.nnodes < 1 or (args.nproc is not None and args.nproc < 1):
-        return None  # launch names the bad count
-    plan = Plan.load(args.plan)
-    nproc = args.nproc or plan.world_size // args.nnodes
-    if nproc * args.nnodes != plan.world_size or not 0 <= args.node_rank < args.nnodes:
+    plan = Plan.load(c.plan)
+    nproc = c.nproc or plan.world_size // c.nnodes
+    if nproc * c.nnodes != plan.world_size:
         return None  # launch names the mismatch
     import torch
 
     kind = "cuda" if torch.cuda.is_available() else "cpu"
-    pred = predicted_peaks(plan, kind, args.data, args.format, args.preload, args.steps, args.verify,
-                           bool(args.resume))
-    if not args.no_memory_check:
-        check_fits(pred, kind, range(args.node_rank * nproc, (args.node_rank + 1) * nproc), args.verify)
+    pred = predicted_peaks(plan, kind, c.data, c.format, c.preload, c.steps, c.verify, bool(c.resume))
+    if not c.no_memory_check:
+        check_fits(pred, kind, range(c.node_rank * nproc, (c.node_rank + 1) * nproc), c.verify)
     return pred
