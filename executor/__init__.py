@@ -9,7 +9,8 @@
 - `process/`: `agent` (starts a node's ranks), `rendezvous` (the store, bound to --master-addr
   only), `launch`, spawning, process trees, threads and memory.
 - `step/`: `trainer.Trainer` (one rank's step, which lowering mirrors) and its op `timing`.
-- `run/`: `worker` (one rank's run, `python -m executor`), its `args`, the `cuda_graph` around the
+- `run/`: `config` (the typed `RunConfig` every run setting is a field of), `worker` (one rank's run in
+  phases, `python -m executor CONFIG.json`), its data `sources`, the `cuda_graph` around the
   step, `evaluate`, `reference` and `verify` (the single-process check), `checkpoint`, `memory`,
   `result` (the typed `RunResult`) and `plan_fields` (the Plan fields no run reads).
 - `measure/`: the `microbench` kernels and collectives that calibration reads.

@@ -1,4 +1,4 @@
-"""`python -m executor ...`: one worker rank (see executor.run.worker)."""
+"""`python -m executor CONFIG.json`: one worker rank (see executor.run.worker; CONFIG is a RunConfig's JSON)."""
 
 from executor.run.worker import main
 
