@@ -3,7 +3,7 @@ domain, and one declaration gives the command line's flags, the checks every cal
 command line, the Python API, a file read back) and the JSON form.
 
 A check is a function of the flag's name and the value returning the one line that refuses it, or
-None. Types are checked here (an int is not a bool, a float may be given as an int, an enum as its
+None. Types are checked here (a bool is not an int, a float may be given as an int, an enum as its
 value), domains by each field's check, so `0` or `nan` never slips through as "not given".
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import types
 import typing
 from collections.abc import Callable
@@ -86,9 +87,14 @@ def _typed(name: str, base: type, v: Any) -> Any:
             return base(v)
         except ValueError:
             raise SettingError(f"{name} must be one of {', '.join(m.value for m in base)}, got {v!r}") from None
-    if base is float and isinstance(v, int) and not isinstance(v, bool):
+    if isinstance(v, bool):
+        if base is bool:
+            return v
+    elif base is int and isinstance(v, numbers.Integral):
+        return int(v)
+    elif base is float and isinstance(v, numbers.Real):
         return float(v)
-    if base is bool and isinstance(v, bool) or base is not bool and isinstance(v, base) and not isinstance(v, bool):
+    elif base is not bool and isinstance(v, base):
         return v
     word = {int: "an integer", float: "a number", str: "a text", bool: "true or false"}.get(base, base.__name__)
     raise SettingError(f"{name} must be {word}, got {type(v).__name__} {v!r}")
