@@ -2,23 +2,49 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+import torch
 import torch.distributed as dist
 
-from executor.run.cuda_graph import graph_note, refusal
+from executor.run.config import RunConfig
+from executor.run.cuda_graph import Stepper, graph_note, refusal
 from executor.run.result import DataRead, Evaluation, PeakMemory, RunResult, Verify
+from executor.run.sources import DataSource
 from executor.run.verify import default_tolerance
 from executor.sparse.exchange_check import exchange_report
 from executor.step.timing import percentiles
+from executor.step.trainer import Trainer
 from planner.access import assumed
+from planner.plan import Plan
 from simulator.timeline import Timeline
 
-if TYPE_CHECKING:
-    from executor.run.worker import RankRun
+
+class FinishedRun(Protocol):
+    """What a finished rank's run (executor.run.worker.RankRun) holds for its result."""
+
+    cfg: RunConfig
+    plan: Plan
+    world: int
+    device: torch.device
+    trainer: Trainer
+    stepper: Stepper
+    source: DataSource
+    evaluator: Any  # executor.run.evaluate.Evaluator, or None
+    op_timing: bool
+    steps: int
+    start_step: int
+    warmup: int
+    resumed: dict | None
+    times: list[float]  # this rank's timed steps' seconds
+    loss_values: list[float]
+    total_s: float  # the slowest rank's timed seconds
+    loss_sum: float  # over every rank's timed steps
+    reports: list  # every rank's RankReport
+    malformed: tuple[int, str]
 
 
-def rank0_result(run: RankRun, verify: dict | None) -> RunResult:
+def rank0_result(run: FinishedRun, verify: dict | None) -> RunResult:
     """The result, with the measured trace and Timeline written where the config asks."""
     cfg, plan, g = run.cfg, run.plan, run.plan.global_batch
     timed = len(run.times)
@@ -52,7 +78,7 @@ def rank0_result(run: RankRun, verify: dict | None) -> RunResult:
     return res
 
 
-def _predicted_samples_per_s(run: RankRun) -> float | None:
+def _predicted_samples_per_s(run: FinishedRun) -> float | None:
     """The planner's predicted throughput, when the plan carries a prediction."""
     p = run.plan.prediction
     if p is None:
@@ -64,11 +90,11 @@ def _predicted_samples_per_s(run: RankRun) -> float | None:
     return samples_per_s(run.plan, p.iteration_us)
 
 
-def _evaluations(run: RankRun) -> list[dict]:
+def _evaluations(run: FinishedRun) -> list[dict]:
     return run.evaluator.history if run.evaluator is not None else []
 
 
-def _data_read(run: RankRun) -> DataRead:
+def _data_read(run: FinishedRun) -> DataRead:
     cfg, src = run.cfg, run.source
     count, first = run.malformed
     return DataRead(path=str(cfg.data), kind=src.kind, steps_per_epoch=src.steps_per_epoch(), epochs=cfg.epochs,
@@ -76,7 +102,7 @@ def _data_read(run: RankRun) -> DataRead:
                     note=src.note)
 
 
-def _peak_memory(run: RankRun) -> PeakMemory:
+def _peak_memory(run: FinishedRun) -> PeakMemory:
     """Each rank's measured peak; `picasso run` adds the planner's prediction beside it."""
     peaks = [x.peak for x in run.reports]
     cuda = run.device.type == "cuda"
@@ -85,7 +111,7 @@ def _peak_memory(run: RankRun) -> PeakMemory:
                       host_rss_bytes_per_rank=[pk["host_rss"] for pk in peaks])
 
 
-def _input_wait(run: RankRun) -> dict[str, list[float]]:
+def _input_wait(run: FinishedRun) -> dict[str, list[float]]:
     """Time each rank's timed steps waited for their input, against their step time."""
     reports = run.reports
     return {"mean_ms_per_rank": [1e3 * sum(x.waits) / max(1, len(x.waits)) for x in reports],
@@ -93,7 +119,7 @@ def _input_wait(run: RankRun) -> dict[str, list[float]]:
                                           for x in reports]}
 
 
-def _verify(run: RankRun, found: dict | None) -> Verify | None:
+def _verify(run: FinishedRun, found: dict | None) -> Verify | None:
     if found is None:
         return None
     cfg = run.cfg
@@ -103,7 +129,7 @@ def _verify(run: RankRun, found: dict | None) -> Verify | None:
     return Verify(**{**found, "tolerance": tol, "passed": passed, "from_step": run.start_step})
 
 
-def _write_timeline(run: RankRun, res: RunResult) -> None:
+def _write_timeline(run: FinishedRun, res: RunResult) -> None:
     """Every rank's events as one measured Timeline: the per-op durations, and the trace and
     Timeline files the config names."""
     cfg, plan = run.cfg, run.plan
