@@ -16,7 +16,7 @@ import threading
 import traceback
 
 COMMANDS = ("synth", "analyze", "plan", "simulate", "run", "calibrate", "validate", "demo", "doctor",
-            "export", "convert", "compare")
+            "export", "export-model", "score", "convert", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"picasso.commands.{name}").register(sub, common)
+        importlib.import_module(f"picasso.commands.{name.replace('-', '_')}").register(sub, common)
     return parser
 
 

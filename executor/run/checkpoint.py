@@ -43,6 +43,8 @@ from executor.step.trainer import Trainer, tables_from_pieces
 from foundation import fields
 from foundation.documents import read_json
 from foundation.files import atomic_write_bytes, fsync_dir
+from planner.errors import PlanError
+from planner.model_spec import ModelSpec
 from planner.plan import Plan
 from planner.sharding import Sharding
 
@@ -60,7 +62,11 @@ class CheckpointError(ValueError):
 
 
 def model_fingerprint(plan: Plan) -> str:
-    return hashlib.sha256(json.dumps(plan.model.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    return spec_fingerprint(plan.model)
+
+
+def spec_fingerprint(model: ModelSpec) -> str:
+    return hashlib.sha256(json.dumps(model.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def expected_files(world_size: int, packs: int, fmt: str = FORMAT) -> list[str]:
@@ -165,6 +171,7 @@ def save(trainer: Trainer, folder: str | os.PathLike, data_position: int | None 
                 "format": FORMAT,
                 "model": trainer.plan.model.name,
                 "model_fingerprint": model_fingerprint(trainer.plan),
+                "model_spec": trainer.plan.model.to_dict(),  # the checkpoint describes its own model
                 "world_size": comm.world,
                 "packs": [[p.name, list(p.tables), p.sharding] for p in trainer.plan.packs],
                 "steps": trainer.steps_done,
@@ -243,6 +250,8 @@ def validate_manifest(m: object, mpath: Path) -> dict:
             _validate_eval(m["last_eval"])
         fields.text(m.get("model_fingerprint"), "model_fingerprint")
         fields.text(m.get("model"), "model")
+        if "model_spec" in m:
+            fields.mapping(m["model_spec"], "model_spec")
         packs = fields.sequence(m.get("packs", []), "packs")
         if fmt == FORMAT and not packs:
             raise fields.FieldError("field packs: a checkpoint holds at least one pack")
@@ -326,31 +335,53 @@ def _load_tensors(path: Path) -> dict:
     return d
 
 
-def _saved_packs(m: dict, plan: Plan, only: set[str] | None) -> Iterator[tuple[dict, dict]]:
+def saved_model(m: dict, plan: Plan | None = None) -> ModelSpec:
+    """The model a checkpoint whose manifest `read_manifest` returned holds: the spec it saved, or
+    `plan`'s model for a checkpoint written before manifests carried one (checked against the
+    fingerprint either way)."""
+    where = Path(m["_files_dir"]) / "manifest.json"
+    if "model_spec" in m:
+        try:
+            model = ModelSpec.from_dict(m["model_spec"], "model_spec")
+        except PlanError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
+    elif plan is not None:
+        model = plan.model
+    else:
+        raise CheckpointError(f"{where}: this checkpoint does not name its model's tables (saved by an older "
+                              "version): give the plan it was trained with")
+    if spec_fingerprint(model) != m["model_fingerprint"]:
+        against = "its saved model spec" if "model_spec" in m else f"the plan's model {model.name!r}"
+        raise CheckpointError(f"{where}: checkpoint of model {m['model']!r} does not match {against} "
+                              "(different tables or dense architecture)")
+    return model
+
+
+def _saved_packs(m: dict, model: ModelSpec, only: set[str] | None) -> Iterator[tuple[dict, dict]]:
     """(weights, states) per table of each saved pack holding a table of `only` (None: all),
     one pack at a time."""
     base, world = Path(m["_files_dir"]), int(m["world_size"])
     if m["format"] != FORMAT:  # older layouts hold every pack in one file per rank
         by_rank = [_load_tensors(base / f"rank{r}.pt")["packs"] for r in range(world)]
         for pieces in zip(*by_rank):
-            yield tables_from_pieces(plan, [list(pieces)])
+            yield tables_from_pieces(model, [list(pieces)])
         return
     for k, (_, tables, sharding) in enumerate(m["packs"]):
         if only is not None and not only.intersection(tables):
             continue
         holders = range(1) if sharding == Sharding.REPLICATED else range(world)  # replicas are identical
         try:
-            yield tables_from_pieces(plan, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
+            yield tables_from_pieces(model, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
         except CoverageError as exc:
-            raise CheckpointError(f"{base}: {_uncovered(plan, tables, exc)}: the checkpoint is damaged") from None
+            raise CheckpointError(f"{base}: {_uncovered(model, tables, exc)}: the checkpoint is damaged") from None
 
 
-def _uncovered(plan: Plan, tables: list[str], exc: CoverageError) -> str:
+def _uncovered(model: ModelSpec, tables: list[str], exc: CoverageError) -> str:
     """Which table's rows a saved pack's pieces leave out (or give twice), in the table's own numbering."""
     first = int(exc.rows[0])
     off = 0
     for t in tables:
-        n = plan.model.table(t).num_rows
+        n = model.table(t).num_rows
         if first < off + n:
             mine = [int(r) - off for r in exc.rows if off <= int(r) < off + n]
             break
@@ -368,13 +399,13 @@ def _uncovered(plan: Plan, tables: list[str], exc: CoverageError) -> str:
     return f"table {t!r} rows {', '.join(spans[:3])}{more} ({len(mine)} rows) are {how}"
 
 
-def saved_tables(m: dict, plan: Plan, only: set[str] | None = None
+def saved_tables(m: dict, model: ModelSpec, only: set[str] | None = None
                  ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor | None]]:
     """Each table's full weight and row state (None without one) of a checkpoint whose
     manifest `read_manifest` returned, one saved pack in memory at a time; with `only`, at
     least those tables (and the others of their saved packs)."""
     try:
-        for weights, states in _saved_packs(m, plan, only):
+        for weights, states in _saved_packs(m, model, only):
             for t, w in weights.items():
                 yield t, w, states.get(t)
     except CheckpointError:
@@ -382,6 +413,15 @@ def saved_tables(m: dict, plan: Plan, only: set[str] | None = None
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{m['_files_dir']}: checkpoint content does not fit the model ({type(exc).__name__}: "
                               f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
+
+
+def saved_dense(m: dict) -> dict[str, torch.Tensor]:
+    """The dense model's weights of a checkpoint whose manifest `read_manifest` returned."""
+    path = Path(m["_files_dir"]) / "dense.pt"
+    d = _load_tensors(path).get("dense")
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in d.items()):
+        raise CheckpointError(f"{path}: holds no dense weights")
+    return d
 
 
 def _load_own_piece(p, k: int, m: dict, rank: int) -> bool:
@@ -412,7 +452,7 @@ def load(trainer: Trainer, folder: str | os.PathLike) -> dict:
     waiting = [p for k, p in enumerate(trainer.packs) if not _load_own_piece(p, k, m, trainer.comm.rank)]
     ready: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
     needed = {t for p in waiting for t in p.layout.tables}
-    for t, w, s in (saved_tables(m, trainer.plan, needed) if waiting else ()):
+    for t, w, s in (saved_tables(m, trainer.plan.model, needed) if waiting else ()):
         if t not in needed:
             continue
         ready[t] = (w, s)

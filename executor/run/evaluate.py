@@ -10,7 +10,7 @@ one sort (ties share their mean rank), so it equals a single-process sort-based 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -25,7 +25,10 @@ from executor.data.batches import (
     rebatch,
     to_batch,
 )
+from executor.dense.precision import dense_precision
+from executor.run.reference import RecModel
 from executor.step.trainer import Trainer, dense_step_inputs
+from planner.model_spec import ModelSpec
 from traces.dataset import Dataset, is_dataset
 
 
@@ -126,31 +129,12 @@ class Evaluator:
         self.history: list[dict] = []
         self.bad = BadRows()
 
-    def _local_batches(self) -> Iterator[RawBatch]:
-        rank, world = self.trainer.comm.rank, self.trainer.comm.world
-        if self.dataset is not None:
-            ds = self.dataset
-            for a, b in global_ranges(ds.rows, self.batch, world):
-                lo, hi = share(b - a, rank, world)
-                r = ds.read_range(a + lo, a + hi)
-                yield RawBatch(r.labels, r.dense, r.sparse, ds.dense_transform == "log1p")
-            return
-        self.bad = BadRows()
-        for gb in _text_batches(self.data, self.fmt, self.batch, world, self.bad):
-            yield gb.slice(*share(len(gb), rank, world))
-
     def run(self, step: int) -> dict:
         t0 = time.perf_counter()
-        model = self.trainer.plan.model
-        fmap: dict[str, str] = {}
-        logits, labels = [], []
-        for raw in self._local_batches():
-            if not fmap:
-                fmap = feature_map(model, raw.sparse)
-            b = to_batch(raw, model, fmap)
-            logits.append(forward_logits(self.trainer, b).cpu().numpy())
-            labels.append(b.labels.numpy())
-        mine = (np.concatenate(logits), np.concatenate(labels))
+        self.bad = BadRows()
+        rank, world = self.trainer.comm.rank, self.trainer.comm.world
+        raw = local_batches(self.data, self.fmt, self.batch, rank, world, self.dataset, self.bad)
+        mine = _scored(raw, self.trainer.plan.model, lambda b: forward_logits(self.trainer, b))
         if self.trainer.comm.world > 1:
             import torch.distributed as dist
 
@@ -160,9 +144,63 @@ class Evaluator:
             everyone = [mine]
         x = np.concatenate([e[0] for e in everyone])
         y = np.concatenate([e[1] for e in everyone])
-        res = {"step": step, "rows": len(y), "auc": auc(x, y), "logloss": logloss(x, y),
-               "positive_rate": float((y > 0.5).mean()), "seconds": time.perf_counter() - t0}
+        res = {"step": step, **metrics(x, y), "seconds": time.perf_counter() - t0}
         if self.bad.count:
             res["malformed_rows"] = self.bad.count
         self.history.append(res)
         return res
+
+
+def metrics(logits: np.ndarray, labels: np.ndarray) -> dict:
+    """Rows, AUC, logloss and positive rate of scored rows."""
+    return {"rows": len(labels), "auc": auc(logits, labels), "logloss": logloss(logits, labels),
+            "positive_rate": float((labels > 0.5).mean())}
+
+
+def local_batches(data: str, fmt: str, size: int, rank: int, world: int, dataset: Dataset | None,
+                  bad: BadRows) -> Iterator[RawBatch]:
+    """This rank's share of each evaluation batch of `data` (a converted Dataset when `dataset`)."""
+    if dataset is not None:
+        for a, b in global_ranges(dataset.rows, size, world):
+            lo, hi = share(b - a, rank, world)
+            r = dataset.read_range(a + lo, a + hi)
+            yield RawBatch(r.labels, r.dense, r.sparse, dataset.dense_transform == "log1p")
+        return
+    for gb in _text_batches(data, fmt, size, world, bad):
+        yield gb.slice(*share(len(gb), rank, world))
+
+
+def _scored(raw: Iterator[RawBatch], model: ModelSpec, logits_of: Callable[[Batch], torch.Tensor]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Logits and labels of every row of `raw`, the data's features mapped to the model's tables."""
+    fmap: dict[str, str] = {}
+    logits, labels = [], []
+    for r in raw:
+        if not fmap:
+            fmap = feature_map(model, r.sparse)
+        b = to_batch(r, model, fmap)
+        logits.append(logits_of(b).cpu().numpy())
+        labels.append(b.labels.numpy())
+    return np.concatenate(logits), np.concatenate(labels)
+
+
+@torch.no_grad()
+def score(net: RecModel, data: str, fmt: str = "criteo", batch: int = 4096) -> dict:
+    """AUC and logloss of a plain-PyTorch model (executor.run.model_file.load) on `data`, in one
+    process and without a plan; the same batches, precision and metrics as a run's evaluation."""
+    t0 = time.perf_counter()
+    model = net.spec
+    precision = dense_precision(model.extra, torch.device("cpu"))
+    bad = BadRows()
+    dataset = Dataset(data) if is_dataset(data) else None
+
+    def logits_of(b: Batch) -> torch.Tensor:
+        embs, seqs = net.pooled(b)  # the tables in fp32, the dense layers at the run's precision
+        with precision.autocast(torch.device("cpu")):
+            return net.dense(b.dense, embs, seqs).float()
+
+    x, y = _scored(local_batches(data, fmt, max(1, batch), 0, 1, dataset, bad), model, logits_of)
+    res = {**metrics(x, y), "seconds": time.perf_counter() - t0}
+    if bad.count:
+        res["malformed_rows"] = bad.count
+    return res

@@ -11,7 +11,7 @@ reference has the same precision as the plan it checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -23,6 +23,7 @@ from executor.dense.model import build_dense
 from executor.sparse import kernels, lowp
 from executor.sparse.layout import init_table_rows
 from executor.step.trainer import make_dense_optimizer, pad_sequences
+from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import Plan, table_optimizer
 from planner.sharding import Sharding
 
@@ -31,49 +32,73 @@ from planner.sharding import Sharding
 REFERENCE_WORKSPACE = 256 << 20
 
 
+class RecModel(nn.Module):
+    """The whole model in plain PyTorch: one nn.EmbeddingBag per table under `embedding_bags`
+    (the names of TorchRec's EmbeddingBagCollection) and the dense model under `dense`.
+
+    `rows(table)` gives a table's starting weight (fp32); without it the tables start
+    uninitialised, for a model whose weights are loaded next (executor.run.model_file)."""
+
+    def __init__(self, model: ModelSpec, seed: int = 0,
+                 rows: Callable[[TableSpec], torch.Tensor] | None = None) -> None:
+        super().__init__()
+        self.spec = model
+        self.embedding_bags = nn.ModuleDict()
+        for t in model.tables:
+            mode = "sum" if t.pooling == "none" else t.pooling
+            # the initial rows become the weight itself: no second full-size copy
+            self.embedding_bags[t.name] = nn.EmbeddingBag(
+                t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True,
+                _weight=rows(t) if rows is not None else torch.empty(t.num_rows, t.dim))
+        self.dense = build_dense(model, seed)
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """One logit per sample of `batch` (its rows already mapped to table rows)."""
+        return self.dense(batch.dense, *self.pooled(batch))
+
+    def pooled(self, batch: Batch) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The dense model's embedding inputs: pooled bags, and padded sequences for pooling "none"."""
+        embs, seqs = {}, {}
+        for t in self.spec.tables:
+            rows, off = batch.sparse[t.name]
+            bag = self.embedding_bags[t.name]
+            if t.pooling == "none":
+                per_id = bag(rows, torch.arange(len(rows) + 1))
+                seqs[t.name] = pad_sequences(per_id, off, t.max_len)
+            else:
+                embs[t.name] = bag(rows, off)
+        return embs, seqs
+
+
 class Reference:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         model = plan.model
-        self.bags = nn.ModuleDict()
+        self.net = RecModel(model, plan.seed, lambda t: init_table_rows(model, t.name, plan.seed))
+        self.bags = self.net.embedding_bags
         self.states: dict[str, torch.Tensor] = {}
         self.opt_of = {}
         self.low: dict[str, torch.Tensor] = {}  # 16-bit tables: their stored rows
         self.row_base = lowp.model_row_offsets(model)
         self.steps = 0
         for t in model.tables:
-            mode = "sum" if t.pooling == "none" else t.pooling
-            # the initial rows become the weight itself: no second full-size copy
-            bag = nn.EmbeddingBag(t.num_rows, t.dim, mode=mode, sparse=True, include_last_offset=True,
-                                  _weight=init_table_rows(model, t.name, plan.seed))
             dtype = lowp.storage_dtype(t.dtype)
             if lowp.is_low(dtype):
-                self.low[t.name] = bag.weight.detach().to(dtype)
-            self.bags[t.name] = bag
+                self.low[t.name] = self.bags[t.name].weight.detach().to(dtype)
             self.opt_of[t.name] = table_optimizer(plan, t)
             if self.opt_of[t.name] == "rowwise_adagrad":
                 self.states[t.name] = torch.zeros(t.num_rows)
-        self.dense = build_dense(model, plan.seed)
+        self.dense = self.net.dense
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # after load_state: the start value of each row the reference has updated since
         self._origin: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
         self._seen: dict[str, torch.Tensor] = {}
 
     def step(self, batch: Batch) -> float:
-        model = self.plan.model
-        embs, seqs = {}, {}
         with torch.no_grad():
             for name, stored in self.low.items():  # pooled in fp32 from the 16-bit rows
                 self.bags[name].weight.copy_(stored.float())
-        for t in model.tables:
-            rows, off = batch.sparse[t.name]
-            bag = self.bags[t.name]
-            if t.pooling == "none":
-                per_id = bag(rows, torch.arange(len(rows) + 1))
-                seqs[t.name] = pad_sequences(per_id, off, t.max_len)
-            else:
-                embs[t.name] = bag(rows, off)
-        logit = self.dense(batch.dense, embs, seqs)
+        logit = self.net(batch)
         loss = F.binary_cross_entropy_with_logits(logit, batch.labels, reduction="mean")
         self.opt.zero_grad(set_to_none=False)
         for bag in self.bags.values():

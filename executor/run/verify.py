@@ -47,7 +47,7 @@ def start_state(trainer: Trainer, checkpoint: str) -> Reference | None:
         return None
     ref = Reference(trainer.plan)
     m = read_manifest(checkpoint, trainer.plan)
-    ref.load_state(saved_tables(m, trainer.plan), copy.deepcopy(trainer.dense.state_dict()),
+    ref.load_state(saved_tables(m, trainer.plan.model), copy.deepcopy(trainer.dense.state_dict()),
                    copy.deepcopy(trainer.opt.state_dict()))
     return ref
 

@@ -32,6 +32,7 @@ from executor.sparse.protocol import PackExchange
 from executor.step.timing import OpTimer
 from planner.dense import dense_cost
 from planner.grad_buckets import early_buckets
+from planner.model_spec import ModelSpec
 from planner.plan import Plan
 from planner.sharding import Sharding
 from simulator.measured import BUCKET_LANE, INPUT_LANE, SYNC_LANE
@@ -580,17 +581,17 @@ class Trainer:
             dist.all_gather_object(everyone, mine)
         else:
             everyone = [mine]
-        return tables_from_pieces(self.plan, [list(x) for x in zip(*everyone)])
+        return tables_from_pieces(self.plan.model, [list(x) for x in zip(*everyone)])
 
 
-def tables_from_pieces(plan: Plan, per_pack: list[list[dict]]) -> tuple[dict, dict]:
-    """Per-table weights/states from each pack's pieces (one list per pack, one piece per rank)."""
+def tables_from_pieces(model: ModelSpec, per_pack: list[list[dict]]) -> tuple[dict, dict]:
+    """Per-table weights/states from each pack's pieces (one list per pack, one piece per rank):
+    only the model's tables decide the assembly, not the plan that saved them."""
     weights, states = {}, {}
     for pieces in per_pack:
         first = pieces[0]
         if first["sharding"] == str(Sharding.REPLICATED):  # every rank holds the whole pack: one copy
             pieces = pieces[:1]
-        model = plan.model
         rows = sum(model.table(t).num_rows for t in first["tables"])
         dim = model.table(first["tables"][0]).dim
         w, s = assemble_pieces(pieces, rows, dim)
