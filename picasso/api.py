@@ -1,4 +1,5 @@
-"""The loop in Python: analyze -> plan -> simulate (what-if) -> run -> compare.
+"""The loop in Python: analyze -> plan -> simulate (what-if) -> run -> compare, and the trained
+model out: export_model -> load_model / score.
 
 Each function is the matching command's own work (`picasso/commands/*`): the keyword
 arguments are its flags, and it returns the layers' objects instead of printing them.
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from executor.run.model_file import Exported
+    from executor.run.reference import RecModel
     from executor.run.result import RunResult
     from planner.plan import Plan
     from planner.whatif import SweepPoint
@@ -129,3 +132,25 @@ def compare(plan: PathLike, result: RunResult, hardware: str | None = None, *, o
     from picasso.commands.compare import compare as compare_
 
     return compare_(str(plan), result, hardware, list(overrides), profile and str(profile))
+
+
+def export_model(checkpoint: PathLike, output: PathLike, *, plan: PathLike | None = None) -> Exported:
+    """Write a checkpoint's trained model (any plan or world size) as one safetensors file of whole
+    tables and dense weights (`picasso export-model`); `plan` only for checkpoints without a model spec."""
+    from picasso.commands import export_model as cmd
+
+    return cmd.execute(_args("export-model", checkpoint, output=output, plan=plan))
+
+
+def load_model(path: PathLike) -> RecModel:
+    """The plain-PyTorch model (torch.nn.Module) of a file `export_model` wrote."""
+    from executor.run.model_file import load
+
+    return load(path)
+
+
+def score(model: PathLike, data: PathLike, *, format: str = "criteo", batch_size: int = 4096) -> dict:
+    """AUC and logloss of an exported model on labelled data, in this process (`picasso score`)."""
+    from picasso.commands import score as cmd
+
+    return cmd.execute(_args("score", model, data=data, format=format, batch_size=batch_size))
