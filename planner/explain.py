@@ -310,6 +310,9 @@ class Explanation:
             "max_speedups": self.max_speedups(),
         }
 
+    def _place(self, placement: str) -> str:
+        return self.hw.placement_name(placement) if self.hw is not None else str(placement)
+
     def max_speedups(self) -> dict[str, float | None]:
         """Over each baseline, the speedup of a plan whose embeddings cost nothing."""
         free = self.embedding_free_us
@@ -332,7 +335,8 @@ class Explanation:
             _table(
                 ["pack", "tables", "sharding", "ranks", "place", "rows", "hot rows", "hot cover",
                  "exchange", "a2a MB/step", "saved MB/step", "imbalance", "sync"],
-                [[p["pack"], _tables(p["tables"]), p["sharding"], str(p["ranks"]), p["placement"], f"{p['rows']:,}",
+                [[p["pack"], _tables(p["tables"]), p["sharding"], str(p["ranks"]), self._place(p["placement"]),
+                  f"{p['rows']:,}",
                   "all" if p["sharding"] == Sharding.REPLICATED else f"{p['hot_rows']:,}",
                   "all (replicated)" if p["sharding"] == Sharding.REPLICATED else f"{p['hot_coverage']:.1%}",
                   p["exchange"], f"{p['a2a_bytes_per_step'] / 1e6:.2f}", f"{p['bytes_saved_per_step'] / 1e6:.2f}",
@@ -341,13 +345,12 @@ class Explanation:
             *_exchange_lines(d["packs"]),
             *_host_cache_lines(d["packs"], self.hw),
             *fused_lines(self.plan, self.evaluation.lowered.packs),
-            "",
-            *(["per table: access statistics and hot set (a hot row costs its gradient in the all-reduce each "
-               "step; cold, it is exchanged in each micro-batch it appears in):"] if d["tables"] else []),
-            _table(["table", "hot rows", "top row", "hot row costs", "top row saves", "why", "statistics"],
-                   [[r["table"], f"{r['hot_rows']:,}", f"{r.get('top_row_share', 0):.1%}",
-                     f"{r.get('hot_row_cost_bytes', 0)} B", f"{r.get('top_row_saves_bytes', 0):,.0f} B",
-                     r.get("why", ""), r["source"]] for r in d["tables"]]) if d["tables"] else "",
+            *(["", "per table: access statistics and hot set (a hot row costs its gradient in the all-reduce each "
+               "step; cold, it is exchanged in each micro-batch it appears in):",
+               _table(["table", "hot rows", "top row", "hot row costs", "top row saves", "why", "statistics"],
+                      [[r["table"], f"{r['hot_rows']:,}", f"{r.get('top_row_share', 0):.1%}",
+                        f"{r.get('hot_row_cost_bytes', 0)} B", f"{r.get('top_row_saves_bytes', 0):,.0f} B",
+                        r.get("why", ""), r["source"]] for r in d["tables"]])] if d["tables"] else []),
             "",
             "time by phase (us, busy per lane, one rank):",
             _table(["phase"] + list(_lanes(d)), [[ph] + [f"{lanes.get(la, 0.0):.1f}" for la in _lanes(d)]
@@ -365,12 +368,13 @@ class Explanation:
             "",
         ]
         mem = d["memory"]
-        lines.append(f"memory per rank (peak over ranks): device {gib(mem['hbm_peak'])} of {gib(mem['hbm_capacity'])}"
+        device = self.hw.device_memory if self.hw is not None else "device"
+        lines.append(f"memory per rank (peak over ranks): {device} {gib(mem['hbm_peak'])} of {gib(mem['hbm_capacity'])}"
                      f", host {gib(mem['host_peak'])} of {gib(mem['host_capacity'])}")
         lines.append("  " + ", ".join(f"{k} {gib(v)}" for k, v in mem["hbm_by_component"].items()))
         per_rank = mem["hbm_per_rank"]
         if len(per_rank) <= 16 and max(per_rank) - min(per_rank) > 0.01 * max(per_rank):
-            lines.append("  device memory by rank: " + ", ".join(f"{r}: {gib(v)}" for r, v in enumerate(per_rank)))
+            lines.append(f"  {device} by rank: " + ", ".join(f"{r}: {gib(v)}" for r, v in enumerate(per_rank)))
         lines.append("")
         lines.append("speedup over baselines (same simulator):")
         for name, s in d["speedups"].items():

@@ -50,7 +50,53 @@ def predict(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], engine
     ev = evaluate(plan, hw, access, engine, full_symmetry(plan), "plan", check_memory=False)
     if ev.lowered is None:
         raise PlanError(ev.problem or "the plan cannot be simulated on this hardware")
-    return Explanation(plan, ev, {})
+    return Explanation(plan, ev, {}, hw=hw)  # no per-table statistics: the what-if is about the hardware
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A plan predicted on changed hardware beside its prediction on its own hardware."""
+
+    change: str  # the changes asked, as the user wrote them
+    base_us: float
+    new_us: float
+    base_busiest: dict | None  # Explanation.bottleneck of each
+    new_busiest: dict | None
+    base_fits: bool
+    new_fits: bool
+
+    def text(self) -> str:
+        pct = (self.new_us / self.base_us - 1) * 100 if self.base_us else 0.0
+        line = (f"what-if {self.change}: iteration {self.base_us:,.0f} us -> {self.new_us:,.0f} us "
+                f"({pct:+.0f}%)" if abs(pct) >= 0.5 else
+                f"what-if {self.change}: iteration {self.base_us:,.0f} us -> {self.new_us:,.0f} us (unchanged)")
+        if self.new_busiest:
+            b = self.new_busiest
+            line += f"; busiest resource {b['resource']} ({b['share_of_iteration']:.0%} of the iteration)"
+            was = self.base_busiest
+            if was and was["resource"] != b["resource"]:
+                line += f", was {was['resource']} ({was['share_of_iteration']:.0%})"
+        if self.base_fits and not self.new_fits:
+            line += "; no longer fits in memory"
+        return line
+
+    def to_dict(self) -> dict:
+        return {"change": self.change, "base_iteration_us": self.base_us, "iteration_us": self.new_us,
+                "change_ratio": self.new_us / self.base_us if self.base_us else None,
+                "busiest": self.new_busiest and self.new_busiest["resource"],
+                "base_busiest": self.base_busiest and self.base_busiest["resource"],
+                "fits_in_memory": self.new_fits, "base_fits_in_memory": self.base_fits}
+
+
+def what_if(plan: Plan, changed: Explanation, access: dict[str, TableAccess], change: str,
+            engine: str = "simpy") -> WhatIf:
+    """`changed` (the plan predicted on other hardware) against the plan on its own hardware and
+    overrides, simulated by the same engine, so the difference is the change alone."""
+    _, own, _ = inputs_for(plan)
+    base = predict(plan, own, access, engine)
+    return WhatIf(change, float(base.evaluation.iteration_us), float(changed.evaluation.iteration_us),
+                  base.bottleneck(), changed.bottleneck(), base.evaluation.lowered.memory.fits(),
+                  changed.evaluation.lowered.memory.fits())
 
 
 def sweep(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], key: str, values: Sequence[str],

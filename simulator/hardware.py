@@ -91,6 +91,15 @@ class HardwareSpec:
     def device(self) -> DeviceSpec:
         return self.gpu
 
+    @property
+    def device_memory(self) -> str:
+        """What a rank's own memory is called on this hardware: a GPU's, or a CPU worker's share of RAM."""
+        return "CPU rank memory" if self.kind == "cpu" else "GPU memory"
+
+    def placement_name(self, placement: str) -> str:
+        """A pack placement ("hbm" or "host") named by what it is on this hardware."""
+        return "rank RAM" if self.kind == "cpu" and placement == "hbm" else str(placement)
+
     def eff(self, key: str | None) -> float:
         """Efficiency factor for `key` (1.0 when absent or None)."""
         if not key:

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     from foundation.files import check_distinct
     from planner.plan import Plan
-    from planner.whatif import inputs_for, parse_sweep, predict, sweep
+    from planner.whatif import inputs_for, parse_sweep, predict, sweep, what_if
 
     check_distinct({"PLAN": args.plan, "--hardware": args.hardware, "--profile": args.profile},
                    {"--trace": args.trace, "--html": args.html})
@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     ex = predict(plan, hw, access, args.engine)
+    asked = [*([f"--hardware {args.hardware}"] if args.hardware else []), *args.set]
+    change = what_if(plan, ex, access, " ".join(asked), args.engine) if asked else None
     d = ex.to_dict()
     d.pop("baselines_us"), d.pop("baseline_problems"), d.pop("speedups")
     d["fits_in_memory"] = ex.evaluation.lowered.memory.fits()
@@ -67,11 +69,14 @@ def run(args: argparse.Namespace) -> int:
 
         write_plan_html(args.html, ex)
         d["html"] = args.html
+    if change is not None:
+        d["what_if"] = change.to_dict()
     if args.json:
         print(json.dumps({"plan": args.plan, **d}, indent=1, default=float))
         return 0
-    text = ex.text().split("\nspeedup over baselines")[0]
-    print(text)
+    print(ex.text().split("\nspeedup over baselines")[0].rstrip("\n"))
+    if change is not None:
+        print(change.text())
     if d["memory_problem"]:
         print(f"warning: {d['memory_problem']}")
     return 0
