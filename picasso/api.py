@@ -62,17 +62,19 @@ def analyze(data: PathLike, format: str = "criteo", *, output: PathLike | None =
     return cmd.execute(args)[0]
 
 
-def plan(model: str, hardware: str, profile: PathLike | None = None, *, output: PathLike = "plan.json",
+def plan(model: str, hardware: str, profile: PathLike | None = None, *, output: PathLike | None = None,
          overrides: Sequence[str] = (), baseline: str | None = None, batch_size: int | None = None,
          row_cap: int | None = None, scale_to: int | None = None, time_budget: float = 20.0,
          **flags: Any) -> Plan:
-    """Search a plan, or build `baseline` (naive, torchrec-like, dp-hot-only, torchrec), explain it
-    and save it to `output` (`picasso plan`); the plan carries its prediction."""
+    """Search a plan, or build `baseline` (naive, torchrec-like, dp-hot-only, torchrec), and explain
+    it (`picasso plan`); the plan carries its prediction. It is written to `output` only when given
+    (`Plan.save(path)` writes it, hot IDs included, later)."""
     from picasso.commands import plan as cmd
 
     args = _args("plan", model=model, hardware=hardware, profile=profile, output=output, set=list(overrides),
                  baseline=baseline, batch_size=batch_size, row_cap=row_cap, scale_to=scale_to,
                  time_budget=time_budget, json=True, **flags)
+    args.output = output and str(output)  # the command's default file is the command's, not the API's
     return cmd.execute(args).plan
 
 

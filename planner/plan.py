@@ -218,6 +218,8 @@ class Plan:
     version: int = PLAN_VERSION
     # the file it was loaded from (hot IDs are found beside it); not part of the document
     path: Path | None = field(default=None, compare=False, repr=False)
+    # the hot IDs of a plan made in memory and not saved yet: `save` writes them beside it
+    hot_ids: dict[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.exchange = _mode(PlanExchange, self.exchange)
@@ -397,7 +399,7 @@ class Plan:
     # ---- JSON --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items()
-             if k not in ("model", "packs", "optimizer", "provenance", "prediction", "path")}
+             if k not in ("model", "packs", "optimizer", "provenance", "prediction", "path", "hot_ids")}
         d["model"] = self.model.to_dict()
         d["packs"] = [asdict(p) for p in self.packs]
         d["optimizer"] = asdict(self.optimizer)
@@ -419,6 +421,7 @@ class Plan:
     def save(self, path: str | os.PathLike, hot_ids: dict[str, np.ndarray] | None = None) -> None:
         """Write the plan (and its hot-ID file) atomically: temp file, then rename."""
         path = check_output_path(path)
+        hot_ids = self.hot_ids if hot_ids is None else hot_ids
         if hot_ids is not None:
             self.hot_ids_file = path.with_suffix(".hot.npz").name
             atomic_write_bytes(path.with_suffix(".hot.npz"), _npz_bytes(hot_ids))

@@ -75,3 +75,27 @@ def test_compare_reads_a_runs_result_against_the_prediction(loop, tmp_path, caps
     f.write_text("{")
     assert main(["compare", str(d / "plan.json"), str(f)]) == 2
     assert capsys.readouterr().err.count("\n") == 1  # one line, no traceback
+
+
+def test_plan_writes_only_when_asked(loop, tmp_path, monkeypatch):
+    d, _, _ = loop
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.json").write_text("the CLI's plan")
+    plan = picasso.plan("dlrm-criteo-kaggle", "dgx-h100", d / "profile.json", overrides=["nodes=1"],
+                        baseline="torchrec-like")
+    assert isinstance(plan, Plan) and plan.prediction is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+    assert (tmp_path / "plan.json").read_text() == "the CLI's plan"
+
+
+def test_a_plan_made_in_memory_saves_its_hot_ids_later(tmp_path):
+    import numpy as np
+
+    from planner.plan import PackPlan
+    from planner.presets import get_model
+
+    m = get_model("dlrm-criteo-kaggle").with_row_cap(100)
+    plan = Plan(m, 2, 8, [PackPlan("p", m.table_names, "row_wise")], hot_rows={"C1": 3}, hot_ids_file="hot.npz",
+                hot_ids={"C1": np.array([5, 1, 9])})
+    plan.save(tmp_path / "later.json")
+    assert Plan.load(tmp_path / "later.json").load_hot_ids()["C1"].tolist() == [5, 1, 9]

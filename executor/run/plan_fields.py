@@ -15,6 +15,7 @@ PLANNING_ONLY: dict[str, str] = {
                        "`picasso simulate`'s defaults; training reads none of it",
     "Plan.prediction": "the planner's predicted times, set beside the measured ones in the run's result",
     "Plan.path": "the file the plan was loaded from (its hot IDs lie beside it), not part of the document",
+    "Plan.hot_ids": "hot IDs of a plan not saved yet, written beside it by save; not part of the document",
     "TableSpec.pooling_factor": "mean IDs per sample the planner assumes without a profile; the executor "
                                 "pools the bags the data holds (only the synthetic test data is drawn with it)",
 }

@@ -105,7 +105,7 @@ def execute(args: argparse.Namespace) -> Planned:
 
     check_distinct({"--model": args.model, "--hardware": args.hardware, "--profile": args.profile,
                     "--profile's arrays": args.profile and Path(args.profile).with_suffix(".npz")},
-                   {"-o": args.output, "-o's hot IDs": Path(args.output).with_suffix(".hot.npz"),
+                   {"-o": args.output, "-o's hot IDs": args.output and Path(args.output).with_suffix(".hot.npz"),
                     "--html": args.html, "--trace": args.trace})
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
@@ -151,7 +151,9 @@ def execute(args: argparse.Namespace) -> Planned:
     fast = plan.prediction.fast_iteration_us if plan.prediction else None
     plan.prediction = Prediction(it, samples_per_s(plan, it), ex.evaluation.engine, fast, ex.speedups(),
                                  ex.cold_per_mb())
-    plan.save(args.output, hot_ids=hot_ids if hot_ids else None)
+    plan.hot_ids = hot_ids or None
+    if args.output:  # the API writes only when asked
+        plan.save(args.output)
     if args.trace:
         ex.evaluation.result.timeline.save_chrome_trace(args.trace)
     if args.html:
