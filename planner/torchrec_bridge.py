@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from planner.access import TableAccess, table_access
@@ -60,7 +62,8 @@ def torchrec_problem() -> str | None:
     cannot load its native library raises OSError or RuntimeError, not ImportError.
     """
     try:
-        import torchrec  # noqa: F401
+        with quiet():
+            import torchrec  # noqa: F401
     except ImportError:
         return INSTALL_HINT
     except Exception as exc:  # noqa: BLE001 - a broken optional install is an absent one
@@ -87,6 +90,16 @@ def run_torchrec_planner(model: ModelSpec, hw: HardwareSpec, batch: int,
                          access: dict[str, TableAccess] | None = None) -> tuple[dict[str, dict], float]:
     """TorchRec's EmbeddingShardingPlanner on `model` (device meta): (neutral plan, seconds)."""
     require_torchrec()
+    access = access if access is not None else table_access(model)
+    seq = [t.name for t in model.tables if t.pooling == "none"]
+    if seq:
+        raise PlanError(f"TorchRec baseline: sequence tables (pooling none) are not supported: {', '.join(seq)}")
+    with quiet():
+        return _torchrec_planner(model, hw, batch, access)
+
+
+def _torchrec_planner(model: ModelSpec, hw: HardwareSpec, batch: int,
+                      access: dict[str, TableAccess]) -> tuple[dict[str, dict], float]:
     import torch
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
@@ -94,10 +107,6 @@ def run_torchrec_planner(model: ModelSpec, hw: HardwareSpec, batch: int,
     from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig, PoolingType
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    access = access if access is not None else table_access(model)
-    seq = [t.name for t in model.tables if t.pooling == "none"]
-    if seq:
-        raise PlanError(f"TorchRec baseline: sequence tables (pooling none) are not supported: {', '.join(seq)}")
     dtypes = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
     configs = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.num_rows,
                                   feature_names=[t.name], data_type=dtypes[t.dtype],
@@ -118,30 +127,34 @@ def run_torchrec_planner(model: ModelSpec, hw: HardwareSpec, batch: int,
     planner = EmbeddingShardingPlanner(topology=topology, batch_size=batch, constraints=constraints)
     t0 = time.perf_counter()
     try:
-        with _quiet():  # its dry-run warnings are about meta tensors, not the user's input
-            sharding_plan = planner.plan(ebc, [EmbeddingBagCollectionSharder(fused_params=fused)])
+        sharding_plan = planner.plan(ebc, [EmbeddingBagCollectionSharder(fused_params=fused)])
     except PlannerError as exc:
         raise PlanError(f"TorchRec's planner found no plan: {str(exc).splitlines()[0]}") from None
     return describe_sharding_plan(sharding_plan), time.perf_counter() - t0
 
 
-class _quiet:
-    def __enter__(self) -> None:
-        import logging
-        import warnings
+QUIET_LOGGERS = ("", "torchrec", "fbgemm_gpu")  # the root logger too: TorchRec logs through it in places
 
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """TorchRec's and fbgemm's own warnings and log lines silenced while only their code runs
+    (its import, its topology, its planner's dry run on meta tensors): they speak of TorchRec's
+    internals, not of the user's input. Filters and levels are restored after."""
+    import logging
+    import warnings
+
+    loggers = [logging.getLogger(n) for n in QUIET_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        self._root = logging.getLogger().level
-        logging.getLogger().setLevel(logging.ERROR)
-        logging.getLogger("torchrec").setLevel(logging.ERROR)
-
-    def __exit__(self, *exc: Any) -> None:
-        import logging
-
-        logging.getLogger().setLevel(self._root)
-        self._w.__exit__(*exc)
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
 
 
 def _fbgemm_optimizer(model: ModelSpec) -> Any:
@@ -313,6 +326,11 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
 def to_torchrec_objects(neutral: dict[str, dict], local_world_size: int) -> tuple[dict[str, Any], Any]:
     """(ParameterConstraints per table, ShardingPlan) built with TorchRec from the neutral form."""
     require_torchrec()
+    with quiet():
+        return _torchrec_objects(neutral, local_world_size)
+
+
+def _torchrec_objects(neutral: dict[str, dict], local_world_size: int) -> tuple[dict[str, Any], Any]:
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
     from torchrec.distributed.planner import ParameterConstraints
     from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
