@@ -1,7 +1,9 @@
-"""The `picasso` command: a dispatcher over one module per sub-command.
+"""The `picasso` command: one module per sub-command (picasso/commands), parsers built here.
 
 Each module in picasso/commands defines `register(subparsers, common)` and keeps its
 top-level imports light; heavy layers are imported inside its `run(args) -> int`.
+Output into a pipe its reader closed (`picasso ... | head`) ends the command quietly with
+status 141 (128 + SIGPIPE), as a tool killed by SIGPIPE ends.
 """
 
 from __future__ import annotations
@@ -19,11 +21,51 @@ COMMANDS = ("synth", "analyze", "plan", "simulate", "run", "calibrate", "validat
             "export", "export-model", "score", "convert", "compare")
 
 
+DESCRIPTION = """\
+Plan, simulate and run hybrid-parallel training of recommendation models (DLRM, DCN-v2,
+DeepFM, ...). picasso profiles a click log, chooses how to pack, shard and cache the
+embedding tables on a cluster, predicts the training step, trains it for real with
+torch.distributed, and shows how far the prediction was from the measurement."""
+EPILOG = "Start with `picasso demo`; `picasso COMMAND --help` describes each command."
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it has none or already names it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS)
+                or "default" in text):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of `picasso` and of each sub-command."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsShown)
+        super().__init__(*args, **kwargs)
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("picasso")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="picasso", description=__doc__.splitlines()[0])
+    parser = Parser(prog="picasso", description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"picasso {version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"picasso.commands.{name.replace('-', '_')}").register(sub, common)
     return parser
@@ -64,7 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with _stop_signals_raise():
-            return int(args.func(args) or 0)
+            status = int(args.func(args) or 0)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+            return status
+    except BrokenPipeError:
+        # the reader stopped reading: what is left to print goes nowhere, the exit flush included
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_STATUS
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"picasso {args.command}: interrupted by {signal.Signals(signum).name}; "

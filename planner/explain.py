@@ -313,6 +313,9 @@ class Explanation:
     def _place(self, placement: str) -> str:
         return self.hw.placement_name(placement) if self.hw is not None else str(placement)
 
+    def _resource(self, resource: str) -> str:
+        return self.hw.resource_name(resource) if self.hw is not None else resource
+
     def max_speedups(self) -> dict[str, float | None]:
         """Over each baseline, the speedup of a plan whose embeddings cost nothing."""
         free = self.embedding_free_us
@@ -357,11 +360,11 @@ class Explanation:
                                                  for ph, lanes in d["time_by_phase_us"].items()]),
             "",
             "time by resource (us busy per iteration): " + ", ".join(
-                f"{k} {v:.1f}" for k, v in d["time_by_resource_us"].items() if v > 0.05),
+                f"{self._resource(k)} {v:.1f}" for k, v in d["time_by_resource_us"].items() if v > 0.05),
         ]
         if (b := d.get("bottleneck")) is not None:
             rest = "" if b["share_of_iteration"] >= 0.8 else " (the rest of the iteration: latency and waiting)"
-            lines.append(f"busiest resource: {b['resource']}, {b['busy_us']:.1f} us of {d['predicted_iteration_us']:.1f}"
+            lines.append(f"busiest resource: {self._resource(b['resource'])}, {b['busy_us']:.1f} us of {d['predicted_iteration_us']:.1f}"
                          f" ({b['share_of_iteration']:.0%}){rest}; its demand: " + ", ".join(
                              f"{o['op']} {o['share']:.0%}" for o in b["ops"]))
         lines += [

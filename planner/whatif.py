@@ -95,8 +95,14 @@ def what_if(plan: Plan, changed: Explanation, access: dict[str, TableAccess], ch
     _, own, _ = inputs_for(plan)
     base = predict(plan, own, access, engine)
     return WhatIf(change, float(base.evaluation.iteration_us), float(changed.evaluation.iteration_us),
-                  base.bottleneck(), changed.bottleneck(), base.evaluation.lowered.memory.fits(),
+                  _named(base), _named(changed), base.evaluation.lowered.memory.fits(),
                   changed.evaluation.lowered.memory.fits())
+
+
+def _named(ex: Explanation) -> dict | None:
+    """The busiest resource of a prediction, named as its hardware calls it."""
+    b = ex.bottleneck()
+    return b and {**b, "resource": ex.hw.resource_name(b["resource"])}
 
 
 def sweep(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], key: str, values: Sequence[str],

@@ -100,6 +100,10 @@ class HardwareSpec:
         """A pack placement ("hbm" or "host") named by what it is on this hardware."""
         return "rank RAM" if self.kind == "cpu" and placement == "hbm" else str(placement)
 
+    def resource_name(self, resource: str) -> str:
+        """A cost-model resource named by what it is on this hardware (a CPU rank's "hbm" is its RAM)."""
+        return "ram" if self.kind == "cpu" and resource == "hbm" else resource
+
     def eff(self, key: str | None) -> float:
         """Efficiency factor for `key` (1.0 when absent or None)."""
         if not key:

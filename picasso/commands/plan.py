@@ -68,18 +68,22 @@ def run(args: argparse.Namespace) -> int:
         out["search"] = search_info
     if args.html:
         out["html"] = str(args.html)
+    if args.trace:
+        out["trace"] = str(args.trace)
     if args.json:
         print(json.dumps(out, indent=1, default=float))
         return 0
+    also = "".join(f", {f} ({what})" for f, what in ((args.html, "report"), (args.trace, "trace")) if f)
     if args.explain:
         print(ex.text())
         if not has_tr:
             print(f"torchrec baseline: n/a ({torchrec_problem()})")
+        print(f"wrote {args.output}{also}")
     else:
         d = ex.to_dict()
         sp = ", ".join(f"{k} {v:.2f}x" for k, v in d["speedups"].items() if v)
-        print(f"wrote {args.output}: {len(plan.packs)} pack(s), predicted {d['predicted_iteration_us']:.1f} us/step"
-              + (f"; speedup {sp}" if sp else ""))
+        print(f"wrote {args.output}{also}: {len(plan.packs)} pack(s), predicted "
+              f"{d['predicted_iteration_us']:.1f} us/step" + (f"; speedup {sp}" if sp else ""))
     if assumed_zipf:
         print("note: no --profile: every table's accesses are an assumed Zipf(1.05), not data", file=sys.stderr)
     if search_info:

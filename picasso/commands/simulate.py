@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
             for p in points:
                 print(f"{p.value:>16}  {p.iteration_us:14.1f}  {p.samples_per_s:12.0f}  "
                       f"{'yes' if p.fits_in_memory else 'NO'}")
+            if args.html:
+                print(f"wrote {args.html} (report)")
         return 0
 
     ex = predict(plan, hw, access, args.engine)
@@ -77,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     print(ex.text().split("\nspeedup over baselines")[0].rstrip("\n"))
     if change is not None:
         print(change.text())
+    wrote = [f"{f} ({what})" for f, what in ((args.html, "report"), (args.trace, "trace")) if f]
+    if wrote:
+        print("wrote " + ", ".join(wrote))
     if d["memory_problem"]:
         print(f"warning: {d['memory_problem']}")
     return 0

@@ -94,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
     if "microbench_only" in result:
         mb = result["microbench_only"]
         print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman'] if mb['spearman'] is None else round(mb['spearman'], 3)}")
-    print(f"results in {cfg.out_dir}/validate.json" + (f", report {args.html}" if args.html else ""))
+    print(f"results in {cfg.out_dir}/validate.json" + "".join(
+        f", {what} {f}" for f, what in ((args.results, "copy"), (args.html, "report"),
+                                         (args.save_refined, "refined hardware spec")) if f))
     for f in result["failed"]:
         print(f"FAILED {f['name']}: {f['error']}", file=sys.stderr)
     return 1 if result["failed"] else 0
@@ -123,4 +125,6 @@ def replay(args: argparse.Namespace) -> int:
     by_world = ", ".join(f"{w} rank(s) {v['mape']:.1%}" for w, v in out["summary_by_world"].items())
     print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {round(s['spearman'] or 0, 3)}  "
           f"({by_world}; replayed from {args.replay}, nothing run)")
+    if args.save_refined:
+        print(f"wrote {args.save_refined} (refined hardware spec)")
     return 0
