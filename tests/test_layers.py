@@ -88,7 +88,7 @@ def test_every_module_imports(name):
 
 def test_picasso_is_thin():
     lines = sum(len(f.read_text().splitlines()) for f in (ROOT / "picasso").rglob("*.py"))
-    assert lines < 1500, lines
+    assert lines < 1700, lines  # about 40 lines per sub-command and 100 for the parser itself
 
 
 # The executor's wings (DESIGN.md): what each may import of the rest of the executor, besides itself.
