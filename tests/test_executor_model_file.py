@@ -141,3 +141,25 @@ def test_a_foreign_safetensors_file_is_not_a_model(tmp_path, capsys):
     assert main(["export-model", str(tmp_path / "nothing"), "-o", str(tmp_path / "x.safetensors")]) == 2
     assert "no such checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "x.safetensors").exists()
+
+
+@pytest.mark.dist
+def test_a_checkpoint_without_its_model_spec_needs_the_plan(trained, tmp_path, capsys):
+    import shutil
+
+    d, _ = trained
+    old = tmp_path / "old"
+    shutil.copytree(d / "ck", old)
+    doc = json.loads((old / "manifest.json").read_text())
+    del doc["model_spec"]  # as manifests were written before they carried it
+    (old / "manifest.json").write_text(json.dumps(doc))
+    assert main(["export-model", str(old), "-o", str(tmp_path / "m.safetensors")]) == 2
+    assert "give the plan it was trained with" in capsys.readouterr().err
+    assert main(["export-model", str(old), "--plan", str(d / "plan.json"), "-o", str(tmp_path / "m.safetensors")]) == 0
+    picasso.export_model(d / "ck", tmp_path / "new.safetensors")
+    a, b = st.read(tmp_path / "m.safetensors")[0], st.read(tmp_path / "new.safetensors")[0]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    other = replace(sharded_plan(), model=replace(sharded_plan().model, bottom_mlp=(8, 16)))
+    other.save(tmp_path / "other.json", hot_ids={"C1": np.arange(20), "C2": np.arange(8)})
+    assert main(["export-model", str(old), "--plan", str(tmp_path / "other.json"), "-o", str(tmp_path / "x")]) == 2
+    assert "does not match" in capsys.readouterr().err
