@@ -163,3 +163,29 @@ def test_a_checkpoint_without_its_model_spec_needs_the_plan(trained, tmp_path, c
     other.save(tmp_path / "other.json", hot_ids={"C1": np.arange(20), "C2": np.arange(8)})
     assert main(["export-model", str(old), "--plan", str(tmp_path / "other.json"), "-o", str(tmp_path / "x")]) == 2
     assert "does not match" in capsys.readouterr().err
+
+
+def test_a_model_file_must_hold_its_specs_weights(tmp_path):
+    from executor.run.model_file import metadata
+    from executor.run.reference import RecModel
+    from planner.model_spec import ModelSpec, TableSpec
+
+    spec = ModelSpec("tiny", "dlrm", 2, (TableSpec("C1", 5, 4), TableSpec("C2", 3, 4)), bottom_mlp=(4,),
+                     top_mlp=(4, 1))
+    weights = {k: v.detach().clone() for k, v in RecModel(spec, rows=lambda t: torch.ones(t.num_rows, t.dim))
+               .state_dict().items()}
+    meta = metadata(spec, {"steps": 0, "world_size": 1})
+
+    def write(tensors: dict, name: str):
+        f = tmp_path / name
+        st.write(f, st.layout({k: (v.dtype, tuple(v.shape)) for k, v in tensors.items()}), meta,
+                 lambda: iter(tensors.items()))
+        return f
+
+    net = load(write(weights, "whole.safetensors"))
+    assert torch.equal(net.embedding_bags["C2"].weight, torch.ones(3, 4))
+    short = {k: v for k, v in weights.items() if k != "embedding_bags.C2.weight"}
+    with pytest.raises(ModelFileError, match="'embedding_bags.C2.weight' is missing"):
+        load(write(short, "short.safetensors"))
+    with pytest.raises(ModelFileError, match="'extra' is not one of the model's"):
+        load(write({**weights, "extra": torch.zeros(1)}, "extra.safetensors"))

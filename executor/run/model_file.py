@@ -108,15 +108,19 @@ def export(checkpoint: str | os.PathLike, output: str | os.PathLike, plan: Plan 
 
 def _check_dense(model: ModelSpec, dense: dict[str, torch.Tensor], where: Path) -> None:
     """The saved dense weights are exactly the ones the model spec's dense model has."""
-    want = RecModel(_no_tables(model)).dense.state_dict()
+    wrong = mismatch(RecModel(_no_tables(model)).dense.state_dict(), dense)
+    if wrong:
+        raise CheckpointError(f"{where}: dense weight {wrong}")
+
+
+def mismatch(want: dict[str, torch.Tensor], got: dict[str, torch.Tensor]) -> str | None:
+    """The first name `got` lacks, shapes otherwise or has beyond `want`, described; None if none."""
     for k, v in want.items():
-        got = dense.get(k)
-        if got is None or tuple(got.shape) != tuple(v.shape):
-            raise CheckpointError(f"{where}: dense weight {k!r} is missing or shaped "
-                                  f"{None if got is None else tuple(got.shape)}, the model has {tuple(v.shape)}")
-    extra = sorted(set(dense) - set(want))
-    if extra:
-        raise CheckpointError(f"{where}: dense weight {extra[0]!r} is not one of the model's")
+        if k not in got or tuple(got[k].shape) != tuple(v.shape):
+            shape = tuple(got[k].shape) if k in got else None
+            return f"{k!r} is missing or shaped {shape}, the model has {tuple(v.shape)}"
+    extra = sorted(set(got) - set(want))
+    return f"{extra[0]!r} is not one of the model's" if extra else None
 
 
 def _no_tables(model: ModelSpec) -> ModelSpec:
@@ -145,14 +149,8 @@ def load(path: str | os.PathLike) -> RecModel:
         raise ModelFileError(str(exc)) from None
     model = read_spec(meta, path)
     net = RecModel(model)
-    want = net.state_dict()
-    for k, v in want.items():
-        got = tensors.get(k)
-        if got is None or tuple(got.shape) != tuple(v.shape):
-            raise ModelFileError(f"{path}: tensor {k!r} is missing or shaped "
-                                 f"{None if got is None else tuple(got.shape)}, its model spec says {tuple(v.shape)}")
-    extra = sorted(set(tensors) - set(want))
-    if extra:
-        raise ModelFileError(f"{path}: tensor {extra[0]!r} is not a weight of its model")
+    wrong = mismatch(net.state_dict(), tensors)
+    if wrong:
+        raise ModelFileError(f"{path}: tensor {wrong} (by the model spec in its metadata)")
     net.load_state_dict(tensors)  # copied into the model's fp32 weights
     return net.eval()
