@@ -67,9 +67,8 @@ class WhatIf:
 
     def text(self) -> str:
         pct = (self.new_us / self.base_us - 1) * 100 if self.base_us else 0.0
-        line = (f"what-if {self.change}: iteration {self.base_us:,.0f} us -> {self.new_us:,.0f} us "
-                f"({pct:+.0f}%)" if abs(pct) >= 0.5 else
-                f"what-if {self.change}: iteration {self.base_us:,.0f} us -> {self.new_us:,.0f} us (unchanged)")
+        delta = f"{pct:+.0f}%" if abs(pct) >= 0.5 else "unchanged"
+        line = f"what-if {self.change}: iteration {self.base_us:,.0f} us -> {self.new_us:,.0f} us ({delta})"
         if self.new_busiest:
             b = self.new_busiest
             line += f"; busiest resource {b['resource']} ({b['share_of_iteration']:.0%} of the iteration)"
