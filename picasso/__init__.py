@@ -7,4 +7,11 @@ the layers when called, so the command starts fast."""
 from picasso.api import analyze, compare, export_model, load_model, plan, run, score, simulate, sweep
 
 __all__ = ["analyze", "compare", "export_model", "load_model", "plan", "run", "score", "simulate", "sweep"]
-__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> str:
+    if name == "__version__":  # the installed package's, as `picasso --version` says it
+        from picasso.cli import version
+
+        return version()
+    raise AttributeError(f"module 'picasso' has no attribute {name!r}")

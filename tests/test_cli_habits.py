@@ -29,6 +29,9 @@ def test_version_and_top_level_help(capsys):
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"picasso {version('picasso')}"
+    import picasso
+
+    assert picasso.__version__ == version("picasso")
     text = build_parser().format_help()
     assert "recommendation models" in text and "dispatcher" not in text and "picasso demo" in text
 
