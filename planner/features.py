@@ -13,17 +13,20 @@ from collections.abc import Iterable
 from planner.model_spec import ModelSpec
 
 
+def candidates(model: ModelSpec, table: str) -> list[str]:
+    """The features `table` may read, the first the data has winning."""
+    explicit = dict(model.extra.get("features", {}))
+    if table in explicit:
+        return [explicit[table]]
+    m = re.fullmatch(r"[A-Za-z_]+?(\d+)", table)
+    numbered = f"C{m.group(1)}" if m else None
+    return [table] + ([numbered] if numbered and numbered != table else [])
+
+
 def data_feature(model: ModelSpec, table: str, features: Iterable[str]) -> str | None:
     """The feature of `features` that `table` reads, or None when there is none."""
     feats = set(features)
-    explicit = dict(model.extra.get("features", {}))
-    if table in explicit:
-        return explicit[table] if explicit[table] in feats else None
-    if table in feats:
-        return table
-    m = re.fullmatch(r"[A-Za-z_]+?(\d+)", table)
-    numbered = f"C{m.group(1)}" if m else None
-    return numbered if numbered in feats else None
+    return next((f for f in candidates(model, table) if f in feats), None)
 
 
 def feature_map(model: ModelSpec, features: Iterable[str]) -> dict[str, str | None]:

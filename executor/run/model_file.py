@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from executor.run.reference import RecModel
 from executor.sparse.lowp import storage_dtype
 from foundation.files import check_output_path
 from planner.errors import PlanError
+from planner.features import candidates
 from planner.model_spec import ModelSpec
 from planner.plan import Plan
 
@@ -59,12 +59,8 @@ def table_key(table: str) -> str:
 
 def _feature_of(model: ModelSpec, table: str) -> dict:
     """The data feature a table reads (planner.features' rule, written out for a reader without it)."""
-    explicit = dict(model.extra.get("features", {}))
-    if table in explicit:
-        return {"feature": explicit[table]}
-    m = re.fullmatch(r"[A-Za-z_]+?(\d+)", table)
-    fallback = f"C{m.group(1)}" if m else None
-    return {"feature": table, **({"else_feature": fallback} if fallback and fallback != table else {})}
+    first, *rest = candidates(model, table)
+    return {"feature": first, **({"else_feature": rest[0]} if rest else {})}
 
 
 def metadata(model: ModelSpec, manifest: dict) -> dict[str, str]:
