@@ -36,9 +36,10 @@ from foundation.fields import FieldError
 from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from foundation.npz import BoundedNpz, NpzError
 from planner.errors import PlanError
+from planner.geometry import POOLED_SHARDINGS, ShardGeometry, geometry_kind, shard_geometry
 from planner.model_spec import ModelSpec, TableSpec
 from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
-from planner.sharding import POOLED_SHARDINGS, SHARDINGS, Sharding
+from planner.sharding import SHARDINGS, Sharding
 
 PLAN_VERSION = 1
 INT32_ROWS = 2**31  # packed row indices below this travel as int32
@@ -143,7 +144,7 @@ def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
     """Whether a pack joins its plan's fused pooled exchange (PlanExchange.FUSED_POOLED,
     planner.pooled_twrw): a table-row-wise pack whose owners pool."""
     return (plan.exchange == PlanExchange.FUSED_POOLED and pooled_at_owners(plan, pack)
-            and pack.sharding == Sharding.TABLE_ROW_WISE)
+            and geometry_kind(pack.sharding).within_node)
 
 
 @dataclass
@@ -243,13 +244,16 @@ class Plan:
     def pack_rows(self, pack: PackPlan) -> int:
         return sum(self.model.table(t).num_rows for t in pack.tables)
 
+    def geometry(self, pack: PackPlan) -> ShardGeometry:
+        """Which rows and columns each shard of the pack holds (planner.geometry)."""
+        return shard_geometry(pack.sharding, self.pack_rows(pack), self.model.table(pack.tables[0]).dim,
+                              self.pack_ranks(pack), self.world_size)
+
     def fully_hot(self, pack: PackPlan) -> bool:
         """A rows-exchange pack whose hot set holds every row of every table: each rank reads all
         its lookups from its replica, so it exchanges no rows (the executor skips its
         all-to-alls, lowering has none) and its rows are synchronised with the hot rows."""
-        # column-wise is left out: its owners hold slices, and a hot row is read whole
-        return (pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE)
-                and pack.exchange == Exchange.ROWS
+        return (geometry_kind(pack.sharding).owns_whole_rows and pack.exchange == Exchange.ROWS
                 and all(self.hot_rows.get(t, 0) >= self.model.table(t).num_rows for t in pack.tables))
 
     def wire_id_bytes(self, pack: PackPlan) -> int:
@@ -325,8 +329,6 @@ class Plan:
             ranks = self.pack_ranks(p)
             if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < self.world_size for r in ranks):
                 raise PlanError(f"pack {p.name}: ranks {p.ranks} must be distinct ranks in [0, {self.world_size})")
-            if p.sharding == Sharding.TABLE_WISE and len(ranks) != 1:
-                raise PlanError(f"pack {p.name}: table_wise sharding needs exactly one rank, got {ranks}")
             attrs = None
             for t in p.tables:
                 if t not in known:
@@ -341,8 +343,8 @@ class Plan:
                         "from the pack's first table"
                     )
                 attrs = a
-            if p.sharding == Sharding.COLUMN_WISE and self.model.table(p.tables[0]).dim < len(ranks):
-                raise PlanError(f"pack {p.name}: column_wise over {len(ranks)} ranks needs dim >= ranks")
+            if why := geometry_kind(p.sharding).misfit(ranks, self.model.table(p.tables[0]).dim):
+                raise PlanError(f"pack {p.name}: {why}")
         missing = known - set(seen)
         if missing:
             raise PlanError(f"tables in no pack: {', '.join(sorted(missing))}")
