@@ -134,10 +134,6 @@ class ShardGeometry:
     def col_slices(self) -> list[tuple[int, int]]:
         return [s.col_range for s in self.shards]
 
-    def row_equivalents(self) -> np.ndarray:
-        """Per shard, what it holds counted in whole rows (a column slice as its share of a row)."""
-        return np.array([s.rows * s.cols / self.dim for s in self.shards], dtype=float)
-
 
 class RowWise(ShardGeometry):
     sharding = Sharding.ROW_WISE
