@@ -82,7 +82,7 @@ def apply_variants(cases: list[Case], variants: PlanVariants, hw: HardwareSpec,
         packs = [replace(p) for p in plan.packs]
         if host:
             for p in packs:
-                if Sharding(p.sharding) != Sharding.REPLICATED:
+                if Sharding(p.sharding).exchanges:
                     p.placement = "host"
         new = replace(plan, model=model, packs=packs)
         try:
