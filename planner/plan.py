@@ -4,14 +4,10 @@ Conventions every layer relies on:
 - Packed rows: the tables of a pack are stacked in the pack's order; table t's row r is
   packed row `offset[t] + r` (`Plan.table_offsets`). Raw IDs map to rows as
   `id % num_rows`.
-- Row-wise sharding is cyclic over the pack's ranks: packed row p lives on
-  `ranks[p % n]` at local row `p // n`. Table-wise: the whole pack on `ranks[0]`.
-  Column-wise: the dim is split as numpy.array_split over the ranks. Replicated: every
-  rank holds every row (data parallel). Table-row-wise (TorchRec's TWRW): row-wise
-  (cyclic, as above) over ranks of one node; several such packs spread a group of tables
-  over the nodes. Its rows are laid out and exchanged exactly as row-wise over those ranks;
-  only the fused pooled exchange differs (hierarchical: inside the node first, then across
-  nodes; see planner.pooled_twrw).
+- Which rows and columns each shard of a pack holds, and which shard owns a row, is
+  planner.geometry's (`Plan.geometry`): row-wise is cyclic over the pack's ranks, and
+  table-row-wise is laid out and exchanged exactly as row-wise over the ranks of one node;
+  only its fused pooled exchange differs (hierarchical: see planner.pooled_twrw).
 - Hot rows are replicated on every rank: `hot_ids` (npz next to the plan, one int64
   array of table-local rows per table, hottest first) lists them; the cold partition
   still owns every row, hot rows there are simply never read.

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
-from planner.geometry import POOLED_SHARDINGS, geometry_kind, shard_geometry
+from planner.geometry import POOLED_SHARDINGS, ShardGeometry, geometry_kind, shard_geometry
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec
 from planner.modes import Exchange, Placement, PlanExchange
@@ -204,7 +204,7 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
             ranks = None
         elif kind.splits_columns:
             distinct = list(dict.fromkeys(ranks))[: t.dim]
-            if st != TO_TORCHREC[sharding] or len(distinct) != len(ranks) or not _even_columns(d, t.dim):
+            if st != TO_TORCHREC[sharding] or len(distinct) != len(ranks) or not _even_columns(d, kind, t.dim):
                 approx.append(f"{t.name}: {st} shards {_shape(d)} -> {sharding} split evenly over ranks {distinct}")
             ranks = distinct
         if kind.splits_rows and d.get("shards") and len(d["shards"]) > 1:
@@ -246,13 +246,10 @@ def _ranks(table: str, d: dict, world: int) -> list[int]:
     return [int(r) for r in ranks]
 
 
-def _even_columns(d: dict, dim: int) -> bool:
+def _even_columns(d: dict, kind: type[ShardGeometry], dim: int) -> bool:
+    """Whether TorchRec's column shards are the ones picasso's geometry gives as many ranks."""
     cols = [s[3] for s in d.get("shards", [])]
-    if not cols:
-        return True
-    import numpy as np
-
-    return cols == [len(p) for p in np.array_split(np.arange(dim), len(cols))]
+    return not cols or cols == [s.cols for s in kind(0, dim, tuple(range(len(cols)))).shards]
 
 
 def _shape(d: dict) -> str:
