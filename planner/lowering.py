@@ -17,7 +17,7 @@ gradients in one buffer), opt updates. A plan scored as TorchRec runs it (exchan
 micro-batch's backward (planner.grad_buckets: DDP's 25 MiB cap over whole stages; the last,
 bwd/dense/allreduce_dense, is completed by the bottom MLP and issued after the packs' gradient
 exchange), beside the packs' backward; the data-parallel tables' gradients travel in the last.
-The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
+The dense ops carry the model's dense_precision (planner.modes.DenseDtype), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
 (input copy, all-reduces, optimizer updates) never do.
