@@ -69,7 +69,7 @@ def dense_cost(model: ModelSpec) -> DenseCost:
             bottom = mlp(model.num_dense, [d])
         f = len(model.tables) + 1
         if model.interaction == "dot":
-            top_in = f * (f - 1) // 2 + d
+            top_in = dot_interaction_width(model)
             # as the executor runs it: stack the F x D features (read + write), bmm (read
             # F x D, write F x F), gather the lower triangle (read F x F, write F(F-1)/2),
             # concatenate with the bottom output (read + write the top input); a small bmm
@@ -120,6 +120,14 @@ def dense_cost(model: ModelSpec) -> DenseCost:
     top = mlp(top_in, model.top_mlp) if model.top_mlp else DenseOp(0.0, 0, 0.0)
     loss = DenseOp(8.0, 0, 4.0)
     return DenseCost({"bottom_mlp": bottom, "interaction": inter, "top_mlp": top, "loss": loss}, emb_width, top_in)
+
+
+def dot_interaction_width(model: ModelSpec) -> int:
+    """Floats per sample DLRM's dot interaction hands its top MLP (executor.dense.model builds
+    that layer from it): the bottom output (the table dim d) and the F(F-1)/2 pairwise dot
+    products of its F = tables + 1 features."""
+    f = len(model.tables) + 1
+    return model.tables[0].dim + f * (f - 1) // 2
 
 
 def mlp_shapes(model: ModelSpec) -> tuple[tuple[int, int], ...]:

@@ -220,12 +220,6 @@ class Plan:
         self.exchange = _mode(PlanExchange, self.exchange)
 
     # ---- derived views -------------------------------------------------------------
-    def pack_of(self, table: str) -> PackPlan:
-        for p in self.packs:
-            if table in p.tables:
-                return p
-        raise PlanError(f"table {table!r} is in no pack")
-
     def pack_ranks(self, pack: PackPlan) -> list[int]:
         return list(range(self.world_size)) if pack.ranks is None else list(pack.ranks)
 
