@@ -24,10 +24,9 @@ import numpy as np
 
 from planner import op_names as on
 from planner.access import TableAccess
-from planner.geometry import POOLED_SHARDINGS
 from planner.host_access import HostAccess
 from planner.modes import Exchange, Placement
-from planner.plan import PackPlan, Plan
+from planner.plan import POOLED_SHARDINGS, PackPlan, Plan
 from planner.program_ops import POOL_STAGE, Op, collective, compute
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
 from simulator.device_perf import RANDOM_KEY

@@ -64,14 +64,19 @@ class ShardGeometry:
     ranks: tuple[int, ...]
 
     sharding: ClassVar[Sharding]
-    is_partitioned: ClassVar[bool] = True  # each rank holds a part: lookups cross ranks
+    # the sharding's own facts (planner.sharding), on the class: each rank holds a part (lookups
+    # cross ranks); each owner holds whole rows, so it may pool its part of a bag (PackPlan.exchange
+    # "pooled") and a fully hot pack's replica replaces it (Plan.fully_hot: a hot row is read whole)
+    is_partitioned: ClassVar[bool]
+    owns_whole_rows: ClassVar[bool]
     splits_rows: ClassVar[bool] = False  # each row on one shard (owner = row mod n)
     splits_columns: ClassVar[bool] = False  # each row on every shard, a slice of its columns each
     within_node: ClassVar[bool] = False  # the shards are the ranks of one node
-    # each owner holds whole rows: it may pool its part of a bag (PackPlan.exchange "pooled";
-    # column slices would need full-row gradients for row-wise Adagrad) and a fully hot pack's
-    # replica replaces it (Plan.fully_hot: a hot row is read whole)
-    owns_whole_rows: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.is_partitioned = cls.sharding.exchanges
+        cls.owns_whole_rows = cls.sharding.can_pool_at_owner
 
     @classmethod
     def misfit(cls, ranks: list[int], dim: int) -> str | None:
@@ -171,7 +176,6 @@ class TableWise(ShardGeometry):
 class ColumnWise(ShardGeometry):
     sharding = Sharding.COLUMN_WISE
     splits_columns = True
-    owns_whole_rows = False
 
     @classmethod
     def misfit(cls, ranks: list[int], dim: int) -> str | None:
@@ -186,14 +190,10 @@ class Replicated(ShardGeometry):
     """Every rank of the world holds the whole pack (data parallel)."""
 
     sharding = Sharding.REPLICATED
-    is_partitioned = False
-    owns_whole_rows = False  # no owners: nothing is exchanged
 
 
 KINDS: dict[Sharding, type[ShardGeometry]] = {k.sharding: k for k in (RowWise, TableRowWise, TableWise, ColumnWise,
                                                                       Replicated)}
-
-POOLED_SHARDINGS = tuple(s.value for s in Sharding if KINDS[s].owns_whole_rows)
 
 
 def geometry_kind(sharding: Sharding | str) -> type[ShardGeometry]:

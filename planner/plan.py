@@ -32,10 +32,10 @@ from foundation.fields import FieldError
 from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from foundation.npz import BoundedNpz, NpzError
 from planner.errors import PlanError
-from planner.geometry import POOLED_SHARDINGS, ShardGeometry, geometry_kind, shard_geometry
+from planner.geometry import ShardGeometry, geometry_kind, shard_geometry
 from planner.model_spec import ModelSpec, TableSpec
 from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
-from planner.sharding import SHARDINGS, Sharding
+from planner.sharding import POOLED_SHARDINGS, SHARDINGS, Sharding
 
 PLAN_VERSION = 1
 INT32_ROWS = 2**31  # packed row indices below this travel as int32

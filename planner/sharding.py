@@ -24,17 +24,16 @@ class Sharding(Mode):
 
     @property
     def exchanges(self) -> bool:
-        """Whether lookups cross ranks (planner.geometry: every sharding but a replica)."""
-        from planner.geometry import geometry_kind  # the geometry imports this enum
-
-        return geometry_kind(self).is_partitioned
+        """Whether lookups cross ranks (every sharding but a replica)."""
+        return self is not Sharding.REPLICATED
 
     @property
     def can_pool_at_owner(self) -> bool:
-        """Whether an owner may pool its part of a bag (PackPlan.exchange "pooled"; planner.geometry)."""
-        from planner.geometry import geometry_kind
-
-        return geometry_kind(self).owns_whole_rows
+        """Whether an owner may pool its part of a bag (PackPlan.exchange "pooled"): it pools whole
+        rows of its bags. Column-wise would pool slices and need full-row gradients for row-wise
+        Adagrad; a replica exchanges nothing."""
+        return self in (Sharding.ROW_WISE, Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE)
 
 
 SHARDINGS = tuple(s.value for s in Sharding)
+POOLED_SHARDINGS = tuple(s.value for s in Sharding if s.can_pool_at_owner)

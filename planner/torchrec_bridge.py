@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
-from planner.geometry import POOLED_SHARDINGS, ShardGeometry, geometry_kind, shard_geometry
+from planner.geometry import ShardGeometry, geometry_kind, shard_geometry
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec
 from planner.modes import Exchange, Placement, PlanExchange
-from planner.plan import PackPlan, Plan, Provenance, model_optimizer
+from planner.plan import POOLED_SHARDINGS, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
 
 if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import

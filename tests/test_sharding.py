@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlanError
-from planner.geometry import POOLED_SHARDINGS
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
-from planner.sharding import Sharding
+from planner.sharding import POOLED_SHARDINGS, Sharding
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {s.value for s in Sharding}

@@ -111,7 +111,7 @@ def execute(args: argparse.Namespace) -> Planned:
                     "--html": args.html, "--trace": args.trace})
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
-    sources = check_profile(model, profile, args)
+    sources = _check_profile(model, profile, args)
     batch = args.batch_size or (4096 if hw.kind == "gpu" else 256)
     if batch < 1:
         raise PlanError(f"--batch-size must be at least 1, got {batch}")
@@ -163,7 +163,7 @@ def execute(args: argparse.Namespace) -> Planned:
     return Planned(plan, ex, search_info, profile is None, has_tr)
 
 
-def check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
+def _check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
     """Refuse a profile that does not describe the model's tables (unless --assume-zipf);
     per table, where its access statistics come from."""
     import sys
