@@ -197,7 +197,7 @@ KINDS: dict[Sharding, type[ShardGeometry]] = {k.sharding: k for k in (RowWise, T
 
 
 def geometry_kind(sharding: Sharding | str) -> type[ShardGeometry]:
-    """The geometry class of a sharding (KeyError for a name that is none)."""
+    """The geometry class of a sharding (ValueError for a name that is none)."""
     return KINDS[Sharding(sharding)]
 
 
