@@ -70,7 +70,7 @@ def criteo_profile(tmp: Path):
 def plan_case(name: str, model_name: str, hw_name: str, overrides: list[str], profile, batch: int,
               budget: float, dense_dtype: str = "fp32") -> dict:
     model = get_model(model_name)
-    model = replace(model, extra={**model.extra, "dense_dtype": dense_dtype})
+    model = replace(model, dense_dtype=dense_dtype)
     hw = load_hardware(hw_name, overrides)
     access = table_access(model, profile)
     t0 = time.perf_counter()

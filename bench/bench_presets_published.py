@@ -44,12 +44,12 @@ def dlrm_fl15(dense_dtype: str) -> ModelSpec:
     SGD) on the FL=15 tables, one-hot."""
     base = get_model("dlrm-mlperf")
     tables = tuple(TableSpec(name=f"C{i + 1}", num_rows=c, dim=128) for i, c in enumerate(CRITEO_FL15))
-    return replace(base, name="dlrm-fl15", tables=tables, extra={**base.extra, "dense_dtype": dense_dtype})
+    return replace(base, name="dlrm-fl15", tables=tables, dense_dtype=dense_dtype)
 
 
 def dcnv2(dense_dtype: str) -> ModelSpec:
     base = get_model("dlrm-dcnv2")
-    return replace(base, extra={**base.extra, "dense_dtype": dense_dtype})
+    return replace(base, dense_dtype=dense_dtype)
 
 
 @dataclass
@@ -93,7 +93,7 @@ def predict(case: Case, budget: float) -> dict:
     pred_tput = global_batch / step_us * 1e6
     pub_tput = case.published if case.unit == "samples/s" else global_batch / (case.published * 1e-3)
     return {"case": case.name, "hardware": case.hardware, "overrides": case.overrides, "world": hw.world_size,
-            "batch_per_rank": case.batch_per_rank, "dense_dtype": case.model.extra.get("dense_dtype"),
+            "batch_per_rank": case.batch_per_rank, "dense_dtype": case.model.dense_dtype,
             "published": case.published, "unit": case.unit, "source": case.source, "notes": case.notes,
             "predicted_step_ms": step_us / 1e3, "published_step_ms": global_batch / pub_tput * 1e3,
             "predicted_samples_s": pred_tput, "published_samples_s": pub_tput,

@@ -21,9 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 from results_path import results_path  # noqa: E402
 
+from foundation.files import atomic_write_text  # noqa: E402
 from simulator import load_hardware, simulate  # noqa: E402
 from simulator.synthetic import layered_graph  # noqa: E402
-from simulator.timeline import _atomic_write_text  # noqa: E402
 
 
 def timed(fn) -> tuple[float, float]:
@@ -134,7 +134,7 @@ def main() -> int:
         "goals": {"simpy_ops_per_s": 30_000, "fast_ops_per_s": 150_000, "ratio": 5.0, "met": goals_met},
         "scaling": scale,
     }
-    _atomic_write_text(args.o, json.dumps(out, indent=1))
+    atomic_write_text(args.o, json.dumps(out, indent=1))
     print(f"wrote {args.o}")
     return 0
 

@@ -97,13 +97,10 @@ class Comm:
         work = dist.all_reduce(t, async_op=async_op, group=self._grad_groups.get(group) if group else None)
         return work if async_op else Done()
 
-    def all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Concatenate every rank's (rows, values) in rank order (padded all_gather)."""
-        return self.start_all_gather_rows(rows, values, async_op=False)()
-
     def start_all_gather_rows(self, rows: torch.Tensor, values: torch.Tensor, async_op: bool = True,
                               sizes: list[int] | None = None):
-        """Launch `all_gather_rows`; returns a function that waits and gives the result.
+        """Launch the gather of every rank's (rows, values), concatenated in rank order (a padded
+        all_gather); returns a function that waits and gives the result.
         `sizes` (every rank's row count, when the caller knows them) saves a round trip
         and a read back of the counts."""
         if self.world == 1:

@@ -6,8 +6,8 @@ Public entry points (import from the modules; this package imports nothing eager
   (measured profile, or Zipf(1.05) per table with TableSpec.pooling_factor)
 - planner.lowering.lower(plan, hw, profile=None, access=None, symmetric=None,
   check_memory=True, fuse_table_wise=False) -> Lowered(graph, ops, packs, memory, dense,
-  dense_dtype, notes); the dense layers' precision is model.extra["dense_dtype"] (fp32 default,
-  tf32, bf16; planner.dense.dense_dtype(model, hw) -> (dtype used, fallback note or None))
+  dense_dtype, notes); the dense layers' precision is model.dense_precision (a DenseDtype,
+  fp32 unless asked; planner.dense.dense_dtype(model, hw) -> (dtype used, fallback note or None))
 - planner.search.search(model, hw, profile=None, batch_size_per_rank=4096, *, access=None,
   time_budget_s=20, top_k=10, micro_batch_options=(1, 2, 4, 8, 16), progress=None) -> SearchResult
   (.plan, .hot_ids, .best, .candidates); planner.search.evaluate(plan, hw, access, engine)

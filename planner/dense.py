@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from planner.errors import PlanError
-from planner.model_spec import DENSE_DTYPES, ModelSpec
+from planner.model_spec import ModelSpec
+from planner.modes import DenseDtype
 
 if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
     from simulator.hardware import HardwareSpec
 
 
-# the dense layers' precision (model.extra["dense_dtype"]): tf32 keeps fp32 storage but runs
+# the dense layers' precision (ModelSpec.dense_precision): tf32 keeps fp32 storage but runs
 # GEMMs on tensor cores, bf16 also halves the activation bytes
 ACT_BYTES_SCALE = {"fp32": 1.0, "tf32": 1.0, "bf16": 0.5}
 
@@ -69,7 +69,7 @@ def dense_cost(model: ModelSpec) -> DenseCost:
             bottom = mlp(model.num_dense, [d])
         f = len(model.tables) + 1
         if model.interaction == "dot":
-            top_in = f * (f - 1) // 2 + d
+            top_in = dot_interaction_width(model)
             # as the executor runs it: stack the F x D features (read + write), bmm (read
             # F x D, write F x F), gather the lower triangle (read F x F, write F(F-1)/2),
             # concatenate with the bottom output (read + write the top input); a small bmm
@@ -122,6 +122,14 @@ def dense_cost(model: ModelSpec) -> DenseCost:
     return DenseCost({"bottom_mlp": bottom, "interaction": inter, "top_mlp": top, "loss": loss}, emb_width, top_in)
 
 
+def dot_interaction_width(model: ModelSpec) -> int:
+    """Floats per sample DLRM's dot interaction hands its top MLP (executor.dense.model builds
+    that layer from it): the bottom output (the table dim d) and the F(F-1)/2 pairwise dot
+    products of its F = tables + 1 features."""
+    f = len(model.tables) + 1
+    return model.tables[0].dim + f * (f - 1) // 2
+
+
 def mlp_shapes(model: ModelSpec) -> tuple[tuple[int, int], ...]:
     """(in, out) of every linear layer of the bottom and top MLPs: the GEMMs calibration times."""
     shapes, w = [], model.num_dense
@@ -135,35 +143,29 @@ def mlp_shapes(model: ModelSpec) -> tuple[tuple[int, int], ...]:
     return tuple(shapes)
 
 
-def default_dense_dtype(hw: HardwareSpec) -> str:
+def default_dense_dtype(hw: HardwareSpec) -> DenseDtype:
     """The dense precision a plan gets when nobody asks: tf32 on a GPU with a TF32 rate (as
     NVIDIA's DLRM trains: tensor-core GEMMs, fp32 storage and optimizer), fp32 elsewhere (CPUs,
     calibrated CPU workers, GPUs without tensor cores)."""
-    return "tf32" if hw.kind == "gpu" and "tf32" in hw.gpu.flops else "fp32"
+    return DenseDtype.TF32 if hw.kind == "gpu" and DenseDtype.TF32 in hw.gpu.flops else DenseDtype.FP32
 
 
 def with_dense_dtype(model: ModelSpec, hw: HardwareSpec, asked: str | None = None) -> ModelSpec:
-    """`model` with extra["dense_dtype"] set, so the plan records what the executor runs:
-    `asked` (--dense-dtype) first, then the model's own, then the hardware's default."""
-    want = asked or model.extra.get("dense_dtype") or default_dense_dtype(hw)
-    if want not in DENSE_DTYPES:
-        raise PlanError(f"model {model.name}: dense_dtype {want!r} is not one of {list(DENSE_DTYPES)}")
-    if model.extra.get("dense_dtype") == want:
-        return model
-    return replace(model, extra={**model.extra, "dense_dtype": want})
+    """`model` with its dense_dtype set, so the plan records what the executor runs: `asked`
+    (--dense-dtype) first, then the model's own, then the hardware's default."""
+    want = asked or model.dense_dtype or default_dense_dtype(hw)
+    if model.dense_dtype != want:
+        model = replace(model, dense_dtype=want)
+    _ = model.dense_precision  # a PlanError unless it names a DenseDtype
+    return model
 
 
-def dense_dtype(model: ModelSpec, hw: HardwareSpec) -> tuple[str, str | None]:
-    """(dtype the dense ops are costed at, note or None) for `model` on `hw`.
-
-    The model asks with extra["dense_dtype"] (absent: fp32, as plans written before the
-    hardware default and the executor agree; with_dense_dtype fills it in); a preset without a FLOP rate
-    for that dtype (V100 has no tf32 nor bf16) falls back to fp32, and the note says so.
-    """
-    want = model.extra.get("dense_dtype", "fp32")
-    if want not in DENSE_DTYPES:
-        raise PlanError(f"model {model.name}: extra.dense_dtype {want!r} is not one of {list(DENSE_DTYPES)}")
-    if want != "fp32" and want not in hw.gpu.flops:
-        return "fp32", (f"dense_dtype {want}: hardware {hw.name} has no {want} FLOP rate; "
-                        "dense ops costed at fp32")
+def dense_dtype(model: ModelSpec, hw: HardwareSpec) -> tuple[DenseDtype, str | None]:
+    """(dtype the dense ops are costed at, note or None) for `model` on `hw`: the model's
+    dense_precision, but fp32 on a preset without a FLOP rate for it (V100 has no tf32 nor
+    bf16), and the note says so."""
+    want = model.dense_precision
+    if want != DenseDtype.FP32 and want not in hw.gpu.flops:
+        return DenseDtype.FP32, (f"dense_dtype {want}: hardware {hw.name} has no {want} FLOP rate; "
+                                 "dense ops costed at fp32")
     return want, None

@@ -54,10 +54,10 @@ BASELINE_SYNC = {
 HOT_SCALE_RE = re.compile(r"hot=x([0-9.]+)")
 
 
-def pack_sync(sharding: str, hot_rows: int, sparse_hot: bool = False) -> str:
+def pack_sync(partitioned: bool, hot_rows: int, sparse_hot: bool = False) -> str:
     """How a pack's embedding gradients are synchronised, in words."""
     hot = (" + all-gather of touched hot rows" if sparse_hot else " + hot rows in dense all-reduce") if hot_rows else ""
-    if sharding == Sharding.REPLICATED:
+    if not partitioned:
         return "all-gather of sparse grads" + (hot if sparse_hot else "")
     return "all-to-all" + hot
 
@@ -112,14 +112,14 @@ class Explanation:
         for pv in lo.packs:
             lookups = max(pv.lookups, 1e-12)
             a2a = group_bytes(pv, k) if is_group(pv) else pv.exchange_bytes(k)
-            replicated = pv.sharding == Sharding.REPLICATED
+            replicated = not pv.geometry.is_partitioned
             rows.append({
                 "pack": pv.name, "tables": pv.tables, "sharding": pv.sharding,
                 "ranks": "all" if len(pv.ranks) == self.plan.world_size else pv.ranks,
                 "placement": pv.placement, "rows": pv.rows, "dim": pv.dim, "hot_rows": pv.hot_rows,
                 # a replicated pack is read locally in full: all of it is "hot"
                 "hot_coverage": 1.0 if replicated else pv.hot_lookups / lookups,
-                "sync": pack_sync(pv.sharding, pv.hot_rows, pv.sparse_hot),
+                "sync": pack_sync(not replicated, pv.hot_rows, pv.sparse_hot),
                 "exchange": pv.exchange, "exchange_us": self._exchange_costs(pv.name),
                 "a2a_bytes_per_step": a2a,
                 "bytes_saved_per_step": pv.bytes_saved_per_step(k),
@@ -195,7 +195,7 @@ class Explanation:
         rec["threshold_share"] = presence_threshold(theta, lookups) if theta < 1 else None
         rec["closed_form_rows"] = closed
         chosen = self.plan.hot_rows.get(t.name, 0)
-        if pack.sharding == Sharding.REPLICATED:
+        if not pack.sharding.exchanges:
             why = "replicated pack: every row is local (sparse gradients all-gathered), no hot set needed"
         elif world <= 1 and not on_host:
             why = "one rank: nothing is exchanged, so no row is worth replicating"

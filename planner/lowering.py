@@ -17,7 +17,7 @@ gradients in one buffer), opt updates. A plan scored as TorchRec runs it (exchan
 micro-batch's backward (planner.grad_buckets: DDP's 25 MiB cap over whole stages; the last,
 bwd/dense/allreduce_dense, is completed by the bottom MLP and issued after the packs' gradient
 exchange), beside the packs' backward; the data-parallel tables' gradients travel in the last.
-The dense ops carry the model's extra["dense_dtype"] (fp32, tf32, bf16), so their FLOP rate
+The dense ops carry the model's dense_precision (planner.modes.DenseDtype), so their FLOP rate
 is the hardware's rate for it (fp32 where the preset lacks it: Lowered.notes says so).
 Names carry `@mbK` only when the plan has several micro-batches; the per-iteration ops
 (input copy, all-reduces, optimizer updates) never do.
@@ -63,6 +63,7 @@ from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
 from planner.errors import PlanError
+from planner.geometry import geometry_kind
 from planner.grad_buckets import early_buckets, grad_buckets
 from planner.host_access import HostAccess, host_access
 from planner.memory import MemoryReport, memory_report
@@ -75,7 +76,6 @@ from planner.pooled_twrw import is_group
 from planner.program_ops import POOL_STAGE, Op
 from planner.program_ops import collective as _collective
 from planner.program_ops import compute as _compute
-from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, fuse_table_wise, pack_volumes
 from simulator.device_perf import RANDOM_KEY
 from simulator.measured import BUCKET_LANE, INPUT_COPY_LANE, INPUT_LANE, SYNC_LANE
@@ -128,8 +128,8 @@ def lower(
         )
     access = access if access is not None else table_access(plan.model, profile)
     for p in plan.packs:
-        if p.sharding == Sharding.TABLE_ROW_WISE and len({r // hw.gpus_per_node for r in plan.pack_ranks(p)}) > 1:
-            raise PlanError(f"pack {p.name}: table_row_wise ranks {plan.pack_ranks(p)} span several nodes of "
+        if geometry_kind(p.sharding).within_node and len({r // hw.gpus_per_node for r in plan.pack_ranks(p)}) > 1:
+            raise PlanError(f"pack {p.name}: {p.sharding} ranks {plan.pack_ranks(p)} span several nodes of "
                             f"{hw.gpus_per_node} ranks; it must stay inside one node")
     packs, memory, dense = analyze(plan, hw, access, fuse_table_wise)
     if check_memory and (msg := memory.problem()):
@@ -178,7 +178,7 @@ def _fuse_runs(packs: list[PackVolumes], runs: list[list[PackPlan]]) -> list[Pac
 def exchanges(plan: Plan, pv: PackVolumes) -> bool:
     """Whether a pack's lookups cross ranks: not for a replica or a fully hot pack (Plan.fully_hot),
     and not on one rank."""
-    return Sharding(pv.sharding).exchanges and plan.world_size > 1 and not pv.fully_hot
+    return pv.geometry.is_partitioned and plan.world_size > 1 and not pv.fully_hot
 
 
 def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -> list[Op]:
@@ -263,7 +263,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
         return on.op_name("fwd", pv.name, op, mb)
 
     out_b = pv.samples * pv.world * pv.owned_width * 4  # pooled vectors an owner computes
-    if pv.sharding == Sharding.REPLICATED:  # data parallel: a local lookup and pooling
+    if not pv.geometry.is_partitioned:  # data parallel: a local lookup and pooling
         ops = [_compute(n("cold_gather"), [], hbm=pv.lookups * (pv.row_bytes + ID_BYTES) + pv.samples
                         * pv.pooled_width * 4, flops=pv.lookups * pv.dim, stage=4)]
     else:
@@ -275,12 +275,11 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
         rows = pv.recv_ids
         ops.append(_compute(n("cold_gather"), [], hbm=rows * (pv.slice_bytes + ID_BYTES) + out_b,
                             flops=rows * pv.slice_bytes / 4, ranks=np.nonzero(rows > 0)[0], stage=4))
-        if pv.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE):
+        if not pv.geometry.splits_rows:  # whole bags (or their column slices) from their owners
             nbytes = np.maximum(out_b, pv.samples * pv.pooled_width * 4)
             ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "all_to_all", nbytes, stage=5))
         else:  # partial sums of every sample: reduce-scatter (row-wise: flat ring; TWRW: node first)
-            algo = "hierarchical" if pv.sharding == Sharding.TABLE_ROW_WISE else "ring"
-            ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "reduce_scatter", out_b, algorithm=algo,
+            ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "reduce_scatter", out_b, algorithm=_tr_algorithm(pv),
                                    stage=5))
     last = ops[-1].name
     ops.append(_compute(n("pool"), [last], hbm=pv.samples * pv.pooled_width * 4 * 2, stage=POOL_STAGE))
@@ -293,14 +292,21 @@ def _tr_pack_bwd(plan: Plan, pv: PackVolumes, mb: int | None, after: str) -> lis
 
     own = pv.samples * pv.pooled_width * 4
     ops = [_compute(n("pool"), [after], hbm=own * 2, stage=0)]
-    if pv.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE):
+    if not pv.geometry.is_partitioned:
+        return ops
+    if not pv.geometry.splits_rows:
         nbytes = np.maximum(pv.samples * pv.world * pv.owned_width * 4, own)
         ops.append(_collective(n("a2a_grad"), [n("pool")], "all_to_all", nbytes, stage=1))
-    elif pv.sharding != Sharding.REPLICATED:  # the pooled gradients of every sample to every owner
-        algo = "hierarchical" if pv.sharding == Sharding.TABLE_ROW_WISE else "ring"
-        share = own / (pv.world // pv.gpus_per_node) if pv.sharding == Sharding.TABLE_ROW_WISE else own
-        ops.append(_collective(n("a2a_grad"), [n("pool")], "all_gather", share, algorithm=algo, stage=1))
+    else:  # the pooled gradients of every sample to every owner (TWRW: each node's share)
+        share = own / (pv.world // pv.gpus_per_node) if pv.geometry.within_node else own
+        ops.append(_collective(n("a2a_grad"), [n("pool")], "all_gather", share, algorithm=_tr_algorithm(pv),
+                               stage=1))
     return ops
+
+
+def _tr_algorithm(pv: PackVolumes) -> str:
+    """TorchRec's collective over a row-split pack's owners: node first for table-row-wise."""
+    return "hierarchical" if pv.geometry.within_node else "ring"
 
 
 def _traffic(dense: DenseCost, op: str, backward: bool = False) -> float:
@@ -510,7 +516,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
     # a picasso plan with grad_bucket_mb: every bucket but the last, on a process group of its own
     if tr:
         layout = grad_buckets(dense)
-        bucket_lane = BUCKET_LANE if any(pv.sharding == Sharding.TABLE_ROW_WISE for pv in packs) else "comm"
+        bucket_lane = BUCKET_LANE if any(pv.geometry.within_node for pv in packs) else "comm"
     else:
         layout = early_buckets(dense, plan.grad_bucket_mb) if plan.buckets_grads else []
         bucket_lane = BUCKET_LANE
@@ -553,9 +559,10 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
     sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
-    dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in packs if tr and pv.sharding == Sharding.REPLICATED)
+    data_parallel = [pv for pv in packs if not pv.geometry.is_partitioned]
+    dp_bytes = sum(float(pv.rows * pv.row_bytes) for pv in data_parallel if tr)
     if dp_bytes:
-        hot_deps += [d for pv in packs if pv.sharding == Sharding.REPLICATED for d in bwd_by_pack[pv.name]]
+        hot_deps += [d for pv in data_parallel for d in bwd_by_pack[pv.name]]
     if dp_bytes and bucket_ops:
         # DDP holds the data-parallel tables' weights with the dense ones: their gradients, done
         # in the sparse arch's backward, travel in the bucket the bottom MLP completes
@@ -583,15 +590,15 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
         if tr:
             # TorchRec's fused backward: the owner merges its rows' gradients (sorted by row)
             # and updates each distinct row once; a data-parallel table is updated whole
-            rows = (np.full(plan.world_size, float(pv.rows)) if pv.sharding == Sharding.REPLICATED
-                    else pv.update_rows * k)
-            deps = [grad_sync] if pv.sharding == Sharding.REPLICATED else grads_by_pack[pv.name]
+            whole = not pv.geometry.is_partitioned  # a data-parallel table is updated whole
+            rows = np.full(plan.world_size, float(pv.rows)) if whole else pv.update_rows * k
+            deps = [grad_sync] if whole else grads_by_pack[pv.name]
             updates.append(_compute(on.op_name("opt", pv.name, "cold_update"), deps,
                                     hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                                     + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
                                     ranks=np.nonzero(rows > 0)[0]))
             continue
-        if pv.sharding == Sharding.REPLICATED:
+        if not pv.geometry.is_partitioned:
             # every replica all-gathers the sparse gradients of all ranks and applies them all
             rows = pv.cold_unique * k * plan.world_size
             # applied at the memory rate (as any other op's hbm bytes), after the gathers

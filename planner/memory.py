@@ -23,7 +23,6 @@ import numpy as np
 from planner.dense import DenseCost, dense_cost
 from planner.modes import Placement
 from planner.plan import Plan
-from planner.sharding import Sharding
 from planner.volumes import ID_BYTES, PackVolumes, pack_volumes
 
 DENSE_STATES = {"sgd": 0, "adagrad": 1, "adam": 2}
@@ -116,7 +115,7 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
     buffers, init_index = zeros.copy(), zeros.copy()
     for pv in packs:
         per_row = pv.slice_bytes + pv.state_bytes
-        if pv.sharding == Sharding.REPLICATED:
+        if not pv.geometry.is_partitioned:
             tables += pv.rows * (pv.row_bytes + pv.state_bytes)
             # the all-gathered sparse gradients of every rank
             buffers += pv.allgather_bytes(k) * world
@@ -131,7 +130,7 @@ def memory_report(plan: Plan, packs: list[PackVolumes], hw, dense: DenseCost | N
         if pv.hot_rows:  # packed row -> hot slot, every row of the pack on every rank
             hot_index += pv.rows * ID_BYTES
         # the pack's local rows as int64 while its shard is initialised
-        local = np.full(world, float(pv.rows)) if pv.sharding == Sharding.REPLICATED else np.ceil(pv.shard_rows)
+        local = np.full(world, float(pv.rows)) if not pv.geometry.is_partitioned else np.ceil(pv.shard_rows)
         init_index = np.maximum(init_index, local * ID_BYTES)
         # exchange buffers of one micro-batch: ids out/in, rows out/in, gradients
         buffers += (pv.cold_unique * (ID_BYTES + 2 * pv.row_bytes) + pv.lookups * ID_BYTES * 3

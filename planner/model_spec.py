@@ -13,13 +13,13 @@ from typing import Any
 from foundation import fields
 from foundation.fields import FieldError
 from planner.errors import PlanError
+from planner.modes import DenseDtype
 
 ARCHS = ("dlrm", "deepfm", "dcn", "wide_deep", "din")
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}
 POOLINGS = ("sum", "mean", "none")
 OPTIMIZERS = ("sgd", "rowwise_adagrad")
 INITIALIZERS = ("uniform", "normal", "zeros")
-DENSE_DTYPES = ("fp32", "tf32", "bf16")  # extra["dense_dtype"]: precision of the dense layers
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,27 @@ class ModelSpec:
     top_mlp: tuple[int, ...] = ()
     interaction: str = "dot"
     extra: dict[str, Any] = field(default_factory=dict)  # arch-specific knobs (cross layers, ...)
+    # the dense layers' precision; None: not asked (planner.dense.with_dense_dtype gives a plan
+    # the hardware's default), read through `dense_precision`
+    dense_dtype: DenseDtype | None = None
+
+    def __post_init__(self) -> None:
+        # specs and plans written before the field carry the precision in extra: taken from there
+        if "dense_dtype" in self.extra:
+            extra = dict(self.extra)
+            object.__setattr__(self, "dense_dtype", extra.pop("dense_dtype"))
+            object.__setattr__(self, "extra", extra)
+        if isinstance(self.dense_dtype, str) and self.dense_dtype in DenseDtype.values():
+            object.__setattr__(self, "dense_dtype", DenseDtype(self.dense_dtype))  # else kept for the check
+
+    @property
+    def dense_precision(self) -> DenseDtype:
+        """The precision the dense layers run at: the one asked for, fp32 when none was (plans
+        written before the hardware's default was recorded)."""
+        want = DenseDtype.FP32 if self.dense_dtype is None else self.dense_dtype
+        if want not in DenseDtype.values():
+            raise PlanError(f"model {self.name}: dense_dtype {want!r} is not one of {list(DenseDtype.values())}")
+        return DenseDtype(want)
 
     def table(self, name: str) -> TableSpec:
         t = self._by_name.get(name)
@@ -125,9 +146,7 @@ class ModelSpec:
             raise PlanError(f"model {self.name}: no tables")
         for t in self.tables:
             t.validate()
-        ddt = self.extra.get("dense_dtype", "fp32")
-        if ddt not in DENSE_DTYPES:
-            raise PlanError(f"model {self.name}: extra.dense_dtype {ddt!r} is not one of {list(DENSE_DTYPES)}")
+        _ = self.dense_precision  # a PlanError unless it names a DenseDtype
         self.check_shapes()
 
     def check_shapes(self) -> None:
@@ -154,6 +173,10 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["tables"] = [asdict(t) for t in self.tables]
+        if self.dense_dtype is None:
+            del d["dense_dtype"]
+        else:
+            d["dense_dtype"] = str(self.dense_dtype)  # a plain name in files (YAML too)
         return d
 
     @classmethod
@@ -201,6 +224,7 @@ def _spec_from_dict(d: object, where: str) -> ModelSpec:
         top_mlp=_widths(d.get("top_mlp", ()), f"{p}top_mlp"),
         interaction=fields.text(d.get("interaction", "dot"), f"{p}interaction"),
         extra=dict(fields.mapping(d.get("extra", {}), f"{p}extra")),
+        dense_dtype=d.get("dense_dtype"),  # checked by validate (dense_precision)
     )
 
 

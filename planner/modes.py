@@ -84,6 +84,15 @@ class Scoring(Mode):
     FUSED_TABLE_WISE = "fused_table_wise"
 
 
+
+class DenseDtype(Mode):
+    """The precision of the dense layers (ModelSpec.dense_dtype): fp32; tf32, tensor-core matmuls
+    on fp32 storage; bf16, autocast matmuls with fp32 weights, gradients and optimizer state."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+
 # Plan.exchange of plan files written before Scoring: "fused" was run pack by pack and scored
 # fused; it loads as per_pack with Provenance.scoring fused_table_wise
 LEGACY_FUSED = "fused"

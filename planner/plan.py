@@ -4,14 +4,10 @@ Conventions every layer relies on:
 - Packed rows: the tables of a pack are stacked in the pack's order; table t's row r is
   packed row `offset[t] + r` (`Plan.table_offsets`). Raw IDs map to rows as
   `id % num_rows`.
-- Row-wise sharding is cyclic over the pack's ranks: packed row p lives on
-  `ranks[p % n]` at local row `p // n`. Table-wise: the whole pack on `ranks[0]`.
-  Column-wise: the dim is split as numpy.array_split over the ranks. Replicated: every
-  rank holds every row (data parallel). Table-row-wise (TorchRec's TWRW): row-wise
-  (cyclic, as above) over ranks of one node; several such packs spread a group of tables
-  over the nodes. Its rows are laid out and exchanged exactly as row-wise over those ranks;
-  only the fused pooled exchange differs (hierarchical: inside the node first, then across
-  nodes; see planner.pooled_twrw).
+- Which rows and columns each shard of a pack holds, and which shard owns a row, is
+  planner.geometry's (`Plan.geometry`): row-wise is cyclic over the pack's ranks, and
+  table-row-wise is laid out and exchanged exactly as row-wise over the ranks of one node;
+  only its fused pooled exchange differs (hierarchical: see planner.pooled_twrw).
 - Hot rows are replicated on every rank: `hot_ids` (npz next to the plan, one int64
   array of table-local rows per table, hottest first) lists them; the cold partition
   still owns every row, hot rows there are simply never read.
@@ -36,6 +32,7 @@ from foundation.fields import FieldError
 from foundation.files import atomic_write_bytes, check_output_path, regular_file
 from foundation.npz import BoundedNpz, NpzError
 from planner.errors import PlanError
+from planner.geometry import ShardGeometry, geometry_kind, shard_geometry
 from planner.model_spec import ModelSpec, TableSpec
 from planner.modes import LEGACY_FUSED, Exchange, HotSync, Placement, PlanExchange, Scoring
 from planner.sharding import POOLED_SHARDINGS, SHARDINGS, Sharding
@@ -143,7 +140,7 @@ def fused_pooled_member(plan: Plan, pack: PackPlan) -> bool:
     """Whether a pack joins its plan's fused pooled exchange (PlanExchange.FUSED_POOLED,
     planner.pooled_twrw): a table-row-wise pack whose owners pool."""
     return (plan.exchange == PlanExchange.FUSED_POOLED and pooled_at_owners(plan, pack)
-            and pack.sharding == Sharding.TABLE_ROW_WISE)
+            and geometry_kind(pack.sharding).within_node)
 
 
 @dataclass
@@ -225,12 +222,6 @@ class Plan:
         self.exchange = _mode(PlanExchange, self.exchange)
 
     # ---- derived views -------------------------------------------------------------
-    def pack_of(self, table: str) -> PackPlan:
-        for p in self.packs:
-            if table in p.tables:
-                return p
-        raise PlanError(f"table {table!r} is in no pack")
-
     def pack_ranks(self, pack: PackPlan) -> list[int]:
         return list(range(self.world_size)) if pack.ranks is None else list(pack.ranks)
 
@@ -245,13 +236,16 @@ class Plan:
     def pack_rows(self, pack: PackPlan) -> int:
         return sum(self.model.table(t).num_rows for t in pack.tables)
 
+    def geometry(self, pack: PackPlan) -> ShardGeometry:
+        """Which rows and columns each shard of the pack holds (planner.geometry)."""
+        return shard_geometry(pack.sharding, self.pack_rows(pack), self.model.table(pack.tables[0]).dim,
+                              self.pack_ranks(pack), self.world_size)
+
     def fully_hot(self, pack: PackPlan) -> bool:
         """A rows-exchange pack whose hot set holds every row of every table: each rank reads all
         its lookups from its replica, so it exchanges no rows (the executor skips its
         all-to-alls, lowering has none) and its rows are synchronised with the hot rows."""
-        # column-wise is left out: its owners hold slices, and a hot row is read whole
-        return (pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_WISE, Sharding.TABLE_ROW_WISE)
-                and pack.exchange == Exchange.ROWS
+        return (geometry_kind(pack.sharding).owns_whole_rows and pack.exchange == Exchange.ROWS
                 and all(self.hot_rows.get(t, 0) >= self.model.table(t).num_rows for t in pack.tables))
 
     def wire_id_bytes(self, pack: PackPlan) -> int:
@@ -327,8 +321,6 @@ class Plan:
             ranks = self.pack_ranks(p)
             if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < self.world_size for r in ranks):
                 raise PlanError(f"pack {p.name}: ranks {p.ranks} must be distinct ranks in [0, {self.world_size})")
-            if p.sharding == Sharding.TABLE_WISE and len(ranks) != 1:
-                raise PlanError(f"pack {p.name}: table_wise sharding needs exactly one rank, got {ranks}")
             attrs = None
             for t in p.tables:
                 if t not in known:
@@ -343,8 +335,8 @@ class Plan:
                         "from the pack's first table"
                     )
                 attrs = a
-            if p.sharding == Sharding.COLUMN_WISE and self.model.table(p.tables[0]).dim < len(ranks):
-                raise PlanError(f"pack {p.name}: column_wise over {len(ranks)} ranks needs dim >= ranks")
+            if why := geometry_kind(p.sharding).misfit(ranks, self.model.table(p.tables[0]).dim):
+                raise PlanError(f"pack {p.name}: {why}")
         missing = known - set(seen)
         if missing:
             raise PlanError(f"tables in no pack: {', '.join(sorted(missing))}")

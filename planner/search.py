@@ -52,6 +52,7 @@ from planner.access import TableAccess, table_access
 from planner.dense import DenseCost, dense_cost
 from planner.errors import PlanError
 from planner.exchange import a2a_line, choose_exchange, exchange_costs, poolable
+from planner.geometry import geometry_kind
 from planner.grad_buckets import DDP_BUCKET_CAP_MB, early_buckets
 from planner.lowering import SYMMETRIC_ABOVE, Lowered, choose_hot_sync, lower
 from planner.model_spec import ModelSpec, TableSpec, attribute_groups
@@ -396,13 +397,13 @@ class Candidates:
         # fit in device memory go to host memory (reached over PCIe), largest packs first
         free = _free_hbm(plan, hw, access)
         if free <= 0:
-            for p in sorted((p for p in plan.packs if p.sharding != Sharding.REPLICATED),
+            for p in sorted((p for p in plan.packs if p.sharding.exchanges),
                             key=lambda p: (-plan.pack_rows(p) * model.table(p.tables[0]).bytes_per_row, p.name)):
                 p.placement = Placement.HOST
                 free = _free_hbm(plan, hw, access)
                 if free > 0:
                     break
-        cold = [t for p in plan.packs if p.sharding != Sharding.REPLICATED for t in p.tables]
+        cold = [t for p in plan.packs if p.sharding.exchanges for t in p.tables]
         c_gather = {t: (2e6 / hw.gpu.hbm_bw if p.placement == Placement.HBM else 1e6 / hw.pcie_bw)
                     for p in plan.packs for t in p.tables}
         budget = HOT_MEMORY_SHARE * free
@@ -698,7 +699,7 @@ def _as_fused_pooled(plan: Plan, data_parallel: bool) -> Plan:
 
     plan.exchange = PlanExchange.FUSED_POOLED
     for p in plan.packs:
-        if p.sharding == Sharding.TABLE_ROW_WISE:
+        if geometry_kind(p.sharding).within_node:  # the fused pooled exchange's members
             p.exchange = Exchange.POOLED
         elif data_parallel and p.name.endswith(SMALL_PACK):  # the layout's replicated tables
             p.exchange, p.hot_sync = Exchange.ROWS, HotSync.DENSE
@@ -740,7 +741,7 @@ def _free_hbm(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess]) -> f
 
 def _sharding_ok(plan: Plan, pack: PackPlan, sharding: str) -> bool:
     dim = plan.model.table(pack.tables[0]).dim
-    if sharding == Sharding.COLUMN_WISE:
+    if geometry_kind(sharding).splits_columns:
         return dim >= plan.world_size and plan.world_size > 1
     return True
 
@@ -759,7 +760,7 @@ def _with_pack(plan: Plan, i: int, sharding: str, access: dict[str, TableAccess]
                                         for t in q.tables)
         p.ranks = [min(range(plan.world_size), key=lambda r: (load[r], r))]
     hot = dict(plan.hot_rows)
-    if sharding == Sharding.REPLICATED:
+    if not geometry_kind(sharding).is_partitioned:
         for t in p.tables:
             hot.pop(t, None)  # a replicated pack is all hot already
     new = replace(plan, packs=packs, hot_rows=hot)

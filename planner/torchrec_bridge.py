@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.access import TableAccess, table_access
 from planner.errors import PlanError
+from planner.geometry import ShardGeometry, geometry_kind, shard_geometry
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec
 from planner.modes import Exchange, Placement, PlanExchange
@@ -43,12 +44,11 @@ if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
 
 INSTALL_HINT = ("TorchRec is not installed: pip install 'picasso[torchrec]' (CPU build: see docs/guide.md, "
                 "'TorchRec baseline')")
-# TorchRec sharding type -> picasso sharding
-FROM_TORCHREC = {"data_parallel": Sharding.REPLICATED, Sharding.TABLE_WISE: Sharding.TABLE_WISE, Sharding.ROW_WISE: Sharding.ROW_WISE,
-                 Sharding.TABLE_ROW_WISE: Sharding.TABLE_ROW_WISE, Sharding.COLUMN_WISE: Sharding.COLUMN_WISE,
-                 "table_column_wise": Sharding.COLUMN_WISE, "grid_shard": Sharding.COLUMN_WISE}
-TO_TORCHREC = {Sharding.REPLICATED: "data_parallel", Sharding.TABLE_WISE: Sharding.TABLE_WISE, Sharding.ROW_WISE: Sharding.ROW_WISE,
-               Sharding.TABLE_ROW_WISE: Sharding.TABLE_ROW_WISE, Sharding.COLUMN_WISE: Sharding.COLUMN_WISE}
+# picasso sharding -> TorchRec sharding type: the same names, but data parallel for a replica
+TO_TORCHREC = {s: s.value for s in Sharding} | {Sharding.REPLICATED: "data_parallel"}
+# and back; TorchRec's table-column-wise and grid shards become column-wise (an approximation)
+FROM_TORCHREC = {name: s for s, name in TO_TORCHREC.items()} | {
+    "table_column_wise": Sharding.COLUMN_WISE, "grid_shard": Sharding.COLUMN_WISE}
 HOST_KERNELS = ("fused_uvm", "fused_uvm_caching")
 # pack order in a converted plan: TorchRec fuses each sharding type into one exchange, so
 # the packs of one type are kept next to each other (planner.lowering fuses runs)
@@ -207,26 +207,27 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
             raise PlanError(f"TorchRec plan: table {t.name}: sharding type {st!r} is not one of {sorted(FROM_TORCHREC)}")
         kinds[st] += 1
         sharding = FROM_TORCHREC[st]
+        kind = geometry_kind(sharding)
         ranks = _ranks(t.name, d, world)
-        if sharding == Sharding.REPLICATED:
+        if not kind.is_partitioned:
             ranks = None
         elif sharding == Sharding.TABLE_WISE:
             ranks = ranks[:1]
         elif sharding == Sharding.ROW_WISE and sorted(ranks) == list(range(world)):
             ranks = None
-        elif sharding == Sharding.COLUMN_WISE:
+        elif kind.splits_columns:
             distinct = list(dict.fromkeys(ranks))[: t.dim]
-            if st != Sharding.COLUMN_WISE or len(distinct) != len(ranks) or not _even_columns(d, t.dim):
-                approx.append(f"{t.name}: {st} shards {_shape(d)} -> column_wise split evenly over ranks {distinct}")
+            if st != TO_TORCHREC[sharding] or len(distinct) != len(ranks) or not _even_columns(d, kind, t.dim):
+                approx.append(f"{t.name}: {st} shards {_shape(d)} -> {sharding} split evenly over ranks {distinct}")
             ranks = distinct
-        if sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE) and d.get("shards") and len(d["shards"]) > 1:
+        if kind.splits_rows and d.get("shards") and len(d["shards"]) > 1:
             approx.append(f"{t.name}: {st} contiguous row ranges -> cyclic rows over the same ranks")
         placement = Placement.HOST if kernel in HOST_KERNELS else Placement.HBM
         if kernel == "fused_uvm_caching":
             approx.append(f"{t.name}: {kernel} (HBM cache over UVM) -> cold rows in host memory, no cache")
         # one pack per fused group; column-wise tables are sharded alone
         key = (ORDER.index(sharding), tuple(ranks or ()), t.attributes(), placement,
-               t.name if sharding == Sharding.COLUMN_WISE else "")
+               t.name if kind.splits_columns else "")
         groups[key].append(t.name)
     packs = []
     for i, (key, names) in enumerate(sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2:])))):
@@ -258,13 +259,10 @@ def _ranks(table: str, d: dict, world: int) -> list[int]:
     return [int(r) for r in ranks]
 
 
-def _even_columns(d: dict, dim: int) -> bool:
+def _even_columns(d: dict, kind: type[ShardGeometry], dim: int) -> bool:
+    """Whether TorchRec's column shards are the ones picasso's geometry gives as many ranks."""
     cols = [s[3] for s in d.get("shards", [])]
-    if not cols:
-        return True
-    import numpy as np
-
-    return cols == [len(p) for p in np.array_split(np.arange(dim), len(cols))]
+    return not cols or cols == [s.cols for s in kind(0, dim, tuple(range(len(cols)))).shards]
 
 
 def _shape(d: dict) -> str:
@@ -278,32 +276,29 @@ def torchrec_sharding(plan: Plan) -> tuple[dict[str, dict], list[str]]:
     """(per-table TorchRec sharding in the neutral form, what TorchRec cannot express)."""
     out: dict[str, dict] = {}
     lost: list[str] = []
-    import numpy as np
-
     for p in plan.packs:
         if len(p.tables) > 1:
             lost.append(f"pack {p.name}: {len(p.tables)} tables packed into one table with row offsets "
                         "(TorchRec fuses lookups of a group but keeps tables apart)")
-        ranks = list(range(plan.world_size)) if p.sharding == Sharding.REPLICATED else plan.pack_ranks(p)
-        kernel = "dense" if p.sharding == Sharding.REPLICATED else ("fused_uvm" if p.placement == Placement.HOST else "fused")
+        geo = plan.geometry(p)
+        ranks = list(geo.ranks)
+        kernel = "dense" if not geo.is_partitioned else "fused_uvm" if p.placement == Placement.HOST else "fused"
         for t in p.tables:
             spec = plan.model.table(t)
             rows, dim = spec.num_rows, spec.dim
-            if p.sharding == Sharding.REPLICATED:
+            table = shard_geometry(p.sharding, rows, dim, ranks, plan.world_size)
+            if not table.is_partitioned:  # a data-parallel table: no shards
                 shards = []
-            elif p.sharding == Sharding.TABLE_WISE:
-                shards = [[0, 0, rows, dim, ranks[0]]]
-            elif p.sharding == Sharding.COLUMN_WISE:
-                parts = np.array_split(np.arange(dim), len(ranks))
-                shards = [[0, int(c[0]), rows, len(c), r] for c, r in zip(parts, ranks)]
-            else:  # row-wise kinds: TorchRec's contiguous ranges of even size
+            elif table.splits_rows:  # TorchRec's contiguous ranges of even size
                 per = -(-rows // len(ranks))
                 shards = [[i * per, 0, max(0, min(per, rows - i * per)), dim, r] for i, r in enumerate(ranks)]
+            else:  # [row offset, column offset, rows, columns, rank]
+                shards = [[s.row_offset, s.col_offset, s.rows, s.cols, s.rank] for s in table.shards]
             out[t] = {"sharding_type": TO_TORCHREC[p.sharding], "compute_kernel": kernel, "ranks": ranks,
                       "shards": shards}
-        if p.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE) and len(ranks) > 1:
+        if geo.splits_rows and len(ranks) > 1:
             lost.append(f"pack {p.name}: cyclic row ownership -> contiguous row ranges over the same ranks")
-        if p.exchange == Exchange.ROWS and p.sharding != Sharding.REPLICATED and plan.world_size > 1:
+        if p.exchange == Exchange.ROWS and geo.is_partitioned and plan.world_size > 1:
             lost.append(f"pack {p.name}: exchange of deduplicated rows (TorchRec always pools at the owner: "
                         "exchange pooled)")
     hot = {t: n for t, n in plan.hot_rows.items() if n}

@@ -7,14 +7,14 @@ For one micro-batch of `B` samples per rank and each table t of a pack:
 - cold distinct rows U_cold = distinct(L, skip=hot) (sum over rows of 1-(1-p)^L): the
   IDs a rank sends to owners after dedup, and the rows it gets back;
 - per owner, the IDs arriving from all W ranks: an even share of the tail plus the
-  exact owner (packed row % n, the cyclic row-wise rule of planner.plan) of the hottest
-  cold rows, which is where the row partition is imbalanced.
+  exact owner (planner.geometry: row-wise, packed row mod n) of the hottest cold rows,
+  which is where the row partition is imbalanced.
 Everything is per rank, as numpy arrays of length world_size.
 
-Table-row-wise packs (rows cyclic over one node's g ranks) exchange their rows as the
-executor runs them: as row-wise over the node's ranks, each rank's distinct rows straight to
-their owners (no per-node merge of requests; only the fused pooled exchange of
-planner.pooled_twrw is hierarchical).
+Table-row-wise packs (rows cyclic over one node's g ranks, planner.geometry) exchange their
+rows as row-wise over the node's ranks, each rank's distinct rows straight to their owners (no
+per-node merge of requests; only the fused pooled exchange of planner.pooled_twrw is
+hierarchical).
 
 A pack with PackPlan.exchange "pooled" sends every cold lookup's ID (no dedup) with the
 bag lengths per owner (one per bag; IDs and lengths at the wire width, Plan.wire_id_bytes), each owner pools its part of every bag, and
@@ -34,11 +34,11 @@ from functools import cached_property
 import numpy as np
 
 from planner.access import TableAccess
+from planner.geometry import ShardGeometry
 from planner.host_access import HostAccess
 from planner.model_spec import TableSpec
 from planner.modes import Exchange, HotSync
 from planner.plan import PackPlan, Plan, pooled_at_owners, table_optimizer, wire_id_bytes
-from planner.sharding import Sharding
 from traces.coverage import presence
 
 ID_BYTES = 8  # int64 IDs in memory, and in the sparse gradient all-gathers (row, gradient)
@@ -54,6 +54,7 @@ class PackVolumes:
     name: str
     tables: list[str]
     sharding: str
+    geometry: ShardGeometry  # which rows and columns each of its shards holds
     ranks: list[int]
     placement: str
     dim: int
@@ -104,7 +105,7 @@ class PackVolumes:
     @property
     def owners_heard(self) -> int:
         """Owners that return a partial sum of each bag: every shard row-wise, one table-wise."""
-        return 1 if self.sharding == Sharding.TABLE_WISE else len(self.ranks)
+        return self.geometry.row_owners
 
     def _at_owners(self, v: float) -> np.ndarray:
         out = np.zeros(self.world)
@@ -131,7 +132,7 @@ class PackVolumes:
 
     def exchange_bytes(self, micro_batches: int) -> float:
         """All-to-all bytes a rank sends and receives per iteration for its cold lookups."""
-        if self.sharding == Sharding.REPLICATED:
+        if not self.geometry.is_partitioned:
             return 0.0
         if self.pooled:
             return float(np.max(self.pooled_ids_bytes + 2 * self.pooled_out_bytes)) * micro_batches
@@ -163,22 +164,22 @@ class PackVolumes:
         The simulator's all_to_all takes the whole send buffer and charges the remote part;
         an owner that receives more than it sends (table-wise, a hot owner) pays for that.
         """
-        if self.sharding == Sharding.REPLICATED:
+        if not self.geometry.is_partitioned:
             return np.zeros(self.world)
-        fanout = len(self.ranks) if self.sharding == Sharding.COLUMN_WISE else 1
+        fanout = self.geometry.id_fanout
         return np.maximum(self.cold_unique * self.id_bytes * fanout, self.recv_ids * self.id_bytes)
 
     @cached_property
     def a2a_emb_bytes(self) -> np.ndarray:
         """Whole embedding all-to-all buffer per rank (the gradient all-to-all mirrors it)."""
-        if self.sharding == Sharding.REPLICATED:
+        if not self.geometry.is_partitioned:
             return np.zeros(self.world)
         return np.maximum(self.cold_unique * self.row_bytes, self.recv_ids * self.slice_bytes)
 
     @property
     def local(self) -> bool:
         """Each rank reads its lookups where it is: a replica, or a fully hot pack."""
-        return self.sharding == Sharding.REPLICATED or self.fully_hot
+        return not self.geometry.is_partitioned or self.fully_hot
 
     @property
     def gather_rows(self) -> np.ndarray:
@@ -186,10 +187,6 @@ class PackVolumes:
         if self.local:
             return np.full(self.world, self.cold_unique)
         return self.recv_ids
-
-    @property
-    def hot_bytes(self) -> int:
-        return self.hot_rows * self.row_bytes
 
     @property
     def allreduce_bytes(self) -> float:
@@ -202,10 +199,10 @@ class PackVolumes:
         """Gradient all-to-all buffer; column-wise with row-wise Adagrad sends full rows to every owner
         (the row's state needs the whole gradient)."""
         g = self.grad_row_bytes
-        if self.sharding == Sharding.COLUMN_WISE and self.state_bytes:
-            return np.maximum(self.cold_unique * g * len(self.ranks), self.recv_ids * g)
-        if self.sharding == Sharding.REPLICATED:
+        if not self.geometry.is_partitioned:
             return np.zeros(self.world)
+        if self.state_bytes:
+            return np.maximum(self.cold_unique * g * self.geometry.id_fanout, self.recv_ids * g)
         return np.maximum(self.cold_unique * g, self.recv_ids * self.slice_bytes * g / self.row_bytes)
 
     def allgather_bytes(self, micro_batches: int) -> float:
@@ -218,11 +215,6 @@ class PackVolumes:
         pooled vector per bag and owner travels whether or not some of its rows are hot)."""
         per_row = self.id_bytes if self.pooled else self.id_bytes + 2 * self.row_bytes
         return (self.cold_unique_nohot - self.cold_unique) * per_row * micro_batches
-
-
-def _cyclic_rows(rows: int, n: int) -> np.ndarray:
-    """Rows of each of n cyclic shards (shard i holds rows i, i+n, ...)."""
-    return rows // n + (np.arange(n) < rows % n)
 
 
 def _table_stats(acc: TableAccess, lookups: float, hot: int, head: bool) -> tuple:
@@ -251,8 +243,9 @@ def pack_volumes(
     lookup travels, as TorchRec sends them)."""
     model = plan.model
     world = plan.world_size
+    geo = plan.geometry(pack)
     ranks = plan.pack_ranks(pack)
-    n = len(ranks)
+    owners = geo.row_owners
     specs = [model.table(t) for t in pack.tables]
     first = specs[0]
     row_bytes = first.bytes_per_row
@@ -262,7 +255,7 @@ def pack_volumes(
 
     lookups = hot_l = hot_u = cold_u = cold_u0 = 0.0
     hot_rows = 0
-    head_load = np.zeros(n)  # expected distinct head rows per owner index, per requester
+    head_load = np.zeros(owners)  # expected distinct head rows per owner index, per requester
     tail = upd = 0.0
     coverage = {}
     g = max(1, min(gpus_per_node or world, world))
@@ -290,8 +283,7 @@ def pack_volumes(
             hot_rows += hot
             coverage[spec.name] = cov
             continue
-        cyclic = pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE)
-        cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, cyclic and n > 1)
+        cov, d_all, d_cold, head_rows, q = _table_stats(acc, L, hot, owners > 1)
         lookups += L
         hot_l += L * cov
         hot_u += max(d_all - d_cold, 0.0)
@@ -300,46 +292,32 @@ def pack_volumes(
         hot_rows += hot
         coverage[spec.name] = cov
         if head_rows is not None:
-            owner = (offsets[spec.name] + head_rows) % n
-            np.add.at(head_load, owner, q)
+            np.add.at(head_load, geo.owner(offsets[spec.name] + head_rows), q)
             tail += max(d_cold - q.sum(), 0.0)
         else:
             tail += d_cold
 
     recv = np.zeros(world)
     shard = np.zeros(world)
-    idx = np.asarray(ranks)
+    idx = np.asarray(geo.ranks)
     owned = np.zeros(world)
     width = sum(s.dim * (s.max_len if s.pooling == "none" else 1) for s in specs)
-    if pack.sharding in (Sharding.ROW_WISE, Sharding.TABLE_ROW_WISE):
-        # table-row-wise runs as row-wise over the node's ranks (executor.sparse.layout): no merge
-        recv[idx] = world * (head_load + tail / n)
-        shard[idx] = _cyclic_rows(rows, n)
-        slice_bytes = float(row_bytes)
-        owned[idx] = width
-    elif pack.sharding == Sharding.TABLE_WISE:
-        recv[idx] = world * cold_u
-        shard[idx] = rows
-        slice_bytes = float(row_bytes)
-        owned[idx] = width
-    elif pack.sharding == Sharding.COLUMN_WISE:
-        recv[idx] = world * cold_u
-        shard[idx] = rows / n  # each owner holds dim/n columns of every row, counted in rows
-        slice_bytes = row_bytes / n
-        owned[idx] = width / n
-    else:  # replicated
-        shard[:] = rows
-        slice_bytes = float(row_bytes)
+    col_share = np.array([s.cols for s in geo.shards], dtype=float) / geo.dim
+    shard[idx] = np.array([s.rows for s in geo.shards]) * col_share  # a slice counted as its share of rows
+    slice_bytes = row_bytes / geo.id_fanout  # the bytes of a row one owner holds
+    if geo.is_partitioned:
+        # each owner hears of its share of the rows (all of them when it holds a slice of each)
+        recv[idx] = world * (head_load + tail / owners)
+        owned[idx] = width * col_share
     return PackVolumes(
-        name=pack.name, tables=list(pack.tables), sharding=pack.sharding, ranks=ranks,
+        name=pack.name, tables=list(pack.tables), sharding=pack.sharding, geometry=geo, ranks=ranks,
         placement=pack.placement, hot_sync=pack.hot_sync, exchange=exchange, torchrec=not dedup, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
         samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
         hot_rows=hot_rows, recv_ids=recv, shard_rows=shard, slice_bytes=slice_bytes, coverage=coverage,
         gpus_per_node=g, owned_width=owned, id_bytes=plan.wire_id_bytes(pack), fully_hot=plan.fully_hot(pack),
-        update_rows=None if dedup else np.where(recv > 0, upd / (1 if pack.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE)
-                                                             else n), 0.0),
+        update_rows=None if dedup else np.where(recv > 0, upd / owners, 0.0),
     )
 
 
@@ -368,6 +346,8 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
     return PackVolumes(
         name=f"{first.name}{FUSED}{packs[-1].name}" if len(packs) > 1 else first.name,
         tables=[t for p in packs for t in p.tables], sharding=first.sharding,
+        geometry=type(first.geometry)(sum(p.rows for p in packs), first.dim, tuple(sorted({r for p in packs
+                                                                                              for r in p.ranks}))),
         ranks=sorted({r for p in packs for r in p.ranks}), placement=first.placement, dim=first.dim,
         row_bytes=first.row_bytes, state_bytes=first.state_bytes, samples=first.samples,
         pooled_width=sum(p.pooled_width for p in packs), rows=sum(p.rows for p in packs),

@@ -33,7 +33,7 @@ def inputs_for(plan: Plan, hardware: str | None = None, overrides: Sequence[str]
     from planner.inputs import load_inputs
 
     if dense_dtype:
-        plan.model = replace(plan.model, extra={**plan.model.extra, "dense_dtype": dense_dtype})
+        plan.model = replace(plan.model, dense_dtype=dense_dtype)
     hw_name = hardware or plan.hardware
     if not hw_name:
         raise PlanError(f"{where}: the plan names no hardware; give --hardware")

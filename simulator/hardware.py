@@ -30,9 +30,9 @@ import yaml
 
 from foundation.documents import DocumentError, read_spec
 from foundation.fields import MAX_RANKS
+from foundation.files import atomic_write_text
 from simulator.calibration_spec import Calibration, CalibrationSpecError, from_legacy_efficiency
 from simulator.device_perf import DevicePerf, DevicePerfError, GemmShape
-from simulator.timeline import _atomic_write_text
 
 
 class HardwareError(ValueError):
@@ -159,9 +159,9 @@ class HardwareSpec:
         """YAML for .yaml/.yml, JSON otherwise; written atomically."""
         p = Path(path)
         if p.suffix in (".yaml", ".yml"):
-            _atomic_write_text(p, yaml.safe_dump(self.to_dict(), sort_keys=False))
+            atomic_write_text(p, yaml.safe_dump(self.to_dict(), sort_keys=False))
         else:
-            _atomic_write_text(p, json.dumps(self.to_dict(), indent=1))
+            atomic_write_text(p, json.dumps(self.to_dict(), indent=1))
 
 
 # ----------------------------------------------------------------------------- validation

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from foundation.documents import read_json
-from simulator.timeline import _atomic_write_text
+from foundation.files import atomic_write_text
 
 COLLECTIVE_TYPES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter", "broadcast")
 ALGORITHMS = (None, "ring", "tree", "hierarchical", "direct")
@@ -317,7 +317,7 @@ class OpGraph:
         return g
 
     def save(self, path: str | os.PathLike) -> None:
-        _atomic_write_text(path, json.dumps(self.to_json()))
+        atomic_write_text(path, json.dumps(self.to_json()))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> OpGraph:

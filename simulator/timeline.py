@@ -71,7 +71,7 @@ class Timeline:
                    [Counter(**c) for c in d.get("counters", [])])
 
     def save(self, path: str | os.PathLike) -> None:
-        _atomic_write_text(path, json.dumps(self.to_dict()))
+        atomic_write_text(path, json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Timeline:
@@ -105,8 +105,4 @@ class Timeline:
         return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": self.meta}
 
     def save_chrome_trace(self, path: str | os.PathLike) -> None:
-        _atomic_write_text(path, json.dumps(self.to_chrome_trace()))
-
-
-def _atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_text(path, text)  # one atomic writer for every layer (foundation.files)
+        atomic_write_text(path, json.dumps(self.to_chrome_trace()))

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import picasso
+
 ROOT = Path(__file__).resolve().parents[1]
 # DESIGN.md's table: what each layer may import (besides itself and foundation)
 MAY_IMPORT = {
@@ -86,9 +88,97 @@ def test_every_module_imports(name):
     importlib.import_module(name)
 
 
-def test_picasso_is_thin():
-    lines = sum(len(f.read_text().splitlines()) for f in (ROOT / "picasso").rglob("*.py"))
-    assert lines < 1700, lines  # about 40 lines per sub-command and 100 for the parser itself
+# picasso/ is the command and the API, wiring only (DESIGN.md): one module per sub-command, and
+# these modules of shared wiring, each for its reason. No rule of any layer lives here.
+WIRING = {
+    "__init__": "the API's names",
+    "__main__": "python -m picasso",
+    "api": "the Python API: the commands as functions",
+    "cli": "the parser built from the commands; every error as one line",
+    "progress": "the progress line long commands print",
+    "layout_args": "the click-log layout flags analyze and convert share",
+}
+# the stateful wiring types: a terminal progress line, and argparse's parser and help formatter
+WIRING_CLASSES = {"progress.Progress", "cli.Parser", "cli.DefaultsShown"}
+ENTRY_POINTS = ("register", "run")  # what cli.py calls of every command
+
+
+def _records_or_errors(node: ast.ClassDef) -> bool:
+    """A class that holds no logic: an exception, or a record (a NamedTuple or a dataclass without methods)."""
+    bases = {ast.unparse(b) for b in node.bases}
+    if any(b.endswith(("Error", "Exception", "Interrupt")) for b in bases):
+        return True
+    plain = not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in node.body)
+    dataclass = any(ast.unparse(d).split("(")[0].endswith("dataclass") for d in node.decorator_list)
+    return plain and ("NamedTuple" in bases or dataclass)
+
+
+def picasso_breaches(files: dict[str, Path], commands: tuple[str, ...]) -> list[str]:
+    """What in picasso/ is neither a command nor the API (`files`: module name under picasso/ -> path).
+
+    Each module is a sub-command of cli.COMMANDS (defining register and run) or listed in
+    WIRING; a module-level class is an exception, a record or listed in WIRING_CLASSES; a
+    command's public functions are its entry points and what another picasso module calls
+    (the API); the API module's are the package's __all__."""
+    trees = {name: ast.parse(path.read_text()) for name, path in files.items()}
+    read: dict[str, set[str]] = {}  # names each module reads of others (imported, or as attributes)
+    for name, tree in trees.items():
+        read[name] = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        read[name] |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    exported = set(picasso.__all__)
+    wrong = []
+    for name, tree in trees.items():
+        where = f"picasso/{name.replace('.', '/')}.py"
+        command = name.startswith("commands.") and name != "commands.__init__"
+        if command and name.removeprefix("commands.") not in {c.replace("-", "_") for c in commands}:
+            wrong.append(f"{where}: not a sub-command of cli.COMMANDS")
+        elif not command and name not in WIRING and name != "commands.__init__":
+            wrong.append(f"{where}: neither a command nor listed wiring")
+        defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        if command and not all(e in defs for e in ENTRY_POINTS):
+            wrong.append(f"{where}: a command defines {' and '.join(ENTRY_POINTS)}")
+        for d in defs.values():
+            if isinstance(d, ast.ClassDef):
+                if not _records_or_errors(d) and f"{name}.{d.name}" not in WIRING_CLASSES:
+                    wrong.append(f"{where}: class {d.name} holds logic")
+                continue
+            if d.name.startswith("_") or d.name in ENTRY_POINTS:
+                continue
+            if command and not any(d.name in r for other, r in read.items() if other != name):
+                wrong.append(f"{where}: {d.name} is neither an entry point nor read by the API")
+            elif name == "api" and d.name not in exported:
+                wrong.append(f"{where}: {d.name} is not part of the API (picasso.__all__)")
+    return wrong
+
+
+def _picasso_files() -> dict[str, Path]:
+    return {".".join(f.relative_to(ROOT / "picasso").with_suffix("").parts): f
+            for f in sorted((ROOT / "picasso").rglob("*.py"))}
+
+
+def test_picasso_holds_the_commands_and_the_api_only():
+    from picasso.cli import COMMANDS
+
+    found = picasso_breaches(_picasso_files(), COMMANDS)
+    assert not found, found
+
+
+def test_a_rule_parked_in_picasso_is_caught(tmp_path):
+    """The rule is live: a cost model put among the commands, a public helper of a command that
+    nothing outside it calls, and a module that is no command are all named."""
+    from picasso.cli import COMMANDS
+
+    (tmp_path / "plan.py").write_text(
+        "def register(sub, common):\n    pass\n\n\ndef run(args):\n    return estimate(args)\n\n\n"
+        "def estimate(args):\n    return 0\n")
+    (tmp_path / "cost.py").write_text("class CostModel:\n    def rate(self):\n        return 1.0\n")
+    files = {**_picasso_files(), "commands.plan": tmp_path / "plan.py", "commands.cost": tmp_path / "cost.py"}
+    assert picasso_breaches(files, COMMANDS) == [
+        "picasso/commands/plan.py: estimate is neither an entry point nor read by the API",
+        "picasso/commands/cost.py: not a sub-command of cli.COMMANDS",
+        "picasso/commands/cost.py: a command defines register and run",
+        "picasso/commands/cost.py: class CostModel holds logic",
+    ]
 
 
 # The executor's wings (DESIGN.md): what each may import of the rest of the executor, besides itself.

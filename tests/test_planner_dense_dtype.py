@@ -1,4 +1,4 @@
-"""The dense layers' precision (model.extra["dense_dtype"]) sets the dense ops' FLOP rate."""
+"""The dense layers' precision (model.dense_dtype) sets the dense ops' FLOP rate."""
 
 from dataclasses import replace
 
@@ -99,7 +99,7 @@ def test_cli_dense_dtype_reaches_plan_and_simulate(tmp_path, capsys):
     bf16 = json.loads(capsys.readouterr().out)
     assert fp32["dense_dtype"] == "fp32" and bf16["dense_dtype"] == "bf16"
     assert bf16["predicted_iteration_us"] < fp32["predicted_iteration_us"]
-    assert Plan.load(out).model.extra["dense_dtype"] == "bf16"  # the plan file keeps it
+    assert Plan.load(out).model.dense_dtype == "bf16"  # the plan file keeps it
     assert main(["simulate", str(out), "--dense-dtype", "fp32", "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)
     assert sim["dense_dtype"] == "fp32"
@@ -116,7 +116,7 @@ def test_default_dense_dtype_is_tf32_on_tensor_core_gpus_only(tmp_path, capsys, 
     assert main(["plan", "--model", "dlrm-criteo-kaggle", "--hardware", hardware, "--baseline", "naive",
                  "--batch-size", "256", "--row-cap", "1000", "-o", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["dense_dtype"] == want
-    assert Plan.load(out).model.extra["dense_dtype"] == want
+    assert Plan.load(out).model.dense_dtype == want
 
 
 def test_explain_says_tf32_is_the_gpus_default(tmp_path, capsys):
@@ -134,7 +134,35 @@ def test_a_models_own_dense_dtype_beats_the_hardware_default():
 
     hw = load_hardware("dgx-h100")
     m = get_model("dlrm-criteo-kaggle")
-    assert with_dense_dtype(m, hw).extra["dense_dtype"] == "tf32"
+    assert with_dense_dtype(m, hw).dense_dtype == "tf32"
     own = replace(m, extra={**m.extra, "dense_dtype": "fp32"})
-    assert with_dense_dtype(own, hw).extra["dense_dtype"] == "fp32"
-    assert with_dense_dtype(own, hw, "bf16").extra["dense_dtype"] == "bf16"
+    assert with_dense_dtype(own, hw).dense_dtype == "fp32"
+    assert with_dense_dtype(own, hw, "bf16").dense_dtype == "bf16"
+
+
+def test_old_plans_and_specs_with_extra_dense_dtype_load_as_the_field(tmp_path):
+    """Plans and specs written before ModelSpec.dense_dtype carry it as extra.dense_dtype: they
+    load with the field set (and extra without it), and save it as the field."""
+    import json
+
+    from planner.modes import DenseDtype
+    from planner.presets import load_model_file
+
+    m = replace(get_model("dlrm-criteo-kaggle"), dense_dtype=DenseDtype.BF16)
+    Plan(model=m, world_size=2, batch_size_per_rank=64, packs=[PackPlan("p", m.table_names)]).save(tmp_path / "p.json")
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert doc["model"]["dense_dtype"] == "bf16"
+    doc["model"]["extra"] = {**doc["model"]["extra"], "dense_dtype": doc["model"].pop("dense_dtype")}
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    old = Plan.load(tmp_path / "old.json").model
+    assert old.dense_dtype is DenseDtype.BF16 and "dense_dtype" not in old.extra
+    assert old.dense_precision is DenseDtype.BF16 and old.to_dict()["dense_dtype"] == "bf16"
+
+    spec = tmp_path / "old.yaml"
+    spec.write_text("name: m\narch: dlrm\nnum_dense: 2\nbottom_mlp: [4]\ntop_mlp: [1]\nextra: {dense_dtype: tf32}\n"
+                    "tables:\n  - {name: a, num_rows: 10, dim: 4}\n")
+    loaded = load_model_file(str(spec))
+    assert loaded.dense_precision is DenseDtype.TF32 and loaded.extra == {}
+    # a spec that asks nothing runs fp32 until a plan records the hardware's default
+    assert get_model("dlrm-criteo-kaggle").dense_dtype is None
+    assert get_model("dlrm-criteo-kaggle").dense_precision is DenseDtype.FP32

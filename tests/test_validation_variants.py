@@ -19,7 +19,7 @@ def test_gpu_variants_cover_the_knobs():
     assert varied.skipped == {}
     out = varied.cases
     assert len(out) >= 16
-    assert {c.plan.model.extra["dense_dtype"] for c in out} == {"fp32", "tf32", "bf16"}
+    assert {c.plan.model.dense_dtype for c in out} == {"fp32", "tf32", "bf16"}
     assert any(t.dtype == "fp16" for c in out for t in c.plan.model.tables)
     assert any(p.placement == "host" for c in out for p in c.plan.packs)
     assert {c.plan.batch_size_per_rank for c in out} == {1024, 4096, 16384, 65536}
@@ -44,7 +44,7 @@ def test_on_a_cpu_spec_the_dtypes_it_cannot_run_or_predict_are_left_out_with_the
     assert "no tf32 FLOP rate" in varied.skipped["tf32"] and "no bf16 FLOP rate" in varied.skipped["bf16"]
     out = varied.cases
     assert len(out) == len(cases)
-    assert {c.plan.model.extra["dense_dtype"] for c in out} == {"fp32"}
+    assert {c.plan.model.dense_dtype for c in out} == {"fp32"}
     assert not any("tf32" in c.name or "bf16" in c.name for c in out)
     # 16-bit tables and host-placed rows run on a CPU rank: still varied
     assert any(t.dtype == "fp16" for c in out for t in c.plan.model.tables)
@@ -53,7 +53,7 @@ def test_on_a_cpu_spec_the_dtypes_it_cannot_run_or_predict_are_left_out_with_the
     rated = load_hardware("local-cpu", ["gpus_per_node=1", "gpu.flops.tf32=40GFLOP/s", "gpu.flops.bf16=80GFLOP/s"])
     with_bf16 = apply_variants(cases, PlanVariants.GPU, rated, cpu_bf16=True)
     assert set(with_bf16.skipped) == {"tf32"} and "CUDA" in with_bf16.skipped["tf32"]
-    assert {c.plan.model.extra["dense_dtype"] for c in with_bf16.cases} == {"fp32", "bf16"}
+    assert {c.plan.model.dense_dtype for c in with_bf16.cases} == {"fp32", "bf16"}
     without = apply_variants(cases, PlanVariants.GPU, rated, cpu_bf16=False)
     assert set(without.skipped) == {"tf32", "bf16"} and "no bf16 instructions" in without.skipped["bf16"]
 
@@ -63,4 +63,4 @@ def test_a_gpu_without_a_dtypes_rate_leaves_that_dtype_out():
     v100 = load_hardware("p2res-v100", ["nodes=1", "gpus_per_node=1"])  # V100: no tf32, no bf16
     varied = apply_variants(cases, PlanVariants.GPU, v100)
     assert set(varied.skipped) == {"tf32", "bf16"}
-    assert {c.plan.model.extra["dense_dtype"] for c in varied.cases} == {"fp32"}
+    assert {c.plan.model.dense_dtype for c in varied.cases} == {"fp32"}

@@ -65,19 +65,9 @@ def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | 
     return offsets, data, valid
 
 
-def parse_hex8(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Criteo categorical column -> (ids int64 [n], present bool [n], bad bool [n]).
-
-    Empty or null = missing (present False, bad False); anything but 8 hex chars = bad.
-    """
-    vals, present, bad = parse_hex8_present(arr)
-    ids = np.zeros(len(present), dtype=np.int64)
-    ids[present] = vals
-    return ids, present, bad
-
-
 def parse_hex8_present(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Like parse_hex8 but returns only the present values, in row order (no scatter)."""
+    """Criteo categorical column -> (the present values' ids int64, in row order; present bool [n];
+    bad bool [n]). Empty or null = missing (present False, bad False); anything but 8 hex chars = bad."""
     offsets, data, valid = string_buffers(arr)
     lengths = np.diff(offsets)
     present = lengths == 8

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field, replace
 
 from planner.builders import Case
 from planner.errors import PlanError
-from planner.modes import Mode
+from planner.modes import DenseDtype, Mode
 from planner.sharding import Sharding
 from simulator.hardware import HardwareSpec
 
-DENSE_DTYPES = ("fp32", "tf32", "bf16")
+DENSE_DTYPES = DenseDtype.values()  # cycled through in this order
 
 
 class PlanVariants(Mode):
@@ -78,11 +78,11 @@ def apply_variants(cases: list[Case], variants: PlanVariants, hw: HardwareSpec,
         plan = case.plan
         model = plan.model
         tables = tuple(replace(t, dtype="fp16") for t in model.tables) if half else model.tables
-        model = replace(model, tables=tables, extra={**model.extra, "dense_dtype": ddt})
+        model = replace(model, tables=tables, dense_dtype=ddt)
         packs = [replace(p) for p in plan.packs]
         if host:
             for p in packs:
-                if Sharding(p.sharding) != Sharding.REPLICATED:
+                if Sharding(p.sharding).exchanges:
                     p.placement = "host"
         new = replace(plan, model=model, packs=packs)
         try:

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from executor.sparse import kernels
+from planner.dense import dot_interaction_width
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
@@ -81,8 +82,7 @@ class DLRM(DenseArch):
             raise PlanError(f"model {model.name}: bottom_mlp must end in the table dim {d}")
         self.bot = mlp([model.num_dense, *model.bottom_mlp], last_act=True) if model.bottom_mlp else None
         self.proj = None if model.bottom_mlp else nn.Linear(model.num_dense, d)
-        f = len(model.tables) + 1
-        self.topm = mlp([d + f * (f - 1) // 2, *(model.top_mlp or (1,))], last_act=False)
+        self.topm = mlp([dot_interaction_width(model), *(model.top_mlp or (1,))], last_act=False)
 
     def bottom(self, dense):
         return self.bot(dense) if self.bot is not None else self.proj(dense)

@@ -1,4 +1,4 @@
-"""The precision the dense layers run at, from the model's extra["dense_dtype"].
+"""The precision the dense layers run at, from the model's dense_precision (planner.modes.DenseDtype).
 
 The planner costs the dense ops at fp32, tf32 or bf16 (planner.dense.dense_dtype); the
 executor runs them the same way where the device can: tf32 matmuls or bf16 autocast on a
@@ -18,18 +18,18 @@ from typing import Any
 
 import torch
 
-DTYPES = ("fp32", "tf32", "bf16")
+from planner.modes import DenseDtype
 
 
 @dataclass(frozen=True)
 class DensePrecision:
-    asked: str
-    used: str
+    asked: DenseDtype
+    used: DenseDtype
     note: str | None = None
 
     def autocast(self, device: torch.device) -> Any:
         """Context for the dense forward: bf16 autocast when the dense layers run at bf16."""
-        if self.used == "bf16":
+        if self.used == DenseDtype.BF16:
             return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -47,28 +47,27 @@ def cpu_has_bf16() -> bool:
     return False
 
 
-def dense_precision(extra: dict[str, Any], device: torch.device, bf16_ok: bool | None = None) -> DensePrecision:
-    """What the dense layers run at on `device` (bf16_ok: the device has bf16; None asks torch or the CPU)."""
-    want = extra.get("dense_dtype", "fp32")
-    if want not in DTYPES:
-        raise ValueError(f"extra.dense_dtype {want!r} is not one of {list(DTYPES)}")
-    if want == "fp32":
-        return DensePrecision(want, "fp32")
-    if device.type == "cpu" and want == "bf16":
+def dense_precision(asked: DenseDtype | str, device: torch.device, bf16_ok: bool | None = None) -> DensePrecision:
+    """What the dense layers run at on `device` when `asked` (ModelSpec.dense_precision) is asked
+    for (bf16_ok: the device has bf16; None asks torch or the CPU)."""
+    want = DenseDtype.from_str(asked, "dense_dtype")
+    if want == DenseDtype.FP32:
+        return DensePrecision(want, DenseDtype.FP32)
+    if device.type == "cpu" and want == DenseDtype.BF16:
         if cpu_has_bf16() if bf16_ok is None else bf16_ok:
-            return DensePrecision(want, "bf16")
-        return DensePrecision(want, "fp32", "dense_dtype bf16: this CPU has no bf16 instructions; runs in fp32")
+            return DensePrecision(want, DenseDtype.BF16)
+        return DensePrecision(want, DenseDtype.FP32, "dense_dtype bf16: this CPU has no bf16 instructions; runs in fp32")
     if device.type != "cuda":
-        return DensePrecision(want, "fp32", f"dense_dtype {want}: runs in fp32 on {device.type}")
-    if want == "bf16":
+        return DensePrecision(want, DenseDtype.FP32, f"dense_dtype {want}: runs in fp32 on {device.type}")
+    if want == DenseDtype.BF16:
         ok = torch.cuda.is_bf16_supported() if bf16_ok is None else bf16_ok
         if not ok:
-            return DensePrecision(want, "fp32", "dense_dtype bf16: this GPU has no bf16; runs in fp32")
+            return DensePrecision(want, DenseDtype.FP32, "dense_dtype bf16: this GPU has no bf16; runs in fp32")
     return DensePrecision(want, want)
 
 
 def apply_global(p: DensePrecision) -> None:
     """tf32 is a process-wide matmul switch in torch; set it for the run."""
-    if p.used == "tf32":
+    if p.used == DenseDtype.TF32:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

@@ -25,7 +25,6 @@ from executor.sparse.layout import init_table_rows
 from executor.step.trainer import make_dense_optimizer, pad_sequences
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import Plan, table_optimizer
-from planner.sharding import Sharding
 
 # the reference's autograd and sparse-update workspace and its block-wise comparison
 # (measured: about 200 MiB over its tables on the full-size Criteo model)
@@ -216,7 +215,7 @@ def reference_bytes(plan: Plan, steps: int, resumed: bool = False) -> int:
     pack = 0  # a sharded pack is assembled whole next to one received shard; a replica is read in place
     for p in plan.packs:
         full = plan.pack_rows(p) * model.table(p.tables[0]).dim * 4
-        if p.sharding != Sharding.REPLICATED:
+        if p.sharding.exchanges:
             pack = max(pack, full + full // max(1, len(plan.pack_ranks(p))))
         elif plan_has_hot(plan, p):
             pack = max(pack, full)  # the replica is copied before its hot rows are written over it
@@ -224,7 +223,7 @@ def reference_bytes(plan: Plan, steps: int, resumed: bool = False) -> int:
     if resumed:
         for p in plan.packs:
             full = plan.pack_rows(p) * model.table(p.tables[0]).dim * 4
-            start = max(start, full if p.sharding == Sharding.REPLICATED else 2 * full)
+            start = max(start, 2 * full if p.sharding.exchanges else full)
     return int(tables + dense + kept + max(pack, start) + REFERENCE_WORKSPACE)
 
 

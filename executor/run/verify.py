@@ -27,10 +27,6 @@ def local_rows(batch: Batch, plan: Plan, rank: int) -> Batch:
 TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 3e-2}  # by the dense precision the trainer used
 
 
-class VerifyError(RuntimeError):
-    """The trained weights differ from the reference by more than the tolerance."""
-
-
 def default_tolerance(model: ModelSpec, dense_dtype: str) -> float:
     """--verify's tolerance: the dense precision's, looser for 16-bit tables (executor.sparse.lowp)."""
     return max(TOLERANCE.get(dense_dtype, TOLERANCE["fp32"]), verify_tolerance(model))

@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 
 from executor.sparse.embedding import ShardedPack
-from planner.sharding import Sharding
 
 BLOCK_ROWS = 1 << 18  # rows per block of the block-wise comparison (no table-size temporaries)
 
@@ -42,7 +41,7 @@ def full_packs(p: ShardedPack, rank: int, world: int) -> Iterator[torch.Tensor]:
     """Yields on rank 0 the pack's full packed weight (for a replicated pack, also any other
     rank's replica that differs from rank 0's); on other ranks it only sends (collective)."""
     L, dev = p.layout, p.dev
-    if L.sharding == Sharding.REPLICATED:
+    if p.replicated:
         digests = [None] * world
         if world > 1:
             dist.all_gather_object(digests, _digest(p.weight))
@@ -59,14 +58,11 @@ def full_packs(p: ShardedPack, rank: int, world: int) -> Iterator[torch.Tensor]:
             _send(p.weight.detach())
         return
     full = torch.zeros(L.rows, L.dim, dtype=p.weight.dtype)
-    for i, r in enumerate(L.ranks):
-        c0, c1 = L.col_slices()[i]
-        n = len(range(i, L.rows, L.n)) if L.sharding == Sharding.ROW_WISE else (L.rows if L.sharding != Sharding.TABLE_WISE or i == 0 else 0)
-        w = p.weight.detach().cpu() if r == 0 else _recv((n, c1 - c0), r, dev, p.weight.dtype)
-        if L.sharding == Sharding.ROW_WISE:
-            full[i :: L.n] = w
-        elif n:
-            full[:, c0:c1] = w
+    for s in L.geometry.shards:  # a shard is a strided block of rows and a column range
+        c0, c1 = s.col_range
+        w = p.weight.detach().cpu() if s.rank == 0 else _recv((s.rows, s.cols), s.rank, dev, p.weight.dtype)
+        if s.rows:
+            full[s.row_slice, c0:c1] = w
         del w
     yield _with_hot(p, full)
 
@@ -76,7 +72,7 @@ def _with_hot(p: ShardedPack, full: torch.Tensor) -> torch.Tensor:
     is copied before they are written over it."""
     if not p.num_hot:
         return full
-    if p.layout.sharding == Sharding.REPLICATED and full.data_ptr() == p.weight.data_ptr():
+    if p.replicated and full.data_ptr() == p.weight.data_ptr():
         full = full.clone()
     full[p.hot_packed.cpu()] = p.hot_weight.detach().cpu()
     return full

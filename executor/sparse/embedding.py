@@ -27,7 +27,6 @@ from planner import op_names
 from planner.host_access import HostAccess
 from planner.modes import Exchange, HotSync, Placement
 from planner.plan import PackPlan, Plan
-from planner.sharding import Sharding
 
 
 @dataclass
@@ -74,6 +73,7 @@ class ShardedPack:
         self.dev = comm.device
         self.layout: PackLayout = pack_layout(plan, pack, comm.rank)
         L = self.layout
+        self.geometry = G = L.geometry
         self.name = L.name
         self.lr = plan.optimizer.sparse_lr
         self.eps = plan.optimizer.eps
@@ -81,7 +81,7 @@ class ShardedPack:
         self.cols = L.col_slices()
         self.my_cols = self.cols[L.index] if L.index >= 0 else (0, 0)
         self.dest_order = sorted(L.ranks)  # all_to_all segments go in world-rank order
-        self.num_owners = L.n if L.sharding == Sharding.ROW_WISE else 1
+        self.num_owners = G.row_owners  # the route's owner of a row: planner.geometry's owner()
         # one rank holds every row: lookups need no routing by owner and no sizes on the host
         self.single = L.world == 1
         # every row hot (Plan.fully_hot): every lookup is read from the replica, no exchange
@@ -104,7 +104,7 @@ class ShardedPack:
         local = L.local_packed_rows()
         # generated where it lives, in its storage dtype (a GPU builds its shard in place; a
         # host-placed shard is generated on the GPU and copied): executor.sparse.init_rng
-        cols = self.my_cols if L.sharding == Sharding.COLUMN_WISE else None
+        cols = self.my_cols if G.splits_columns else None
         self.weight = self._cold_tensor(init_packed_rows(plan.model, L, plan.seed, local, self.cold_dev, self.dtype,
                                                          cols, compute=self.dev))
         self.state = self._cold_tensor(torch.zeros(len(local))) if self.adagrad else None
@@ -132,9 +132,8 @@ class ShardedPack:
         return t.contiguous().to(self.dev)
 
     def packed_of_local(self, local: torch.Tensor) -> torch.Tensor:
-        """Packed rows of this rank's local cold rows (row-wise shards are cyclic)."""
-        L = self.layout
-        return local * L.n + L.index if L.sharding == Sharding.ROW_WISE else local
+        """Packed rows of this rank's local cold rows."""
+        return self.geometry.packed_row(local, self.layout.index)
 
     # ---- cold rows: device memory, or host memory reached over PCIe ---------------------
     def read_local(self, rows: torch.Tensor) -> torch.Tensor:
@@ -184,17 +183,10 @@ class ShardedPack:
     def _destination_matrix(self) -> list[list[int]]:
         """[world][owners + 1]: which of a route's counts (cold per owner, hot) go to each rank.
         A replicated pack tells every rank its cold count: the sizes of its gradient all-gather."""
-        L = self.layout
-        m = [[0] * (self.num_owners + 1) for _ in range(L.world)]
-        if L.sharding == Sharding.ROW_WISE:
-            for i, r in enumerate(L.ranks):
-                m[r][i] = 1
-        elif L.sharding in (Sharding.TABLE_WISE, Sharding.COLUMN_WISE):
-            for r in L.ranks:
-                m[r][0] = 1
-        else:
-            for r in range(L.world):
-                m[r][0] = 1
+        G = self.geometry
+        m = [[0] * (self.num_owners + 1) for _ in range(self.layout.world)]
+        for i, r in enumerate(G.ranks):
+            m[r][G.route_slot(i)] = 1
         return m
 
     @property
@@ -258,7 +250,7 @@ class ShardedPack:
         lk.hot_pos, lk.hot_slot = order[n_cold : n_cold + n_hot], value[n_cold : n_cold + n_hot]
         splits = [0] * L.world
         send_rows = cold_local
-        if L.sharding == Sharding.ROW_WISE:
+        if self.geometry.splits_rows:
             starts = np.concatenate([[0], np.cumsum(owners)])
             parts = []
             for dest in self.dest_order:
@@ -269,12 +261,11 @@ class ShardedPack:
                 perm = torch.cat(parts)
                 cold_pos, cold_local = cold_pos[perm], cold_local[perm]
             send_rows = cold_local
-        elif L.sharding == Sharding.TABLE_WISE:
-            splits[L.ranks[0]] = n_cold
-        elif L.sharding == Sharding.COLUMN_WISE:
+        elif self.geometry.is_partitioned:  # every cold row to the one owner, or to every slice's
             for dest in self.dest_order:
                 splits[dest] = n_cold
-            send_rows = cold_local.repeat(len(self.dest_order))
+            if self.geometry.id_fanout > 1:
+                send_rows = cold_local.repeat(self.geometry.id_fanout)
         # replicated: every rank's cold rows (recv_splits) size the gradient all-gather, summed
         # over the step's micro-batches by the trainer (the lookups may be placed a step early)
         lk.cold_pos, lk.cold_local, lk.send_rows, lk.send_splits = cold_pos, cold_local, send_rows, splits
@@ -282,12 +273,12 @@ class ShardedPack:
 
     @property
     def replicated(self) -> bool:
-        return self.layout.sharding == Sharding.REPLICATED
+        return not self.geometry.is_partitioned
 
     @property
     def local_only(self) -> bool:
         """Replicated and fully hot packs (and single-rank runs) need no exchange."""
-        return self.layout.sharding == Sharding.REPLICATED or self.single or self.fully_hot
+        return self.replicated or self.single or self.fully_hot
 
     def send_ids(self, lk: Lookup, async_op: bool) -> None:
         """Launch the ID exchange (sizes already placed)."""
@@ -303,19 +294,18 @@ class ShardedPack:
 
     def send_back(self, lk: Lookup, rows: torch.Tensor, async_op: bool) -> None:
         """Launch the return of the gathered rows (in the storage dtype: the bytes the planner costs)."""
-        width = self.my_cols[1] - self.my_cols[0] if self.layout.sharding == Sharding.COLUMN_WISE else self.layout.dim
+        width = self.my_cols[1] - self.my_cols[0] if self.geometry.splits_columns else self.layout.dim
         out = _wire(rows.reshape(-1))
         out_splits = [s * self.dest_width(d) for d, s in enumerate(lk.send_splits)]
         lk.emb_recv = torch.empty(sum(out_splits), dtype=self.dtype, device=self.dev)
         lk.handle = self.comm.a2a(_wire(lk.emb_recv), out, out_splits, [s * width for s in lk.recv_splits], async_op)
 
     def dest_width(self, dest: int) -> int:
-        if self.layout.sharding != Sharding.COLUMN_WISE:
+        """Columns of a row that `dest` holds (the whole row unless the columns are split)."""
+        if not self.geometry.splits_columns:
             return self.layout.dim
-        if dest not in self.layout.ranks:
-            return 0
-        c0, c1 = self.cols[self.layout.ranks.index(dest)]
-        return c1 - c0
+        shard = self.geometry.on_rank(dest)
+        return shard.cols if shard else 0
 
     def hot_gather(self, lk: Lookup) -> torch.Tensor:
         """The unique rows' buffer, with the hot rows read from the replicated cache."""
@@ -351,7 +341,7 @@ class ShardedPack:
             u.index_copy_(0, lk.cold_pos, cold)
             return u
         lk.handle.wait()
-        if L.sharding != Sharding.COLUMN_WISE:
+        if not self.geometry.splits_columns:
             u.index_copy_(0, lk.cold_pos, lk.emb_recv.view(-1, L.dim))
             return u
         off, nc = 0, len(lk.cold_pos)
@@ -410,7 +400,7 @@ class ShardedPack:
         if self.local_only:
             self.pending.append((lk.cold_local, g))
             return
-        if L.sharding == Sharding.COLUMN_WISE:
+        if self.geometry.splits_columns:
             parts = []
             for dest in self.dest_order:
                 c0, c1 = self.cols[L.ranks.index(dest)]
@@ -460,7 +450,7 @@ class ShardedPack:
         for d, offsets, grad_out in self.fused_pending:
             syncfree.bag_update(grad_out, d, offsets, mode, self.weight, self.state, L.optimizer, self.lr, self.eps)
         self.fused_pending = []
-        if L.sharding == Sharding.REPLICATED:
+        if self.replicated:
             if getattr(self, "_replica_sync", None) is None:
                 self.start_replicated_sync(async_op=False)
             rows, g = self._replica_sync()
@@ -474,11 +464,11 @@ class ShardedPack:
         if self.host:  # the update runs where the rows live: gradients cross to host memory
             rows, g = self.to_host(rows, g)
         if self.low:
-            c0 = self.my_cols[0] if L.sharding == Sharding.COLUMN_WISE else 0
+            c0 = self.my_cols[0] if self.geometry.splits_columns else 0
             lowp.update_rows(self.weight, self.state, rows, g, self.keys(self.packed_of_local(rows)), L.optimizer,
                              self.lr, self.eps, self.step_index, self.seed, col0=c0)
             return
-        if L.sharding == Sharding.COLUMN_WISE and self.adagrad and not self.single:
+        if self.geometry.splits_columns and self.adagrad and not self.single:
             # the row's state needs the whole row's gradient; this rank updates its columns
             uniq, acc, valid = syncfree.segment_sum_fixed(rows, g)
             self.state.index_add_(0, uniq, torch.where(valid, (acc * acc).mean(dim=1), 0.0))
@@ -575,7 +565,7 @@ class ShardedPack:
         L = self.layout
         local = torch.from_numpy(L.local_packed_rows())
         w = weight[local]
-        if L.sharding == Sharding.COLUMN_WISE:
+        if self.geometry.splits_columns:
             w = w[:, self.my_cols[0] : self.my_cols[1]]
         self.weight = self._cold_tensor(w.to(self.dtype))
         self.hot_weight = weight[self.hot_packed.cpu()].to(self.dtype).contiguous().to(self.dev)

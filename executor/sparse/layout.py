@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from executor.sparse.init_rng import init_values
+from planner.geometry import ShardGeometry
 from planner.model_spec import ModelSpec, TableSpec
 from planner.plan import PackPlan, Plan, table_optimizer
 from planner.sharding import Sharding
@@ -76,73 +77,64 @@ def init_table_rows(model: ModelSpec, table: str, seed: int, rows: np.ndarray | 
 
 @dataclass
 class PackLayout:
-    """One pack as seen from one rank: which packed rows and columns it holds."""
+    """One pack as seen from one rank: which packed rows and columns it holds (planner.geometry)."""
 
     name: str
     tables: list[str]
     table_offsets: dict[str, int]
     table_rows: dict[str, int]
-    rows: int
-    dim: int
     mode: str  # sum | mean | none
-    sharding: str
-    ranks: list[int]  # ranks holding a shard (every rank for replicated)
+    geometry: ShardGeometry
     rank: int
     world: int
     optimizer: str
 
     @property
+    def rows(self) -> int:
+        return self.geometry.rows
+
+    @property
+    def dim(self) -> int:
+        return self.geometry.dim
+
+    @property
+    def ranks(self) -> list[int]:
+        """Ranks holding a shard (every rank for replicated)."""
+        return list(self.geometry.ranks)
+
+    @property
+    def sharding(self) -> Sharding:
+        """The layout's name in checkpoints (planner.geometry: ShardGeometry.layout_name)."""
+        return self.geometry.layout_name
+
+    @property
     def n(self) -> int:
-        return len(self.ranks)
+        return self.geometry.n
 
     @property
     def index(self) -> int:
         """This rank's position in `ranks`, -1 when it holds nothing."""
-        return self.ranks.index(self.rank) if self.rank in self.ranks else -1
+        return self.geometry.index(self.rank)
 
     def col_slices(self) -> list[tuple[int, int]]:
         """Column range of each shard (the whole dim unless column-wise)."""
-        if self.sharding != Sharding.COLUMN_WISE:
-            return [(0, self.dim)] * self.n
-        parts = np.array_split(np.arange(self.dim), self.n)
-        return [(int(p[0]), int(p[-1]) + 1) for p in parts]
+        return self.geometry.col_slices()
 
     def local_packed_rows(self, index: int | None = None) -> np.ndarray:
         """Packed rows of shard `index` (default: this rank's), in local-row order."""
         i = self.index if index is None else index
-        if i < 0:
-            return np.zeros(0, dtype=np.int64)
-        if self.sharding == Sharding.ROW_WISE:
-            return np.arange(i, self.rows, self.n, dtype=np.int64)
-        if self.sharding == Sharding.TABLE_WISE and i != 0:
-            return np.zeros(0, dtype=np.int64)
-        return np.arange(self.rows, dtype=np.int64)
-
-    def split_packed(self, packed: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
-        """(table, positions into `packed`, table-local rows) for each table of the pack."""
-        out = []
-        for t in self.tables:
-            lo = self.table_offsets[t]
-            hi = lo + self.table_rows[t]
-            sel = np.nonzero((packed >= lo) & (packed < hi))[0]
-            out.append((t, sel, packed[sel] - lo))
-        return out
+        return self.geometry.shards[i].packed_rows() if i >= 0 else np.zeros(0, dtype=np.int64)
 
 
 def pack_layout(plan: Plan, pack: PackPlan, rank: int) -> PackLayout:
     first = plan.model.table(pack.tables[0])
-    ranks = list(range(plan.world_size)) if pack.sharding == Sharding.REPLICATED else plan.pack_ranks(pack)
     return PackLayout(
         name=pack.name,
         tables=list(pack.tables),
         table_offsets=plan.table_offsets(pack),
         table_rows={t: plan.model.table(t).num_rows for t in pack.tables},
-        rows=plan.pack_rows(pack),
-        dim=first.dim,
         mode=first.pooling,
-        # table-row-wise lays rows out as row-wise over the node's ranks (planner.plan)
-        sharding=Sharding.ROW_WISE if pack.sharding == Sharding.TABLE_ROW_WISE else pack.sharding,
-        ranks=ranks,
+        geometry=plan.geometry(pack),
         rank=rank,
         world=plan.world_size,
         optimizer=table_optimizer(plan, first),

@@ -27,7 +27,6 @@ from executor.sparse import kernels, syncfree
 from executor.sparse.embedding import Lookup, ShardedPack
 from planner.modes import Exchange
 from planner.plan import PackPlan, Plan, pooled_at_owners
-from planner.sharding import Sharding
 
 
 @dataclass
@@ -68,7 +67,7 @@ class PooledPack(ShardedPack):
     def __init__(self, plan: Plan, pack: PackPlan, hot_ids: dict[str, np.ndarray], comm) -> None:
         super().__init__(plan, pack, hot_ids, comm)
         L = self.layout
-        if L.sharding not in (Sharding.ROW_WISE, Sharding.TABLE_WISE) or L.mode == "none":
+        if not self.geometry.owns_whole_rows or L.mode == "none":
             raise ValueError(f"pack {L.name}: pooled exchange needs row/table-wise shards of pooled tables")
         self.owner = L.index >= 0
 
@@ -102,7 +101,7 @@ class PooledPack(ShardedPack):
         splits = [0] * L.world
         parts, lens = [], []
         for dest in self.dest_order:
-            i = L.ranks.index(dest) if L.sharding == Sharding.ROW_WISE else 0
+            i = self.geometry.route_slot(self.geometry.index(dest))
             parts.append(value[starts[i] : starts[i + 1]])
             lens.append(lk.owner_lengths[i])
             splits[dest] = owners[i]

@@ -137,7 +137,8 @@ def dedup(ids: torch.Tensor) -> Dedup:
 
 def route_fixed(uniq: torch.Tensor, n_valid: torch.Tensor | None, hot_map: torch.Tensor | None,
                 num_owners: int) -> Route:
-    """Cold rows are owned cyclically (owner = row % num_owners, local row = row // num_owners)."""
+    """Cold rows are owned cyclically (planner.geometry: owner = row % num_owners, local row =
+    row // num_owners)."""
     n = uniq.numel()
     owner = uniq % num_owners
     value = uniq // num_owners

@@ -169,7 +169,7 @@ class Trainer:
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # the dense layers' precision as the planner costed it, where this device has it
-        self.precision = dense_precision(plan.model.extra, self.dev)
+        self.precision = dense_precision(plan.model.dense_precision, self.dev)
         apply_global(self.precision)
         self.overlap = plan.overlapped
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)

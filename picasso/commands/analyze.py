@@ -49,7 +49,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(prof.table()))
     else:
-        print(summary_table(prof))
+        print(_summary_table(prof))
         print(f"{meta['rows_ok']:,} rows read in {meta['seconds']:.2f} s"
               + (f", {meta['rows_bad']:,} malformed rows skipped (first at lines "
                  f"{', '.join(map(str, meta['first_bad_lines'][:5]))})" if meta["rows_bad"] else "")
@@ -121,7 +121,7 @@ def _cardinalities(items: list[str]) -> dict[str, int]:
     return out
 
 
-def summary_table(prof) -> str:
+def _summary_table(prof) -> str:
     head = f"{'feature':<10} {'distinct':>12} {'missing':>8} {'pooling':>8} {'top1':>7} {'top1%':>7} {'top10%':>7}  count"
     lines = [head, "-" * len(head)]
     for f in prof.features.values():

@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.set_defaults(func=run)
 
 
-def collect(load_native: bool = True) -> dict[str, Any]:
+def _collect(load_native: bool = True) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict."""
     import os
     import platform
@@ -87,7 +87,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def render(info: dict[str, Any]) -> str:
+def _render(info: dict[str, Any]) -> str:
     t = info["torch"]
     lines = [
         f"python    {info['python']} on {info['platform']} ({info['cpu_count']} CPUs)",
@@ -118,9 +118,9 @@ def render(info: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    info = collect(load_native=not args.no_build)
+    info = _collect(load_native=not args.no_build)
     if args.json:
         print(json.dumps(info, indent=2))
     else:
-        print(render(info))
+        print(_render(info))
     return 0

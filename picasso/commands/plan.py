@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from planner.modes import DenseDtype
+
     p = sub.add_parser("plan", parents=[common], help="search a training plan for a model on a cluster")
     p.add_argument("--model", required=True, help="model preset (dlrm-criteo-kaggle, meta-856, ...) or YAML file")
     p.add_argument("--hardware", help="hardware preset (dgx-h100, p2res-v100, local-cpu, ...) or file (required "
@@ -31,8 +33,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--row-cap", type=int, metavar="N", help="cap every table at N rows (for CPU runs)")
     p.add_argument("--micro-batches", help="micro-batch counts the search may use, e.g. 1,2,4 (default 1,2,4,8)")
     p.add_argument("--time-budget", type=float, default=20.0, help="search time budget in seconds (default 20)")
-    p.add_argument("--dense-dtype", choices=("fp32", "tf32", "bf16"),
-                   help="precision of the dense layers (default: the model's extra.dense_dtype, else tf32 on "
+    p.add_argument("--dense-dtype", choices=DenseDtype.values(),
+                   help="precision of the dense layers (default: the model's dense_dtype, else tf32 on "
                         "GPUs with TF32 tensor cores, fp32 elsewhere; fp32 asks for full-precision matmuls)")
     p.add_argument("--explain", action="store_true", help="print the per-pack table, time, memory and speedups")
     p.add_argument("--html", metavar="FILE", help="write an HTML report with the simulated timeline")
@@ -113,7 +115,7 @@ def execute(args: argparse.Namespace) -> Planned:
                     "--html": args.html, "--trace": args.trace})
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
-    sources = check_profile(model, profile, args)
+    sources = _check_profile(model, profile, args)
     batch = args.batch_size or (4096 if hw.kind == "gpu" else 256)
     if batch < 1:
         raise PlanError(f"--batch-size must be at least 1, got {batch}")
@@ -167,7 +169,7 @@ def execute(args: argparse.Namespace) -> Planned:
     return Planned(plan, ex, search_info, profile is None, has_tr)
 
 
-def check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
+def _check_profile(model, profile, args: argparse.Namespace) -> dict[str, str]:
     """Refuse a profile that does not describe the model's tables (unless --assume-zipf);
     per table, where its access statistics come from."""
     import sys

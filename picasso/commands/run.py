@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"plan {res.plan} ({res.model}), {res.world_size} ranks on {res.backend}/{res.device}, "
           f"global batch {res.global_batch}, {res.micro_batches} micro-batch(es)")
     if res.resumed is not None:
-        print(resume_line(res.resumed))
+        print(_resume_line(res.resumed))
     print(f"throughput   {res.samples_per_s:,.0f} samples/s over {res.timed_steps} timed steps")
     print(f"iteration    p50 {it['p50']:.2f} ms  p90 {it['p90']:.2f} ms  p99 {it['p99']:.2f} ms")
     if res.cpu_ms_per_step_per_rank:
@@ -124,7 +124,7 @@ def _checkpoint_writer(c: RunConfig):
     return one_writer(c.checkpoint, "checkpoint folder")
 
 
-def resume_line(r: dict) -> str:
+def _resume_line(r: dict) -> str:
     """Where a resumed run started, and the checkpoint's last evaluation."""
     line = f"resumed      {r['checkpoint']} at step {r['data_position']}"
     e = r.get("last_eval")

@@ -6,6 +6,8 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from planner.modes import DenseDtype
+
     p = sub.add_parser("simulate", parents=[common], help="predict the timeline of a plan (what-if questions)")
     p.add_argument("plan", help="plan file from `picasso plan`")
     p.add_argument("--hardware", help="hardware preset or file (default: the one the plan was made for)")
@@ -14,7 +16,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--sweep", metavar="KEY=V1,V2,...", help="simulate once per value of one hardware key")
     p.add_argument("--profile", help="access profile (default: the plan's, else Zipf(1.05) per table)")
     p.add_argument("--scale-to", type=int, metavar="ROWS", help="extrapolate the profile to this many rows first")
-    p.add_argument("--dense-dtype", choices=("fp32", "tf32", "bf16"),
+    p.add_argument("--dense-dtype", choices=DenseDtype.values(),
                    help="precision of the dense layers (default: the plan's model, else fp32)")
     p.add_argument("--engine", choices=("simpy", "fast"), default="simpy", help="simulation engine (default simpy)")
     p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON (Perfetto)")

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from validation.variants import PlanVariants
 
     if args.replay:
-        return replay(args)
+        return _replay(args)
     if not args.data:
         raise ValueError("--data is required (unless --replay DIR)")
     try:
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result["failed"] else 0
 
 
-def replay(args: argparse.Namespace) -> int:
+def _replay(args: argparse.Namespace) -> int:
     """`--replay DIR`: the refit and the predictions again, from a finished sweep's saved runs."""
     import json
 
