@@ -190,7 +190,7 @@ def score(net: RecModel, data: str, fmt: str = "criteo", batch: int = 4096) -> d
     process and without a plan; the same batches, precision and metrics as a run's evaluation."""
     t0 = time.perf_counter()
     model = net.spec
-    precision = dense_precision(model.extra, torch.device("cpu"))
+    precision = dense_precision(model.dense_precision, torch.device("cpu"))
     bad = BadRows()
     dataset = Dataset(data) if is_dataset(data) else None
 

@@ -70,7 +70,7 @@ def metadata(model: ModelSpec, manifest: dict) -> dict[str, str]:
         "format": FORMAT,
         "model": json.dumps(model.to_dict(), sort_keys=True),
         "tables": json.dumps(tables),
-        "dense_dtype": str(model.extra.get("dense_dtype", "fp32")),
+        "dense_dtype": str(model.dense_precision),
         "steps": str(int(manifest["steps"])),
         "trained_world_size": str(int(manifest["world_size"])),
         **({"last_eval": json.dumps(manifest["last_eval"])} if manifest.get("last_eval") else {}),
