@@ -24,13 +24,16 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from foundation.files import check_output_path
+    from foundation.outputs import Outputs
     from simulator.report import write_report
     from validation.calibrate import CalibrateConfig, CalibrationDevice, calibrate
 
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
-    check_output_path(args.output)  # before minutes of microbenchmarks, not after
+    base = args.base if Path(args.base).exists() else None  # else a preset's name
+    fit = Path(args.output).with_name(Path(args.output).stem + ".fit.json")
+    Outputs().read("--base", base).read("--model", args.model if Path(args.model).exists() else None).file(
+        "-o", args.output).file("-o's fit details", fit).check()  # before minutes of microbenchmarks
     cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick,
                           device=CalibrationDevice.from_str(args.device, "--device"))
     out = Path(args.output)

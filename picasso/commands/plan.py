@@ -101,12 +101,12 @@ def execute(args: argparse.Namespace) -> Planned:
         raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
     from pathlib import Path
 
-    from foundation.files import check_distinct
+    from foundation.outputs import Outputs
 
-    check_distinct({"--model": args.model, "--hardware": args.hardware, "--profile": args.profile,
-                    "--profile's arrays": args.profile and Path(args.profile).with_suffix(".npz")},
-                   {"-o": args.output, "-o's hot IDs": Path(args.output).with_suffix(".hot.npz"),
-                    "--html": args.html, "--trace": args.trace})
+    Outputs().read("--model", args.model).read("--hardware", args.hardware).read("--profile", args.profile).read(
+        "--profile's arrays", args.profile and Path(args.profile).with_suffix(".npz")).file(
+        "-o", args.output).file("-o's hot IDs", Path(args.output).with_suffix(".hot.npz")).file(
+        "--html", args.html).file("--trace", args.trace).check()
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
     sources = check_profile(model, profile, args)
