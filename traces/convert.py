@@ -4,7 +4,10 @@ Streams reader chunks straight into the shard columns: memory holds one reader c
 `chunk_bytes` of input) whatever the input's size. Everything is written into a hidden
 temporary folder beside the output, fsynced, the manifest last, and the folder renamed into
 place: an interrupted conversion leaves no folder under the output's name, and a folder
-without a manifest is never read as a dataset.
+without a manifest is never read as a dataset. A conversion killed outright leaves its hidden
+folder (`.NAME.converting-PID`) and its writer lock beside the output; the next conversion to
+that output holds the writer lock, so no such writer is alive, and removes them (a dataset
+moved aside by a --force replacement killed mid-swap, `.NAME.old-PID`, is put back first).
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ def convert(
     except OSError as exc:
         raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
     with one_writer_beside(out, "dataset folder"):  # a second conversion to `out` is refused, not raced
+        _clear_leftovers(out)
         _check_target(out, force)  # again: another conversion may have ended while this one checked
         return _convert(files, fmt, out, dense_transform, shard_rows, strict, chunk_bytes, progress,
                         format_options)
@@ -133,6 +137,20 @@ def _check_target(out: Path, force: bool) -> None:
         # --force replaces a dataset only: never a device, a FIFO (removing it would block),
         # a file or an unrelated folder
         raise TraceError(f"{out}: exists and is not a picasso dataset folder; refusing to replace it")
+
+
+def _clear_leftovers(out: Path) -> None:
+    """Remove what killed conversions to `out` left beside it; call with `out`'s writer lock held
+    (their writers are gone: a live one would hold it)."""
+    prefix = f".{out.name}."
+    for entry in sorted(os.listdir(out.parent)):
+        stem, _, pid = entry.rpartition("-")
+        if not entry.startswith(prefix) or not pid.isdigit():
+            continue
+        if stem == f"{prefix}old" and not os.path.lexists(out) and is_dataset(out.parent / entry):
+            os.rename(out.parent / entry, out)  # killed between moving the old dataset aside and the new in
+        elif stem in (f"{prefix}converting", f"{prefix}old"):
+            shutil.rmtree(out.parent / entry, ignore_errors=True)
 
 
 def _convert(files, fmt, out: Path, dense_transform, shard_rows, strict, chunk_bytes, progress,
