@@ -24,6 +24,7 @@ import numpy as np
 from foundation.files import check_creatable, fsync_dir
 from foundation.locks import one_writer_beside
 from traces.dataset import (
+    COLUMN_DTYPES,
     DENSE_TRANSFORMS,
     FORMAT,
     MANIFEST,
@@ -43,11 +44,11 @@ class _ShardWriter:
         folder.mkdir()
         self.folder = folder
         self.cols = {
-            "labels": NpyAppender(folder / "labels.npy", np.float32),
-            "dense": NpyAppender(folder / "dense.npy", np.float32, (num_dense,)),
-            "lens": NpyAppender(folder / "lens.npy", np.int32, (num_features,)),
-            "rowptr": NpyAppender(folder / "rowptr.npy", np.int64),
-            "ids": NpyAppender(folder / "ids.npy", np.int64),
+            "labels": NpyAppender(folder / "labels.npy", COLUMN_DTYPES["labels"]),
+            "dense": NpyAppender(folder / "dense.npy", COLUMN_DTYPES["dense"], (num_dense,)),
+            "lens": NpyAppender(folder / "lens.npy", COLUMN_DTYPES["lens"], (num_features,)),
+            "rowptr": NpyAppender(folder / "rowptr.npy", COLUMN_DTYPES["rowptr"]),
+            "ids": NpyAppender(folder / "ids.npy", COLUMN_DTYPES["ids"]),
         }
         self.cols["rowptr"].append(np.zeros(1, np.int64))
         self.nnz = 0

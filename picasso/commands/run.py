@@ -90,6 +90,7 @@ def execute(config: RunConfig) -> RunResult | None:
     another node): the work of `picasso run` and `picasso.run`. The config checked its own values."""
     from executor.data.inputs import check_inputs
     from executor.process.launch import launch
+    from executor.run.checkpoint import check_resume
     from executor.run.outputs import run_outputs
     from planner.plan import Plan
 
@@ -97,6 +98,7 @@ def execute(config: RunConfig) -> RunResult | None:
     outs = run_outputs(c.plan, c.data, c.eval_data, c.resume, c.trace, c.timeline, c.checkpoint)
     outs.check()
     check_inputs(Plan.load(c.plan).model, c.data, c.format, c.eval_data, c.eval_format)
+    check_resume(c.resume, Plan.load(c.plan))
     pred = _memory_check(c)
     with _checkpoint_writer(c):
         if c.node_rank == 0:
