@@ -94,3 +94,27 @@ def test_a_column_of_another_dtype_is_one_line_naming_it(setup, capsys, no_ranks
     with pytest.raises(TraceError, match=rf"{column}\.npy: holds .*\({np.dtype(dtype).str}\), the dataset format"):
         Dataset(ds)
     _refused(capsys, ["run", setup / "plan.json", "--data", ds, "--steps", "1"], f"{column}.npy: holds")
+
+
+@pytest.mark.parametrize("edit", ["fewer_ids", "more_accesses", "unsorted", "stability"])
+def test_profile_arrays_that_contradict_their_summary_are_one_line(setup, tmp_path, edit):
+    """A profile's arrays agree with its JSON summary: the IDs and accesses it counts, hottest
+    first, one stability record per fraction (a profile's .npz swapped or edited is refused)."""
+    from traces.profile import AccessProfile, profile_file
+
+    prof = profile_file(str(setup / "a.tsv"), "criteo")
+    prof.save(tmp_path / "p.json")
+    z = dict(np.load(tmp_path / "p.npz"))
+    doc = json.loads((tmp_path / "p.json").read_text())
+    i = next(k for k, d in enumerate(doc["features"]) if d["exact"] and d["distinct"] > 2)
+    if edit == "fewer_ids":
+        z[f"f{i}_ids"], z[f"f{i}_counts"] = z[f"f{i}_ids"][:-1], z[f"f{i}_counts"][:-1]
+    elif edit == "more_accesses":
+        z[f"f{i}_counts"] = z[f"f{i}_counts"] * 2
+    elif edit == "unsorted":
+        z[f"f{i}_counts"] = z[f"f{i}_counts"][::-1].copy()
+    else:
+        z[f"f{i}_stability_sizes"] = np.concatenate([z[f"f{i}_stability_sizes"], [1]])
+    np.savez(tmp_path / "p.npz", **z)
+    with pytest.raises(TraceError, match=rf"p\.npz: arrays features\[{i}\]\."):
+        AccessProfile.load(tmp_path / "p.json")
