@@ -108,3 +108,10 @@ def test_run_writes_no_other_output_inside_its_checkpoint(d, capsys, tmp_path):
     _refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck,
                       "--trace", ck / "manifest.json"], "among the files --checkpoint writes")
     assert not ck.exists()
+
+
+def test_convert_force_replaces_only_a_dataset_it_wrote(d, capsys, tmp_path):
+    (tmp_path / "manifest.json").write_text('{"mine": true}\n')
+    _refused(capsys, ["convert", d / "data.tsv", "--format", "criteo", "-o", tmp_path, "--force"],
+             "not a picasso dataset folder")
+    assert (tmp_path / "manifest.json").read_text() == '{"mine": true}\n'

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from foundation.documents import read_json
 from foundation.files import check_creatable, fsync_dir
 from foundation.locks import one_writer_beside
 from traces.dataset import (
@@ -131,10 +132,22 @@ def convert(
                         format_options)
 
 
+def written_by_convert(folder: Path) -> bool:
+    """A dataset folder `convert` wrote: its manifest names the dataset format (a folder that only
+    holds some file named manifest.json is someone else's)."""
+    if not is_dataset(folder):
+        return False
+    try:
+        m = read_json(folder / MANIFEST, "dataset manifest")
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("format") == FORMAT
+
+
 def _check_target(out: Path, force: bool) -> None:
     if os.path.lexists(out) and not force:
         raise TraceError(f"{out}: already exists (use --force to replace it)")
-    if os.path.lexists(out) and (out.is_symlink() or not is_dataset(out)):
+    if os.path.lexists(out) and (out.is_symlink() or not written_by_convert(out)):
         # --force replaces a dataset only: never a device, a FIFO (removing it would block),
         # a file or an unrelated folder
         raise TraceError(f"{out}: exists and is not a picasso dataset folder; refusing to replace it")

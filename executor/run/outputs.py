@@ -19,9 +19,14 @@ def _data_paths(data: str | None) -> list[str]:
 
 
 def is_checkpoint_folder(path: Path) -> bool:
-    """A checkpoint folder picasso wrote before folders carried a marker: its manifest says so."""
+    """A checkpoint folder picasso wrote before folders carried a marker: its manifest says so, or
+    it holds only the versions of a first save that never finished."""
+    from executor.run.checkpoint import VERSION_RE
+
     try:
         m = read_json(path / "manifest.json", "checkpoint manifest", 16 << 20)
+    except FileNotFoundError:
+        return all(VERSION_RE.fullmatch(n) for n in os.listdir(path) if not n.startswith("."))
     except (OSError, ValueError):
         return False
     return isinstance(m, dict) and m.get("format") in CHECKPOINT_FORMATS
