@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from foundation.documents import read_json
 from foundation.files import atomic_write_text, check_creatable, check_output_path
 from foundation.locks import LOCK_NAME
 
@@ -77,14 +78,16 @@ class Outputs:
     files: list[tuple[str, Path]] = field(default_factory=list)
     folders: list[_Folder] = field(default_factory=list)
 
-    def read(self, flag: str, paths: object) -> Outputs:
-        """An input (a file or a folder; a list of them; None or "" is skipped)."""
-        self.inputs.extend((flag, p) for p in _paths(paths))
+    def read(self, flag: str, paths: object, beside: tuple[str, ...] = ()) -> Outputs:
+        """An input (a file or a folder; a list of them; None or "" is skipped); `beside`, the
+        suffixes of files read with it (a plan's ".hot.npz")."""
+        self.inputs.extend(_with_companions(flag, _paths(paths), beside))
         return self
 
-    def file(self, flag: str, path: object) -> Outputs:
-        """A file the command writes (None or "" is skipped)."""
-        self.files.extend((flag, p) for p in _paths(path))
+    def file(self, flag: str, path: object, beside: tuple[str, ...] = ()) -> Outputs:
+        """A file the command writes (None or "" is skipped); `beside`, the suffixes of files
+        written with it (a profile's ".npz")."""
+        self.files.extend(_with_companions(flag, _paths(path), beside))
         return self
 
     def folder(self, flag: str, path: object, kind: str, names: Iterable[str] = ("*",),
@@ -174,12 +177,26 @@ def mark(folder: str | os.PathLike, kind: str) -> Path:
     return folder
 
 
+def holds_document(folder: Path, name: str, what: str, fits: Callable[[dict], bool]) -> bool:
+    """Whether `folder/name` is a JSON object `fits` accepts: how a command recognises a folder it
+    wrote before folders carried a marker (a checkpoint's manifest, a sweep's results)."""
+    try:
+        doc = read_json(folder / name, what, 64 << 20)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and bool(fits(doc))
+
+
 def _is_below(p: Path, top: Path) -> bool:
     try:
         Path(os.path.realpath(p)).relative_to(top)
         return True
     except ValueError:
         return False
+
+
+def _with_companions(flag: str, paths: list[Path], suffixes: tuple[str, ...]) -> list[tuple[str, Path]]:
+    return [(flag, p) for p in paths] + [(f"{flag}'s {s} file", p.with_suffix(s)) for p in paths for s in suffixes]
 
 
 def _paths(value: object) -> list[Path]:

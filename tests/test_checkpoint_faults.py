@@ -208,10 +208,7 @@ def test_a_piece_whose_tensors_do_not_fit_the_model_is_refused_naming_file_and_t
                            "hot": w}[cut]
     if cut == "hot":
         d["pack"]["hot_weight"] = d["pack"]["hot_weight"][:, :2]
-    torch.save(d, f)
-    data = f.read_bytes()
-    _rewrite_manifests(folder, lambda m: m["files"].update(
-        {f.name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}))
+    _save_as_attacker(folder, f, d)
     with pytest.raises(CheckpointError, match=r"rank0\.pack0\.pt: table 'C1', 'C2': (hot_)?weight is"):
         resumed(folder)
     plan, hot = small_plan()
@@ -227,9 +224,14 @@ def test_dense_weights_of_another_shape_are_refused_naming_the_weight(tmp_path):
     d = torch.load(f, weights_only=True)
     name = next(iter(d["dense"]))
     d["dense"][name] = d["dense"][name][:1]
-    torch.save(d, f)
+    _save_as_attacker(folder, f, d)
+    with pytest.raises(CheckpointError, match=rf"dense\.pt: dense weight '{name}' is 1 x"):
+        resumed(folder)
+
+
+def _save_as_attacker(folder: Path, f: Path, content: dict) -> None:
+    """Write `content` to the checkpoint file `f` with its size and checksum updated in the manifests."""
+    torch.save(content, f)
     data = f.read_bytes()
     _rewrite_manifests(folder, lambda m: m["files"].update(
         {f.name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}))
-    with pytest.raises(CheckpointError, match=rf"dense\.pt: dense weight '{name}' is 1 x"):
-        resumed(folder)

@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from foundation.documents import read_json
 from foundation.files import atomic_write_text
-from foundation.outputs import Outputs, mark
+from foundation.outputs import Outputs, holds_document, mark
 from planner.access import table_access
 from planner.builders import BASELINES, baseline_plan
 from planner.explain import explain
@@ -83,11 +82,7 @@ DEMO_KIND = "demo"
 
 def _is_demo_folder(path: Path) -> bool:
     """A demo folder picasso wrote before folders carried a marker: its demo.json says so."""
-    try:
-        doc = read_json(path / "demo.json", "demo summary", 64 << 20)
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and "stages" in doc
+    return holds_document(path, "demo.json", "demo summary", lambda d: "stages" in d)
 
 
 class DemoError(RuntimeError):

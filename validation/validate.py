@@ -28,9 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from foundation.documents import read_json
 from foundation.files import atomic_write_text
-from foundation.outputs import Outputs, mark
+from foundation.outputs import Outputs, holds_document, mark
 from planner.access import table_access
 from planner.builders import build_sweep
 from planner.inputs import load_inputs
@@ -56,11 +55,7 @@ SWEEP_NAMES = ("plans", "profile.json", "profile.npz", "validate.json", "hardwar
 
 def is_sweep_folder(path: Path) -> bool:
     """A sweep folder picasso wrote before folders carried a marker: its validate.json says so."""
-    try:
-        doc = read_json(path / "validate.json", "validate result", 64 << 20)
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and "per_plan" in doc
+    return holds_document(path, "validate.json", "validate result", lambda d: "per_plan" in d)
 
 
 def sweep_outputs(cfg: ValidateConfig | None, replay: str | None, html: str | None, results: str | None,

@@ -43,6 +43,7 @@ from executor.step.trainer import Trainer, tables_from_pieces
 from foundation import fields
 from foundation.documents import read_json
 from foundation.files import atomic_write_bytes, fsync_dir
+from foundation.outputs import holds_document
 from planner.plan import Plan
 from planner.sharding import Sharding
 
@@ -57,6 +58,15 @@ DEFAULT_KEEP = 2
 
 class CheckpointError(ValueError):
     """A checkpoint that is incomplete, damaged or belongs to another model."""
+
+
+def is_checkpoint_folder(path: Path) -> bool:
+    """A checkpoint folder picasso wrote before folders carried a marker: its manifest names a
+    checkpoint format, or it holds only the versions of a first save that never finished."""
+    if not (path / "manifest.json").exists():
+        return all(VERSION_RE.fullmatch(n) for n in os.listdir(path) if not n.startswith("."))
+    return holds_document(path, "manifest.json", "checkpoint manifest",
+                          lambda m: m.get("format") in (FORMAT, FORMAT_V2, FORMAT_V1))
 
 
 def model_fingerprint(plan: Plan) -> str:

@@ -30,10 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
-    base = args.base if Path(args.base).exists() else None  # else a preset's name
-    fit = Path(args.output).with_name(Path(args.output).stem + ".fit.json")
-    Outputs().read("--base", base).read("--model", args.model if Path(args.model).exists() else None).file(
-        "-o", args.output).file("-o's fit details", fit).check()  # before minutes of microbenchmarks
+    Outputs().read("--base", args.base).read("--model", args.model).file(  # before minutes of microbenchmarks
+        "-o", args.output, beside=(".fit.json",)).check()
     cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick,
                           device=CalibrationDevice.from_str(args.device, "--device"))
     out = Path(args.output)

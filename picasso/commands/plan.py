@@ -99,14 +99,10 @@ def execute(args: argparse.Namespace) -> Planned:
 
     if not args.hardware:
         raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
-    from pathlib import Path
-
     from foundation.outputs import Outputs
 
-    Outputs().read("--model", args.model).read("--hardware", args.hardware).read("--profile", args.profile).read(
-        "--profile's arrays", args.profile and Path(args.profile).with_suffix(".npz")).file(
-        "-o", args.output).file("-o's hot IDs", Path(args.output).with_suffix(".hot.npz")).file(
-        "--html", args.html).file("--trace", args.trace).check()
+    Outputs().read("--model", args.model).read("--hardware", args.hardware).read("--profile", args.profile, beside=(
+        ".npz",)).file("-o", args.output, beside=(".hot.npz",)).file("--html", args.html).file("--trace", args.trace).check()
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
     sources = check_profile(model, profile, args)

@@ -25,16 +25,13 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
-    from pathlib import Path
 
     from foundation.outputs import Outputs
     from planner.plan import Plan
     from planner.whatif import inputs_for, parse_sweep, predict, sweep
 
-    Outputs().read("PLAN", args.plan).read("PLAN's hot IDs", Path(args.plan).with_suffix(".hot.npz")).read(
-        "--hardware", args.hardware).read("--profile", args.profile).read(
-        "--profile's arrays", args.profile and Path(args.profile).with_suffix(".npz")).file(
-        "--trace", args.trace).file("--html", args.html).check()
+    Outputs().read("PLAN", args.plan, beside=(".hot.npz",)).read("--hardware", args.hardware).read(
+        "--profile", args.profile, beside=(".npz",)).file("--trace", args.trace).file("--html", args.html).check()
 
     plan, hw, access = inputs_for(Plan.load(args.plan), args.hardware, args.set, args.profile, args.scale_to,
                                   args.dense_dtype, where=args.plan)
