@@ -17,9 +17,10 @@ Nothing is created by `check()`: a command refused after it leaves no folder beh
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,7 @@ class Outputs:
     inputs: list[tuple[str, Path]] = field(default_factory=list)
     files: list[tuple[str, Path]] = field(default_factory=list)
     folders: list[_Folder] = field(default_factory=list)
+    _missing: dict[str, bool] = field(default_factory=dict)  # output folders absent at check()
 
     def read(self, flag: str, paths: object, beside: tuple[str, ...] = ()) -> Outputs:
         """An input (a file or a folder; a list of them; None or "" is skipped); `beside`, the
@@ -121,6 +123,7 @@ class Outputs:
         self._check_inside_inputs()
         for f in self.folders:
             _check_folder(f)
+            self._missing[f.flag] = not os.path.lexists(f.path)
 
     def _check_inside_inputs(self) -> None:
         """A file an input folder already holds is part of that input (a dataset's shard, a sweep's
@@ -166,6 +169,23 @@ class Outputs:
             if f.flag == flag:
                 return mark(f.path, f.kind)
         return None
+
+    @contextlib.contextmanager
+    def claimed(self, flag: str | None) -> Iterator[Path | None]:
+        """`claim(flag)` for the block; a folder the block leaves as new as it found it (missing at
+        `check()`, now holding only picasso's marker and lock) is removed again, so a command
+        that fails leaves no folder behind."""
+        folder = self.claim(flag) if flag is not None else None
+        try:
+            yield folder
+        finally:
+            if folder is not None and self._missing.get(flag):
+                with contextlib.suppress(OSError):
+                    if set(os.listdir(folder)) <= set(_OWN):
+                        for name in _OWN:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(folder / name)
+                        os.rmdir(folder)
 
 
 def mark(folder: str | os.PathLike, kind: str) -> Path:

@@ -115,3 +115,20 @@ def test_convert_force_replaces_only_a_dataset_it_wrote(d, capsys, tmp_path):
     _refused(capsys, ["convert", d / "data.tsv", "--format", "criteo", "-o", tmp_path, "--force"],
              "not a picasso dataset folder")
     assert (tmp_path / "manifest.json").read_text() == '{"mine": true}\n'
+
+
+def test_a_failed_run_leaves_no_checkpoint_folder_it_created(d, capsys, tmp_path, monkeypatch):
+    import executor.process.launch as launch
+
+    def fails(*a, **k):
+        raise launch.LaunchError("rank 1: error: the data ran out")
+
+    monkeypatch.setattr(launch, "launch", fails)
+    ck = tmp_path / "new" / "ck"
+    _refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck],
+             "the data ran out")
+    assert not ck.exists()
+    ck.mkdir(parents=True)  # a folder the user made stays, empty as it was
+    _refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck],
+             "the data ran out")
+    assert ck.is_dir()

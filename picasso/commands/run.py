@@ -100,9 +100,7 @@ def execute(config: RunConfig) -> RunResult | None:
     check_inputs(Plan.load(c.plan).model, c.data, c.format, c.eval_data, c.eval_format)
     check_resume(c.resume, Plan.load(c.plan))
     pred = _memory_check(c)
-    with _checkpoint_writer(c):
-        if c.node_rank == 0:
-            outs.claim("--checkpoint")
+    with _checkpoint_writer(c), outs.claimed("--checkpoint" if c.node_rank == 0 else None):
         res = launch(c)
     if res is not None and pred is not None:
         from executor.run.memory import attach_measured
