@@ -28,6 +28,15 @@ def test_an_output_folder_never_holds_or_sits_in_an_input(tmp_path):
     assert not (tmp_path / "ck").exists()  # check() creates nothing
 
 
+def test_a_run_may_resume_from_the_checkpoint_folder_it_saves_to(tmp_path):
+    ck = tmp_path / "ck"
+    mark(ck, "checkpoint")
+    Outputs().read("--resume", ck).folder("--checkpoint", ck, "checkpoint", inputs_inside=("--resume",)).check()
+    Outputs().read("--resume", ck / "step-1").folder("--checkpoint", ck, "checkpoint", inputs_inside=("--resume",)).check()
+    with pytest.raises(OutputClash, match="would write over the input --resume"):
+        Outputs().read("--resume", ck).folder("--checkpoint", ck, "checkpoint").check()
+
+
 def test_nothing_else_is_written_among_a_folders_own_files(tmp_path):
     ck = tmp_path / "ck"
     with pytest.raises(OutputClash, match="among the files --checkpoint writes"):
