@@ -8,11 +8,14 @@ writes into (`folder`, with the names it writes there), then calls `check()`:
 - an output folder neither holds an input nor lies inside an input folder, and nothing
   else the command writes or reads lies inside it, unless the folder says it may (a file
   beside the folder's own names; a checkpoint a run resumes from and saves to);
+- no output replaces a file that an input folder already holds (a dataset's shard, a
+  sweep's results);
 - an output folder that exists is empty or of picasso's own kind: it holds the marker
   `.picasso-folder` naming that kind (`claim` writes it when the command first writes
   there), or passes the kind's own test (a folder picasso wrote before markers existed).
 
-Nothing is created by `check()`: a command refused after it leaves no folder behind.
+Nothing is created by `check()`: a command refused there leaves no folder behind, and one
+that fails inside `claimed()` takes away the folder it created if nothing was written there.
 """
 
 from __future__ import annotations
