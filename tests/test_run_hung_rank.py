@@ -122,10 +122,11 @@ def _agent(proc: subprocess.Popen) -> int:
 
 
 @pytest.mark.dist
-@pytest.mark.parametrize("then", ["wait", "sigterm"])
+@pytest.mark.parametrize("then", ["wait", "sigterm", "dead"])
 def test_a_frozen_launcher_stops_the_run_and_nothing_is_left(tmp_path, then):
     """The launcher stopped (SIGSTOP) is under the ranks' watch: the run ends within --timeout and
-    a few seconds, saying so; SIGTERM meanwhile says it stopped only once every process is gone."""
+    a few seconds, saying so; SIGTERM meanwhile says it stopped only once every process is gone;
+    a launcher killed outright takes its ranks with it at once."""
     timeout_s = 6.0
     small_plan(tmp_path / "plan.json", micro_batches=2)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -140,6 +141,8 @@ def test_a_frozen_launcher_stops_the_run_and_nothing_is_left(tmp_path, then):
     if then == "sigterm":
         time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
+    elif then == "dead":
+        os.kill(agent, signal.SIGKILL)
     try:
         _, err = proc.communicate(timeout=timeout_s + 30.0)
     except subprocess.TimeoutExpired:
@@ -156,5 +159,8 @@ def test_a_frozen_launcher_stops_the_run_and_nothing_is_left(tmp_path, then):
     if then == "wait":
         assert proc.returncode == 2 and len(lines) == 1 and "rank launcher" in lines[0] and "stopped" in lines[0], err
         assert ended - frozen < timeout_s + 10.0, ended - frozen
+    elif then == "dead":
+        assert proc.returncode == 2 and "killed by SIGKILL" in lines[-1], err
+        assert ended - frozen < 10.0, ended - frozen
     else:
         assert proc.returncode == 128 + signal.SIGTERM and "stopped its processes" in lines[-1], err
