@@ -11,6 +11,7 @@ import pytest
 
 from foundation.outputs import MARKER, OutputClash, Outputs, folder_kind, mark
 from picasso.cli import main
+from tests.cli_lines import refused
 from traces.synth import generate_criteo
 
 
@@ -90,38 +91,30 @@ def _snapshot(folder):
     return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-def _refused(capsys, argv, needle):
-    capsys.readouterr()
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0], err
-    return err[0]
-
-
 def test_run_never_checkpoints_into_its_dataset(d, capsys):
     before = _snapshot(d / "ds")
-    _refused(capsys, ["run", d / "plan.json", "--data", d / "ds", "--steps", "2", "--checkpoint", d / "ds"],
+    refused(capsys, ["run", d / "plan.json", "--data", d / "ds", "--steps", "2", "--checkpoint", d / "ds"],
              "--checkpoint")
     assert _snapshot(d / "ds") == before
 
 
 def test_run_never_checkpoints_into_a_foreign_folder(d, capsys, tmp_path):
     (tmp_path / "manifest.json").write_text('{"mine": true}\n')
-    _refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", tmp_path],
+    refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", tmp_path],
              "not a picasso checkpoint folder")
     assert (tmp_path / "manifest.json").read_text() == '{"mine": true}\n'
 
 
 def test_run_writes_no_other_output_inside_its_checkpoint(d, capsys, tmp_path):
     ck = tmp_path / "ck"
-    _refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck,
+    refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck,
                       "--trace", ck / "manifest.json"], "among the files --checkpoint writes")
     assert not ck.exists()
 
 
 def test_convert_force_replaces_only_a_dataset_it_wrote(d, capsys, tmp_path):
     (tmp_path / "manifest.json").write_text('{"mine": true}\n')
-    _refused(capsys, ["convert", d / "data.tsv", "--format", "criteo", "-o", tmp_path, "--force"],
+    refused(capsys, ["convert", d / "data.tsv", "--format", "criteo", "-o", tmp_path, "--force"],
              "not a picasso dataset folder")
     assert (tmp_path / "manifest.json").read_text() == '{"mine": true}\n'
 
@@ -134,10 +127,10 @@ def test_a_failed_run_leaves_no_checkpoint_folder_it_created(d, capsys, tmp_path
 
     monkeypatch.setattr(launch, "launch", fails)
     ck = tmp_path / "new" / "ck"
-    _refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck],
+    refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck],
              "the data ran out")
     assert not ck.exists()
     ck.mkdir(parents=True)  # a folder the user made stays, empty as it was
-    _refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck],
+    refused(capsys, ["run", d / "plan.json", "--data", d / "data.tsv", "--steps", "2", "--checkpoint", ck],
              "the data ran out")
     assert ck.is_dir()

@@ -15,6 +15,7 @@ import pytest
 from picasso.cli import main
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
+from tests.cli_lines import refused
 from traces.dataset import Dataset
 from traces.errors import TraceError
 
@@ -42,16 +43,8 @@ def no_ranks(monkeypatch):
     monkeypatch.setattr(launch, "launch", started)
 
 
-def _refused(capsys, argv, needle):
-    capsys.readouterr()
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and needle in err[0], err
-    return err[0]
-
-
 def test_a_missing_resume_folder_is_found_before_the_ranks_start(setup, capsys, no_ranks, tmp_path):
-    _refused(capsys, ["run", setup / "plan.json", "--data", setup / "a.tsv", "--steps", "1",
+    refused(capsys, ["run", setup / "plan.json", "--data", setup / "a.tsv", "--steps", "1",
                       "--resume", tmp_path / "nowhere"], "no such checkpoint folder")
 
 
@@ -60,7 +53,7 @@ def test_every_file_of_a_glob_is_checked_before_the_ranks_start(setup, capsys, n
     lines = (setup / "a.tsv").read_text().splitlines()
     (tmp_path / "day_1.tsv").write_text("".join("\t".join(ln.split("\t")[:13] + ln.split("\t")[14:]) + "\n"
                                                 for ln in lines))  # 12 dense columns
-    _refused(capsys, ["run", setup / "plan.json", "--data", tmp_path / "day_*.tsv", "--steps", "1"], "day_1.tsv")
+    refused(capsys, ["run", setup / "plan.json", "--data", tmp_path / "day_*.tsv", "--steps", "1"], "day_1.tsv")
 
 
 def _copy(setup, tmp_path):
@@ -69,21 +62,21 @@ def _copy(setup, tmp_path):
     return ds
 
 
-def test_a_shard_listed_twice_is_refused(setup, capsys, no_ranks, tmp_path):
+def test_a_shard_listed_twice_isrefused(setup, capsys, no_ranks, tmp_path):
     ds = _copy(setup, tmp_path)
     m = json.loads((ds / "manifest.json").read_text())
     m["shards"] = [m["shards"][0]] * 3
     m["rows"] = 3 * m["shards"][0]["rows"]
     (ds / "manifest.json").write_text(json.dumps(m))
-    _refused(capsys, ["run", setup / "plan.json", "--data", ds, "--steps", "1"], "listed more than once")
+    refused(capsys, ["run", setup / "plan.json", "--data", ds, "--steps", "1"], "listed more than once")
 
 
-def test_a_shard_linked_out_of_the_dataset_is_refused(setup, capsys, no_ranks, tmp_path):
+def test_a_shard_linked_out_of_the_dataset_isrefused(setup, capsys, no_ranks, tmp_path):
     ds = _copy(setup, tmp_path)
     outside = tmp_path / "elsewhere"
     shutil.move(ds / "shard-00001", outside)
     os.symlink(outside, ds / "shard-00001")
-    _refused(capsys, ["run", setup / "plan.json", "--data", ds, "--steps", "1"], "leads out of the dataset folder")
+    refused(capsys, ["run", setup / "plan.json", "--data", ds, "--steps", "1"], "leads out of the dataset folder")
 
 
 @pytest.mark.parametrize("column,dtype", [("dense", ">f4"), ("ids", "<i4"), ("dense", "<f8"), ("labels", ">f4")])
@@ -93,7 +86,7 @@ def test_a_column_of_another_dtype_is_one_line_naming_it(setup, capsys, no_ranks
     np.save(f, np.load(f).astype(dtype))  # same values, shape and rows: only the header's dtype differs
     with pytest.raises(TraceError, match=rf"{column}\.npy: holds .*\({np.dtype(dtype).str}\), the dataset format"):
         Dataset(ds)
-    _refused(capsys, ["run", setup / "plan.json", "--data", ds, "--steps", "1"], f"{column}.npy: holds")
+    refused(capsys, ["run", setup / "plan.json", "--data", ds, "--steps", "1"], f"{column}.npy: holds")
 
 
 @pytest.mark.parametrize("edit", ["fewer_ids", "more_accesses", "unsorted", "stability"])
