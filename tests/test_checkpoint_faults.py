@@ -191,3 +191,47 @@ def test_a_rank_killed_during_the_save_leaves_the_previous_checkpoint(tmp_path):
     tr, _ = resumed(folder)  # the 2-rank checkpoint loads on one rank
     assert tr.steps_done == 2
     assert len(checkpoint.versions(folder)) == 1  # the killed save's folder is removed, never made current
+
+
+@pytest.mark.parametrize("cut", ["rows", "columns", "twice", "hot"])
+def test_a_piece_whose_tensors_do_not_fit_the_model_is_refused_naming_file_and_table(tmp_path, cut):
+    """A piece's weights cut to fewer rows, half its columns, doubled, or a hot cache of another
+    width (checksums updated, as an attacker or a broken copy would): one line naming the file and
+    the pack's tables, before any of it is used, whether the pack is loaded whole or resharded."""
+    folder = tmp_path / "ck"
+    checkpoint.save(trained(1), folder)
+    version = checkpoint.versions(folder)[-1]
+    f = version / "rank0.pack0.pt"
+    d = torch.load(f, weights_only=True)
+    w = d["pack"]["weight"]
+    d["pack"]["weight"] = {"rows": w[:100], "columns": w[:, : w.shape[1] // 2], "twice": torch.cat([w, w]),
+                           "hot": w}[cut]
+    if cut == "hot":
+        d["pack"]["hot_weight"] = d["pack"]["hot_weight"][:, :2]
+    _save_as_attacker(folder, f, d)
+    with pytest.raises(CheckpointError, match=r"rank0\.pack0\.pt: table 'C1', 'C2': (hot_)?weight is"):
+        resumed(folder)
+    plan, hot = small_plan()
+    plan.packs = [PackPlan("p0", ["C1", "C2"], "table_wise")]  # another sharding: every piece reassembled
+    with pytest.raises(CheckpointError, match=r"rank0\.pack0\.pt: table 'C1', 'C2'"):
+        checkpoint.load(Trainer(plan, hot, Comm()), folder)
+
+
+def test_dense_weights_of_another_shape_are_refused_naming_the_weight(tmp_path):
+    folder = tmp_path / "ck"
+    checkpoint.save(trained(1), folder)
+    f = checkpoint.versions(folder)[-1] / "dense.pt"
+    d = torch.load(f, weights_only=True)
+    name = next(iter(d["dense"]))
+    d["dense"][name] = d["dense"][name][:1]
+    _save_as_attacker(folder, f, d)
+    with pytest.raises(CheckpointError, match=rf"dense\.pt: dense weight '{name}' is 1 x"):
+        resumed(folder)
+
+
+def _save_as_attacker(folder: Path, f: Path, content: dict) -> None:
+    """Write `content` to the checkpoint file `f` with its size and checksum updated in the manifests."""
+    torch.save(content, f)
+    data = f.read_bytes()
+    _rewrite_manifests(folder, lambda m: m["files"].update(
+        {f.name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}))

@@ -48,3 +48,33 @@ def test_a_second_conversion_into_the_same_folder_is_refused(tmp_path, capsys, m
     assert rc == 2 and len(err) == 1, err
     assert "another picasso process" in err[0] and "is writing this dataset folder" in err[0], err
     assert rc_first == [0] and Dataset(out).rows == 120
+
+
+def test_a_killed_conversions_leftovers_go_with_the_next_one(tmp_path):
+    """A conversion killed outright (SIGKILL) leaves its hidden folder and writer lock beside the
+    output; the next conversion to that output removes them and ends with a whole dataset."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from traces.synth import generate_criteo
+
+    generate_criteo(tmp_path / "a.tsv", 120, seed=0)
+    out = tmp_path / "ds"
+    stuck = ("import sys, time\nfrom traces import convert as conv\nreal = conv._write\n"
+             "def stall(*a, **k):\n    real(*a, **k)\n    time.sleep(600)\n"
+             "conv._write = stall\n"
+             f"conv.convert([{str(tmp_path / 'a.tsv')!r}], 'criteo', {str(out)!r})\n")
+    proc = subprocess.Popen([sys.executable, "-c", stuck], env={**os.environ})
+    hidden = tmp_path / f".ds.converting-{proc.pid}"
+    deadline = time.monotonic() + 60
+    while not (hidden / "shard-00000").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert hidden.is_dir() and (tmp_path / ".ds.picasso-writer.lock").exists()  # what a kill leaves
+    assert main(["convert", str(tmp_path / "a.tsv"), "--format", "criteo", "-o", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tsv", "ds"]
+    assert Dataset(out).rows == 120

@@ -28,7 +28,7 @@ def _refused(capsys, argv, *protected) -> list[str]:
     before = {p: p.read_bytes() for p in protected}
     rc = main([str(a) for a in argv])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and ("would write over" in err[0] or "would replace" in err[0]), err
+    assert rc == 2 and len(err) == 1 and ("would write over" in err[0] or "would write into" in err[0]), err
     for p, content in before.items():
         assert p.read_bytes() == content, f"{p} was changed"
     return err
@@ -67,9 +67,7 @@ def test_run_plan_simulate_export_convert_keep_their_inputs(d, capsys):
 
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.sampled_from(["a", "b", "c", "./a", "sub/../b", "link_a"]), min_size=2, max_size=4))
-def test_check_distinct_refuses_exactly_the_names_of_one_file(tmp_path_factory, names):
-    from foundation.files import check_distinct
-
+def test_outputs_refuse_exactly_the_names_of_one_file(tmp_path_factory, names):
     tmp = tmp_path_factory.mktemp("names")
     (tmp / "a").write_text("in")
     (tmp / "sub").mkdir()
@@ -80,6 +78,15 @@ def test_check_distinct_refuses_exactly_the_names_of_one_file(tmp_path_factory, 
     outs = {f"-o{i}": p for i, p in enumerate(paths)}
     if clash:
         with pytest.raises(ValueError, match="would write over"):
-            check_distinct({"IN": tmp / "a"}, outs)
+            _declared(tmp / "a", outs).check()
     else:
-        check_distinct({"IN": tmp / "a"}, outs)
+        _declared(tmp / "a", outs).check()
+
+
+def _declared(src, outs):
+    from foundation.outputs import Outputs
+
+    declared = Outputs().read("IN", src)
+    for flag, p in outs.items():
+        declared.file(flag, p)
+    return declared

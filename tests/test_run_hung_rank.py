@@ -113,3 +113,54 @@ def test_a_failed_rank_does_not_wait_on_a_frozen_peer(tmp_path):
     assert r0.returncode == 1 and "executor rank 0: error: bad rows" in r0.stderr, r0.stderr
     failing = float(r0.stdout.split()[1])
     assert ended - failing < timeout_s / 2, ended - failing
+
+
+def _agent(proc: subprocess.Popen) -> int:
+    """The run's launcher (python -m executor.process.agent), once both its ranks run."""
+    _ranks(proc)
+    return next(p for p in descendants(proc.pid) if "executor.process.agent" in cmdline(p))
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("then", ["wait", "sigterm", "dead"])
+def test_a_frozen_launcher_stops_the_run_and_nothing_is_left(tmp_path, then):
+    """The launcher stopped (SIGSTOP) is under the ranks' watch: the run ends within --timeout and
+    a few seconds, saying so; SIGTERM meanwhile says it stopped only once every process is gone;
+    a launcher killed outright takes its ranks with it at once."""
+    timeout_s = 6.0
+    small_plan(tmp_path / "plan.json", micro_batches=2)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "picasso", "run", str(tmp_path / "plan.json"), "--data", "synthetic",
+           "--steps", "100000000", "--timeout", str(timeout_s)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    agent = _agent(proc)
+    time.sleep(1.0)
+    tree = descendants(proc.pid)
+    os.kill(agent, signal.SIGSTOP)
+    frozen = time.monotonic()
+    if then == "sigterm":
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+    elif then == "dead":
+        os.kill(agent, signal.SIGKILL)
+    try:
+        _, err = proc.communicate(timeout=timeout_s + 30.0)
+    except subprocess.TimeoutExpired:
+        err = "still running"
+    ended = time.monotonic()
+    left = running(tree)  # read as soon as picasso ends: what it left behind
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    assert left == {}, [cmdline(p) for p in left]
+    lines = err.strip().splitlines()
+    if then == "wait":
+        assert proc.returncode == 2 and len(lines) == 1 and "rank launcher" in lines[0] and "stopped" in lines[0], err
+        assert ended - frozen < timeout_s + 10.0, ended - frozen
+    elif then == "dead":
+        assert proc.returncode == 2 and "killed by SIGKILL" in lines[-1], err
+        assert ended - frozen < 10.0, ended - frozen
+    else:
+        assert proc.returncode == 128 + signal.SIGTERM and "stopped its processes" in lines[-1], err

@@ -310,29 +310,11 @@ def test_replay_refits_a_saved_sweep_without_running_it(setup, tmp_path):
     """`picasso validate --replay DIR`: a finished sweep's saved plans, traces and results are
     enough to refit and predict again. Here the "measurements" are simulations on a 'true'
     machine whose top MLP is 4x slower; the replayed refit recovers it for the held-out plans."""
-    import copy
-
     from simulator.calibration import spec_for_world
-    from simulator.calibration_spec import Calibration, ClassFit
-    from simulator.engine import simulate
     from validation.replay import replay
 
     model, access, hw = setup
-    truth = copy.deepcopy(hw)
-    truth.calibration = Calibration(classes={"fwd/dense/top_mlp": ClassFit(fixed_launches=6.0, rate=0.25)})
-    cases = build_sweep(model, access, hw_for(hw), n_plans=8, include_planner=False, batches=(256, 1024),
-                        worlds=(1, 2), fit_count=4)
-    (tmp_path / "plans").mkdir()
-    records = []
-    for i, c in enumerate(cases):
-        path = tmp_path / "plans" / f"{i:02d}-{c.name}.json"
-        c.plan.save(path, hot_ids=c.hot_ids or None)
-        res = simulate(predict(c.plan, spec_for_world(hw, c.plan.world_size), access=access).graph,
-                       spec_for_world(truth, c.plan.world_size))
-        res.timeline.save(path.with_name(path.stem + ".measured.json"))
-        records.append({"name": c.name, "role": c.role, "knobs": c.knobs, "plan_file": str(path),
-                        "measured_us": res.iteration_us})
-    (tmp_path / "validate.json").write_text(json.dumps({"warmup": 0, "per_plan": records}))
+    cases, records = _saved_sweep(setup, tmp_path)
     out = replay(tmp_path, hw)
     assert out["refit"]["op_classes"]["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
     held = [r for r in out["per_plan"] if r["role"] == "validate"]
@@ -341,3 +323,61 @@ def test_replay_refits_a_saved_sweep_without_running_it(setup, tmp_path):
     before = [abs(predict(c.plan, spec_for_world(hw, c.plan.world_size), access=access).iteration_us
                   - r["measured_us"]) / r["measured_us"] for c, r in zip(cases, records) if c.role == "validate"]
     assert np.mean(before) > 3 * out["summary"]["mape"]  # the refit did the work
+
+
+def _saved_sweep(setup, folder):
+    """A finished sweep's folder whose "measurements" are simulations on a machine whose top MLP is 4x slower."""
+    import copy
+
+    from simulator.calibration import spec_for_world
+    from simulator.calibration_spec import Calibration, ClassFit
+    from simulator.engine import simulate
+
+    model, access, hw = setup
+    truth = copy.deepcopy(hw)
+    truth.calibration = Calibration(classes={"fwd/dense/top_mlp": ClassFit(fixed_launches=6.0, rate=0.25)})
+    cases = build_sweep(model, access, hw_for(hw), n_plans=8, include_planner=False, batches=(256, 1024),
+                        worlds=(1, 2), fit_count=4)
+    (folder / "plans").mkdir()
+    records = []
+    for i, c in enumerate(cases):
+        path = folder / "plans" / f"{i:02d}-{c.name}.json"
+        c.plan.save(path, hot_ids=c.hot_ids or None)
+        res = simulate(predict(c.plan, spec_for_world(hw, c.plan.world_size), access=access).graph,
+                       spec_for_world(truth, c.plan.world_size))
+        res.timeline.save(path.with_name(path.stem + ".measured.json"))
+        records.append({"name": c.name, "role": c.role, "knobs": c.knobs, "plan_file": str(path),
+                        "measured_us": res.iteration_us})
+    (folder / "validate.json").write_text(json.dumps({"warmup": 0, "per_plan": records}))
+    return cases, records
+
+
+def test_replay_writes_the_report_and_results_it_is_asked_for(setup, tmp_path, capsys):
+    from picasso.cli import main
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    _saved_sweep(setup, sweep)
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
+    page, results = tmp_path / "r" / "replay.html", tmp_path / "replay.json"
+    assert main(["validate", "--replay", str(sweep), "--html", str(page), "--results", str(results)]) == 0
+    doc = json.loads(results.read_text())
+    assert doc["summary"]["plans"] == len([r for r in doc["per_plan"] if r["role"] == "validate"]) > 0
+    text = page.read_text()
+    assert "validate --replay" in text and doc["per_plan"][0]["name"] in text
+    # a report over one of the sweep's own files is refused before the refit, and nothing changes
+    capsys.readouterr()
+    assert main(["validate", "--replay", str(sweep), "--results", str(sweep / "validate.json")]) == 2
+    assert "inside the input --replay" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()} == before
+
+
+def test_validate_refused_for_its_inputs_creates_no_folder(tmp_path, capsys):
+    from picasso.cli import main
+    from traces.synth import generate_criteo
+
+    generate_criteo(tmp_path / "d.tsv", 50, seed=0)
+    out = tmp_path / "val"
+    assert main(["validate", "--data", str(tmp_path / "d.tsv"), "--model", "nonsense", "-o", str(out)]) == 2
+    assert "nonsense" in capsys.readouterr().err
+    assert not out.exists()

@@ -4,7 +4,10 @@ Streams reader chunks straight into the shard columns: memory holds one reader c
 `chunk_bytes` of input) whatever the input's size. Everything is written into a hidden
 temporary folder beside the output, fsynced, the manifest last, and the folder renamed into
 place: an interrupted conversion leaves no folder under the output's name, and a folder
-without a manifest is never read as a dataset.
+without a manifest is never read as a dataset. A conversion killed outright leaves its hidden
+folder (`.NAME.converting-PID`) and its writer lock beside the output; the next conversion to
+that output holds the writer lock, so no such writer is alive, and removes them (a dataset
+moved aside by a --force replacement killed mid-swap, `.NAME.old-PID`, is put back first).
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from foundation.documents import read_json
 from foundation.files import check_creatable, fsync_dir
 from foundation.locks import one_writer_beside
 from traces.dataset import (
+    COLUMN_DTYPES,
     DENSE_TRANSFORMS,
     FORMAT,
     MANIFEST,
@@ -40,11 +45,11 @@ class _ShardWriter:
         folder.mkdir()
         self.folder = folder
         self.cols = {
-            "labels": NpyAppender(folder / "labels.npy", np.float32),
-            "dense": NpyAppender(folder / "dense.npy", np.float32, (num_dense,)),
-            "lens": NpyAppender(folder / "lens.npy", np.int32, (num_features,)),
-            "rowptr": NpyAppender(folder / "rowptr.npy", np.int64),
-            "ids": NpyAppender(folder / "ids.npy", np.int64),
+            "labels": NpyAppender(folder / "labels.npy", COLUMN_DTYPES["labels"]),
+            "dense": NpyAppender(folder / "dense.npy", COLUMN_DTYPES["dense"], (num_dense,)),
+            "lens": NpyAppender(folder / "lens.npy", COLUMN_DTYPES["lens"], (num_features,)),
+            "rowptr": NpyAppender(folder / "rowptr.npy", COLUMN_DTYPES["rowptr"]),
+            "ids": NpyAppender(folder / "ids.npy", COLUMN_DTYPES["ids"]),
         }
         self.cols["rowptr"].append(np.zeros(1, np.int64))
         self.nnz = 0
@@ -121,18 +126,45 @@ def convert(
     except OSError as exc:
         raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
     with one_writer_beside(out, "dataset folder"):  # a second conversion to `out` is refused, not raced
+        _clear_leftovers(out)
         _check_target(out, force)  # again: another conversion may have ended while this one checked
         return _convert(files, fmt, out, dense_transform, shard_rows, strict, chunk_bytes, progress,
                         format_options)
 
 
+def written_by_convert(folder: Path) -> bool:
+    """A dataset folder `convert` wrote: its manifest names the dataset format (a folder that only
+    holds some file named manifest.json is someone else's)."""
+    if not is_dataset(folder):
+        return False
+    try:
+        m = read_json(folder / MANIFEST, "dataset manifest")
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("format") == FORMAT
+
+
 def _check_target(out: Path, force: bool) -> None:
     if os.path.lexists(out) and not force:
         raise TraceError(f"{out}: already exists (use --force to replace it)")
-    if os.path.lexists(out) and (out.is_symlink() or not is_dataset(out)):
+    if os.path.lexists(out) and (out.is_symlink() or not written_by_convert(out)):
         # --force replaces a dataset only: never a device, a FIFO (removing it would block),
         # a file or an unrelated folder
         raise TraceError(f"{out}: exists and is not a picasso dataset folder; refusing to replace it")
+
+
+def _clear_leftovers(out: Path) -> None:
+    """Remove what killed conversions to `out` left beside it; call with `out`'s writer lock held
+    (their writers are gone: a live one would hold it)."""
+    prefix = f".{out.name}."
+    for entry in sorted(os.listdir(out.parent)):
+        stem, _, pid = entry.rpartition("-")
+        if not entry.startswith(prefix) or not pid.isdigit():
+            continue
+        if stem == f"{prefix}old" and not os.path.lexists(out) and is_dataset(out.parent / entry):
+            os.rename(out.parent / entry, out)  # killed between moving the old dataset aside and the new in
+        elif stem in (f"{prefix}converting", f"{prefix}old"):
+            shutil.rmtree(out.parent / entry, ignore_errors=True)
 
 
 def _convert(files, fmt, out: Path, dense_transform, shard_rows, strict, chunk_bytes, progress,

@@ -32,6 +32,9 @@ FORMAT = "picasso-dataset-1"
 MANIFEST = "manifest.json"
 DENSE_TRANSFORMS = ("log1p", "none")
 COLUMNS = ("labels", "dense", "lens", "rowptr", "ids")
+# what `picasso convert` writes, little-endian whatever the machine: a header saying otherwise
+# (big-endian values, int32 IDs, float64 dense) is another program's file
+COLUMN_DTYPES = {"labels": "<f4", "dense": "<f4", "lens": "<i4", "rowptr": "<i8", "ids": "<i8"}
 _HEADER = 128  # fixed .npy header size, so a column can be appended to before its length is known
 
 
@@ -91,6 +94,12 @@ def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     if pad < 0:
         raise ValueError(f"shape {shape} does not fit a {_HEADER}-byte .npy header")
     return b"\x93NUMPY\x01\x00" + (_HEADER - 10).to_bytes(2, "little") + body + b" " * pad + b"\n"
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    order = {"<": "little-endian ", ">": "big-endian "}.get(dt.byteorder if dt.byteorder != "=" else
+                                                          ("<" if np.little_endian else ">"), "")
+    return f"{order}{dt.name} ({dt.str})"
 
 
 class NpyAppender:
@@ -206,30 +215,54 @@ class Dataset:
         self.rows = int(self.starts[-1])
         if self.rows != m["rows"]:
             raise TraceError(f"{mf}: shards hold {self.rows} rows, the manifest says {m['rows']}")
-        for name, rows in shards:
-            for c in COLUMNS:
-                if not (self.path / name / f"{c}.npy").exists():
-                    raise TraceError(f"{self.path / name / (c + '.npy')}: missing (a damaged dataset)")
-            labels = self.path / name / "labels.npy"
-            if labels.stat().st_size < rows * 4:  # a row count is only a number: its labels hold its bytes
-                raise TraceError(f"{labels}: {labels.stat().st_size:,} bytes cannot hold the {rows:,} rows the "
-                                 "manifest gives the shard (a damaged dataset)")
+        twice = next((n for i, n in enumerate(self.shard_names) if n in self.shard_names[:i]), None)
+        if twice is not None:
+            raise TraceError(f"{mf}: shard {twice!r} is listed more than once (its rows would be read twice)")
+        for k in range(len(shards)):  # every column's header, before any row is read
+            for c in self._columns(k).values():
+                c.close()
         self._open: OrderedDict[int, dict[str, NpyColumn]] = OrderedDict()
         self.max_open = max_open_shards
+
+    def _columns(self, k: int) -> dict[str, NpyColumn]:
+        """Shard k's columns, opened and checked against the manifest: inside the dataset's folder,
+        the format's dtype (byte order included), its rows and widths."""
+        d = self.path / self.shard_names[k]
+        top = os.path.realpath(self.path)
+        n = int(self.starts[k + 1] - self.starts[k])
+        cols: dict[str, NpyColumn] = {}
+        try:
+            for c in COLUMNS:
+                f = d / f"{c}.npy"
+                if not os.path.lexists(f):
+                    raise TraceError(f"{f}: missing (a damaged dataset)")
+                if os.path.commonpath([top, os.path.realpath(f)]) != top:
+                    raise TraceError(f"{f}: leads out of the dataset folder (a link to {os.path.realpath(f)}); "
+                                     "a dataset's shards are its own files")
+                cols[c] = col = NpyColumn(f)
+                want = np.dtype(COLUMN_DTYPES[c])
+                if col.dtype != want:
+                    raise TraceError(f"{f}: holds {_dtype_name(col.dtype)}, the dataset format stores "
+                                     f"{_dtype_name(want)} (not written by picasso convert)")
+            if cols["labels"].shape != (n,) or cols["rowptr"].shape != (n + 1,):
+                raise TraceError(f"{d}: holds {cols['labels'].shape[0]} rows, the manifest says {n}")
+            for c, width in (("dense", len(self.dense_names)), ("lens", len(self.features))):
+                if cols[c].shape != (n, width):
+                    raise TraceError(f"{d / (c + '.npy')}: shape {cols[c].shape}, the manifest gives {n} rows of {width}")
+            if cols["ids"].shape[1:] != ():
+                raise TraceError(f"{d / 'ids.npy'}: shape {cols['ids'].shape}, expected one ID per entry")
+        except BaseException:
+            for col in cols.values():
+                col.close()
+            raise
+        return cols
 
     def _shard(self, k: int) -> dict[str, NpyColumn]:
         cols = self._open.get(k)
         if cols is not None:
             self._open.move_to_end(k)
             return cols
-        d = self.path / self.shard_names[k]
-        cols = {c: NpyColumn(d / f"{c}.npy") for c in COLUMNS}
-        n = int(self.starts[k + 1] - self.starts[k])
-        if cols["labels"].shape[0] != n or cols["rowptr"].shape[0] != n + 1:
-            raise TraceError(f"{d}: holds {cols['labels'].shape[0]} rows, the manifest says {n}")
-        for c, width in (("dense", len(self.dense_names)), ("lens", len(self.features))):
-            if cols[c].shape[1:] != (width,):
-                raise TraceError(f"{d / (c + '.npy')}: shape {cols[c].shape}, the manifest gives rows of {width}")
+        cols = self._columns(k)
         self._open[k] = cols
         if len(self._open) > self.max_open:  # a bounded number of open files
             for c in self._open.popitem(last=False)[1].values():

@@ -273,6 +273,7 @@ class AccessProfile:
                     f = feats[d["name"]] = FeatureProfile.from_saved(d, checked, f"f{i}_")
                     if len(f.ids) != len(f.counts) or len(f.group_values) != len(f.group_sizes):
                         raise FieldError(f"arrays features[{i}]: ids/counts or group_values/group_sizes differ in length")
+                    _check_against_summary(f, f"features[{i}]")
         except FieldError as exc:
             raise TraceError(f"{npz}: {exc}") from None
         except NpzError as exc:
@@ -316,6 +317,23 @@ def check_profile_doc(doc: dict) -> None:
             for k, v in fields.mapping(d["model"], f"{w}.model").items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     fields.real(v, f"{w}.model.{k}")
+
+
+def _check_against_summary(f: FeatureProfile, where: str) -> None:
+    """A feature's arrays agree with its summary: no more IDs than `distinct`, no more counted
+    accesses than `accesses` (each exactly, for an exact count; an extrapolation's are estimates),
+    counts hottest first, and one stability record per measured fraction."""
+    ids, seen = len(f.ids), int(np.sum(f.counts, dtype=np.float64))
+    if f.extrapolated_to is None:  # an extrapolation's counts are rounded estimates
+        if ids > f.distinct or (f.exact and ids != f.distinct):
+            raise FieldError(f"arrays {where}.ids: {ids} IDs, the summary says {f.distinct} distinct")
+        if seen > f.accesses or (f.exact and seen != f.accesses):
+            raise FieldError(f"arrays {where}.counts: {seen} accesses, the summary says {f.accesses}")
+    if len(f.counts) > 1 and bool((np.diff(f.counts) > 0).any()):
+        raise FieldError(f"arrays {where}.counts: not sorted hottest first")
+    n = len(f.stability_fractions)
+    if any(len(a) != n for a in (f.stability_sizes, f.stability_early, f.stability_later, f.stability_oracle)):
+        raise FieldError(f"arrays {where}.stability_*: {n} fractions but records of other lengths")
 
 
 class _CheckedArrays:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.files import atomic_write_text
+from foundation.outputs import Outputs, holds_document, mark
 from planner.access import table_access
 from planner.builders import BASELINES, baseline_plan
 from planner.explain import explain
@@ -76,6 +77,14 @@ class DemoConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
 
 
+DEMO_KIND = "demo"
+
+
+def _is_demo_folder(path: Path) -> bool:
+    """A demo folder picasso wrote before folders carried a marker: its demo.json says so."""
+    return holds_document(path, "demo.json", "demo summary", lambda d: "stages" in d)
+
+
 class DemoError(RuntimeError):
     """A demo stage failed; the message names the stage."""
 
@@ -109,8 +118,8 @@ class Stages:
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Every stage (see the module docstring); returns the summary it also writes to demo.json."""
     cfg.check()
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    Outputs().folder("-o", cfg.out, DEMO_KIND, legacy=_is_demo_folder).check()
+    out = mark(cfg.out, DEMO_KIND)
     st = Stages(cfg.quiet)
     rows, seed, row_cap, batch, steps, n_plans = cfg.rows, cfg.seed, cfg.row_cap, cfg.batch, cfg.steps, cfg.plans
     ctx: dict[str, Any] = {}

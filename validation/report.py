@@ -61,3 +61,20 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
                             [timeline_figure(p.timeline, "simulated"),
                              timeline_figure(one_step(m.timeline), "measured (median timed step)")]))
     return secs
+
+
+def replay_sections(out: dict[str, Any], sweep: str) -> list[Section]:
+    """The page of `validate --replay`: the refit's predictions of a finished sweep's saved runs."""
+    s = out["summary"]
+    spearman = "-" if s["spearman"] is None else f"{s['spearman']:.3f}"
+    mape = "-" if s["mape"] is None else f"{s['mape']:.1%}"
+    head = paragraph(f"Replayed from {sweep}, nothing run: {s['plans']} validated plans predicted after a refit "
+                     "on the sweep's fit plans. MAPE ", bold(mape), ", Spearman ", bold(spearman), ".")
+    rows = [{"plan": r["name"], "role": r["role"], "ranks": r["world"], "measured ms": r["measured_us"] / 1e3,
+             "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}"} for r in out["per_plan"]]
+    worlds = [{"ranks": w, "plans": v["plans"], "MAPE": v["mape"]} for w, v in out["summary_by_world"].items()]
+    return [Section("Predicted against measured", head,
+                    [scatter_figure([r for r in out["per_plan"] if r["role"] == "validate"],
+                                    "Iteration time, validated plans")]),
+            Section("Per plan", table_html(rows)),
+            Section("Per world size", table_html(worlds))]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from foundation.files import atomic_write_text
+from foundation.outputs import Outputs, holds_document, mark
 from planner.access import table_access
 from planner.builders import build_sweep
 from planner.inputs import load_inputs
@@ -47,6 +48,24 @@ from validation.refit import refit_on_runs
 from validation.variants import PlanVariants, apply_variants
 
 WORLDS = (1, 2, 4, 8)
+SWEEP_KIND = "validate"
+# what a sweep writes in its -o folder; other outputs may sit beside these
+SWEEP_NAMES = ("plans", "profile.json", "profile.npz", "validate.json", "hardware.refined.json")
+
+
+def is_sweep_folder(path: Path) -> bool:
+    """A sweep folder picasso wrote before folders carried a marker: its validate.json says so."""
+    return holds_document(path, "validate.json", "validate result", lambda d: "per_plan" in d)
+
+
+def sweep_outputs(cfg: ValidateConfig | None, replay: str | None, html: str | None, results: str | None,
+                  hardware: str | None, save_refined: str | None) -> Outputs:
+    """What `picasso validate` reads and writes: a sweep (`cfg`) or the replay of the sweep in `replay`."""
+    outs = Outputs().read("--hardware", hardware).read("--replay", replay)
+    if cfg is not None:
+        outs.read("--data", cfg.data).read("--model", cfg.model)
+        outs.folder("-o", cfg.out_dir, SWEEP_KIND, names=SWEEP_NAMES, legacy=is_sweep_folder)
+    return outs.file("--html", html).file("--results", results).file("--save-refined", save_refined)
 
 
 @dataclass
@@ -105,10 +124,10 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
     cfg.check()
     log = log or (lambda m: None)
     out_dir = Path(cfg.out_dir)
-    (out_dir / "plans").mkdir(parents=True, exist_ok=True)
     if not Path(cfg.data).is_file():
         raise ValidateError(f"{cfg.data}: no such data file")
     model, hw, _, _ = load_inputs(cfg.model, cfg.hardware, [], None, None, cfg.row_cap)
+    (mark(out_dir, SWEEP_KIND) / "plans").mkdir(exist_ok=True)  # only once the inputs are read
     profile = load_profile(cfg.data, cfg.format, out_dir, log)
     access = table_access(model, profile)
     worlds = tuple(n for n in WORLDS if n <= cfg.nproc_max)

@@ -30,7 +30,13 @@ def dense_columns(data: str, fmt: str, what: str) -> int | None:
         if os.path.isdir(f):
             raise ValueError(f"{f}: {what} is a folder without a manifest.json, not one from `picasso convert`")
         regular_file(f, what)
-    return len(open_reader(files[0], fmt).dense_names)
+    first = len(open_reader(files[0], fmt).dense_names)
+    for f in files[1:]:  # each file of a glob is some rank's: its layout is checked here, not by that rank
+        n = len(open_reader(f, fmt).dense_names)
+        if n != first:
+            raise ValueError(f"{f}: {n} dense columns, {files[0]} has {first} (the files of {data} must share "
+                             "one layout)")
+    return first
 
 
 def check_input(model: ModelSpec, data: str, fmt: str, what: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from executor.process.agent import agent_command, agent_ended, first_error
-from executor.process.process_tree import run_tree
+from executor.process.process_tree import ChildFrozen, run_tree
 from executor.process.threads import rank_env
 from executor.run.config import RunConfig
 from executor.run.result import RunResult
@@ -61,9 +61,15 @@ def launch(config: RunConfig, timeout_s: float | None = None, env: dict[str, str
         defaults = rank_env(nproc)  # executor.process.threads: the policy; the agent sets the socket interface
         full_env = {**defaults, **os.environ, **(env or {})}
         try:
-            rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log)
+            # the launcher is held to the ranks' own watch: stopped for their --timeout, the run ends
+            rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log,
+                                     frozen_after_s=config.timeout)
         except subprocess.TimeoutExpired:
             raise LaunchError(f"the workers did not finish within {timeout_s:.0f} s") from None
+        except ChildFrozen as exc:
+            raise LaunchError(f"the rank launcher (python -m executor.process.agent) stayed stopped (SIGSTOP or a "
+                              f"debugger) for more than {exc.after_s:g} s, the ranks' --timeout; stopped the run "
+                              "and its ranks") from None
         if rc != 0:
             keep_log = True  # the one-line error names where to read the whole output
             raise LaunchError(f"{agent_ended(rc) or first_error(output)} (full worker log: {log})")

@@ -4,7 +4,9 @@ The child gets its own session (process group), so a Ctrl-C at the terminal reac
 only picasso, which then stops the whole tree itself: SIGTERM to the group and to every
 descendant (torchrun's workers may sit in other groups), a grace period, then SIGKILL.
 The same happens on a timeout or any exception while waiting (SIGTERM and SIGHUP reach
-us as exceptions, see picasso.cli). Output goes to files, not pipes: a chatty child can
+us as exceptions, see picasso.cli), and when the child itself stays stopped (SIGSTOP, a
+debugger) longer than the caller allows: its children cannot tell a stopped parent from a
+busy one, so the watch on it is ours. Output goes to files, not pipes: a chatty child can
 never block on a full pipe while we wait.
 """
 
@@ -21,6 +23,15 @@ from pathlib import Path
 
 GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+STOPPED_STATES = ("T", "t")  # /proc/PID/stat: stopped by a signal, or by a tracer
+
+
+class ChildFrozen(RuntimeError):
+    """The child stayed stopped longer than allowed; the tree was stopped."""
+
+    def __init__(self, pid: int, after_s: float) -> None:
+        super().__init__(f"process {pid} stayed stopped (SIGSTOP or a debugger) for more than {after_s:g} s")
+        self.pid, self.after_s = pid, after_s
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -105,6 +116,9 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, seen: dict[int, 
         _signal_all(running(seen), proc.pid if proc.returncode is None else None, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
+        deadline = time.monotonic() + grace_s  # a SIGKILLed process is gone within moments: its caller
+        while running(seen) and time.monotonic() < deadline:  # says "stopped" only after that
+            time.sleep(0.02)
 
 
 def _stop_new_sessions(grace_s: float) -> None:
@@ -146,11 +160,13 @@ def _signals_deferred():
 
 
 def run_tree(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float | None = None,
-             log_path: str | os.PathLike | None = None, grace_s: float = GRACE_S) -> tuple[int, str, str]:
+             log_path: str | os.PathLike | None = None, grace_s: float = GRACE_S,
+             frozen_after_s: float | None = None) -> tuple[int, str, str]:
     """Run `cmd` in its own process group; returns (exit code, stdout, stderr).
 
     With `log_path` both streams go to that file and come back as stdout. On a timeout
-    the tree is stopped and subprocess.TimeoutExpired raised; on any exception
+    the tree is stopped and subprocess.TimeoutExpired raised; when the child stays stopped
+    longer than `frozen_after_s`, the tree is stopped and ChildFrozen raised; on any exception
     (KeyboardInterrupt included) the tree is stopped and the exception re-raised.
     """
     with contextlib.ExitStack() as stack:
@@ -166,10 +182,17 @@ def run_tree(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float
         try:
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                     start_new_session=True)
+            stopped_at = None
             while proc.poll() is None:
                 seen.update(descendants(proc.pid))  # orphans are re-parented away: remember them now
                 if deadline is not None and time.monotonic() > deadline:
                     raise subprocess.TimeoutExpired(cmd, timeout_s)
+                if frozen_after_s is not None:
+                    st = _stat(proc.pid)
+                    stopped = st is not None and st[0] in STOPPED_STATES
+                    stopped_at = (stopped_at or time.monotonic()) if stopped else None
+                    if stopped_at is not None and time.monotonic() - stopped_at > frozen_after_s:
+                        raise ChildFrozen(proc.pid, frozen_after_s)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=0.25)
         except BaseException:

@@ -43,6 +43,7 @@ from executor.step.trainer import Trainer, tables_from_pieces
 from foundation import fields
 from foundation.documents import read_json
 from foundation.files import atomic_write_bytes, fsync_dir
+from foundation.outputs import holds_document
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 from planner.plan import Plan
@@ -59,6 +60,15 @@ DEFAULT_KEEP = 2
 
 class CheckpointError(ValueError):
     """A checkpoint that is incomplete, damaged or belongs to another model."""
+
+
+def is_checkpoint_folder(path: Path) -> bool:
+    """A checkpoint folder picasso wrote before folders carried a marker: its manifest names a
+    checkpoint format, or it holds only the versions of a first save that never finished."""
+    if not (path / "manifest.json").exists():
+        return all(VERSION_RE.fullmatch(n) for n in os.listdir(path) if not n.startswith("."))
+    return holds_document(path, "manifest.json", "checkpoint manifest",
+                          lambda m: m.get("format") in (FORMAT, FORMAT_V2, FORMAT_V1))
 
 
 def model_fingerprint(plan: Plan) -> str:
@@ -288,7 +298,14 @@ def validate_manifest(m: object, mpath: Path) -> dict:
     return m
 
 
-def read_manifest(folder: str | os.PathLike, plan: Plan | None = None) -> dict:
+def check_resume(folder: str | os.PathLike | None, plan: Plan) -> None:
+    """--resume's folder before any rank starts: a checkpoint of the plan's model whose files are
+    all there at their sizes (the ranks check the checksums as they read)."""
+    if folder is not None:
+        read_manifest(folder, plan, checksums=False)
+
+
+def read_manifest(folder: str | os.PathLike, plan: Plan | None = None, checksums: bool = True) -> dict:
     """The manifest after checking every file the world size implies; raises CheckpointError.
 
     The returned dict holds `_files_dir`, the folder the files are read from.
@@ -313,7 +330,7 @@ def read_manifest(folder: str | os.PathLike, plan: Plan | None = None) -> dict:
             raise CheckpointError(f"{f}: missing: the checkpoint is torn")
         if not f.is_file():
             raise CheckpointError(f"{f}: not a regular file")
-        if f.stat().st_size != info["bytes"] or _sha(f) != info["sha256"]:
+        if f.stat().st_size != info["bytes"] or (checksums and _sha(f) != info["sha256"]):
             raise CheckpointError(f"{f}: size or checksum differs from the manifest: the checkpoint is torn or damaged")
     if plan is not None and m.get("model_fingerprint") != model_fingerprint(plan):
         raise CheckpointError(
@@ -357,12 +374,70 @@ def saved_model(m: dict, plan: Plan | None = None) -> ModelSpec:
     return model
 
 
+
+
+def _piece(path: Path, model: ModelSpec, tables: list[str] | None = None) -> dict:
+    """A saved pack piece, its tensors' shapes and dtypes checked against the model and the
+    manifest (`tables`: the pack's tables there) before any is used; CheckpointError names the
+    file and the pack's tables."""
+    piece = _load_tensors(path)["pack"]
+    try:
+        check_piece(piece, model, tables)
+    except ValueError as exc:
+        what = ", ".join(repr(t) for t in (tables or piece.get("tables") or [])[:3])
+        raise CheckpointError(f"{path}: table {what}: {exc}") from None
+    return piece
+
+
+def check_piece(piece: object, model: ModelSpec, tables: list[str] | None) -> None:
+    """ValueError unless `piece` is a shard_state of a pack of `model` whose tensors hold
+    one row per saved row (and the saved columns) and one row per hot row, in a float dtype."""
+    if not isinstance(piece, dict):
+        raise ValueError(f"expected a pack piece, got {type(piece).__name__}")
+    names = piece.get("tables")
+    if not isinstance(names, (list, tuple)) or not names or (tables is not None and list(names) != list(tables)):
+        raise ValueError(f"the piece's tables {names!r} differ from the manifest's {tables!r}")
+    try:
+        specs = [model.table(str(t)) for t in names]
+    except (KeyError, ValueError):
+        raise ValueError(f"the piece names tables {list(names)!r} the model does not have") from None
+    dim = specs[0].dim
+    rows, hot = piece.get("rows"), piece.get("hot_rows")
+    cols = piece.get("cols")
+    for name, t in (("rows", rows), ("hot_rows", hot)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype.is_floating_point or t.is_complex():
+            raise ValueError(f"{name} must be a 1-D integer tensor")
+    if (not isinstance(cols, (list, tuple)) or len(cols) != 2 or not all(isinstance(c, int) for c in cols)
+            or not 0 <= cols[0] <= cols[1] <= dim):
+        raise ValueError(f"cols {cols!r} must be [first, end] within the tables' {dim} columns")
+    want = {"weight": (len(rows), cols[1] - cols[0]), "hot_weight": (len(hot), dim),
+            "state": (len(rows),), "hot_state": (len(hot),)}
+    for name, shape in want.items():
+        t = piece.get(name)
+        if t is None and name.endswith("state"):
+            continue
+        if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point:
+            raise ValueError(f"{name} must be a float tensor")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} is {' x '.join(map(str, t.shape)) or 'a scalar'}, expected "
+                             f"{' x '.join(map(str, shape))} (one row per saved row"
+                             f"{', the saved columns' if name == 'weight' else ''})")
+    if (piece.get("state") is None) != (piece.get("hot_state") is None):
+        raise ValueError("state and hot_state must both be saved or both be absent")
+
+
 def _saved_packs(m: dict, model: ModelSpec, only: set[str] | None) -> Iterator[tuple[dict, dict]]:
     """(weights, states) per table of each saved pack holding a table of `only` (None: all),
     one pack at a time."""
     base, world = Path(m["_files_dir"]), int(m["world_size"])
     if m["format"] != FORMAT:  # older layouts hold every pack in one file per rank
         by_rank = [_load_tensors(base / f"rank{r}.pt")["packs"] for r in range(world)]
+        for r, packs in enumerate(by_rank):
+            for piece in packs:
+                try:
+                    check_piece(piece, model, None)
+                except ValueError as exc:
+                    raise CheckpointError(f"{base / f'rank{r}.pt'}: {exc}") from None
         for pieces in zip(*by_rank):
             yield tables_from_pieces(model, [list(pieces)])
         return
@@ -371,7 +446,7 @@ def _saved_packs(m: dict, model: ModelSpec, only: set[str] | None) -> Iterator[t
             continue
         holders = range(1) if sharding == Sharding.REPLICATED else range(world)  # replicas are identical
         try:
-            yield tables_from_pieces(model, [[_load_tensors(base / _piece_file(r, k))["pack"] for r in holders]])
+            yield tables_from_pieces(model, [[_piece(base / _piece_file(r, k), model, tables) for r in holders]])
         except CoverageError as exc:
             raise CheckpointError(f"{base}: {_uncovered(model, tables, exc)}: the checkpoint is damaged") from None
 
@@ -433,13 +508,29 @@ def _load_own_piece(p, k: int, m: dict, rank: int) -> bool:
     if name != p.layout.name or list(tables) != list(p.layout.tables) or sharding != p.layout.sharding:
         return False
     try:
-        piece = _load_tensors(Path(m["_files_dir"]) / _piece_file(rank, k))["pack"]
+        piece = _piece(Path(m["_files_dir"]) / _piece_file(rank, k), p.plan.model, list(tables))
         if not p.matches_piece(piece):
             return False
         p.load_piece(piece)
+    except CheckpointError:
+        raise
     except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as exc:
         raise CheckpointError(f"{m['_files_dir']}: checkpoint content does not fit the model ({type(exc).__name__})") from None
     return True
+
+
+def _check_dense(saved: object, own: dict, path: Path) -> None:
+    """The saved dense weights hold exactly the model's tensors, each of its shape and a float dtype."""
+    if not isinstance(saved, dict) or set(saved) != set(own):
+        names = sorted(set(saved) ^ set(own)) if isinstance(saved, dict) else ["(not a dict)"]
+        raise CheckpointError(f"{path}: dense weights differ from the model's in {names[:3]}")
+    for name, t in own.items():
+        s = saved[name]
+        if not isinstance(s, torch.Tensor) or tuple(s.shape) != tuple(t.shape) or s.dtype.is_floating_point != \
+                t.dtype.is_floating_point:
+            got = f"{' x '.join(map(str, s.shape))} {s.dtype}" if isinstance(s, torch.Tensor) else type(s).__name__
+            raise CheckpointError(f"{path}: dense weight {name!r} is {got}, expected "
+                                  f"{' x '.join(map(str, t.shape))} {t.dtype}")
 
 
 def load(trainer: Trainer, folder: str | os.PathLike) -> dict:
@@ -469,6 +560,7 @@ def load(trainer: Trainer, folder: str | os.PathLike) -> dict:
         raise CheckpointError(f"{base}: no saved rows for table {missing[0]!r}")
     try:
         dense = _load_tensors(base / "dense.pt")
+        _check_dense(dense.get("dense"), trainer.dense.state_dict(), base / "dense.pt")
         trainer.dense.load_state_dict(dense["dense"])
         trainer.opt.load_state_dict(dense["optimizer"])
         steps = dense["steps"]

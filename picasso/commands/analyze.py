@@ -83,12 +83,11 @@ def execute(args) -> tuple[AccessProfile, AccessProfile]:
     for out in (args.output, args.html):
         if out:
             check_output(out)  # before the read, not after it
-    from pathlib import Path
 
-    from foundation.files import check_distinct
+    from foundation.outputs import Outputs
 
-    check_distinct({"DATA": args.data}, {"-o": args.output, "-o's arrays": args.output and Path(args.output).with_suffix(".npz"),
-                                         "--html": args.html})
+    Outputs().read("DATA", args.data).read("--field-map", args.field_map).file("-o", args.output, beside=(".npz",)).file(
+        "--html", args.html).check()
     bar = Progress("analyze")
     try:
         prof = profile_file(args.data, args.format, batch_size=args.batch_size, strict=args.strict,

@@ -24,13 +24,14 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from foundation.files import check_output_path
+    from foundation.outputs import Outputs
     from simulator.report import write_report
     from validation.calibrate import CalibrateConfig, CalibrationDevice, calibrate
 
     if args.nproc < 1:
         raise ValueError(f"--nproc must be at least 1, got {args.nproc}")
-    check_output_path(args.output)  # before minutes of microbenchmarks, not after
+    Outputs().read("--base", args.base).read("--model", args.model).file(  # before minutes of microbenchmarks
+        "-o", args.output, beside=(".fit.json",)).check()
     cfg = CalibrateConfig(nproc=args.nproc, base=args.base, model=args.model, quick=args.quick,
                           device=CalibrationDevice.from_str(args.device, "--device"))
     out = Path(args.output)

@@ -26,12 +26,12 @@ def run(args) -> int:
     import json
     import sys
 
-    from foundation.files import check_distinct
+    from foundation.outputs import Outputs
     from picasso.progress import Progress
     from traces.convert import convert
 
-    check_distinct({"DATA": [f for d in args.data for f in (glob.glob(d) if glob.has_magic(d) else [d])]}, {},
-                   folders={"-o": args.output})
+    Outputs().read("DATA", [f for d in args.data for f in (glob.glob(d) if glob.has_magic(d) else [d])]).read("--field-map", args.field_map).folder(
+        "-o", args.output, "dataset", replaced=True).check()
     options = layout_options(args)
     bar = Progress("convert")
     try:

@@ -19,11 +19,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from foundation.files import check_distinct
+    from foundation.outputs import Outputs
     from planner.plan import Plan, atomic_write_bytes
     from planner.torchrec_bridge import torchrec_available, torchrec_sharding
 
-    check_distinct({"PLAN": args.plan}, {"-o": args.output})
+    Outputs().read("PLAN", args.plan).file("-o", args.output).check()
     plan = Plan.load(args.plan)
     neutral, lost = torchrec_sharding(plan)
     doc = {

@@ -18,10 +18,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
 
 def execute(args: argparse.Namespace):
     from executor.run.model_file import export
-    from foundation.files import check_distinct
+    from foundation.outputs import Outputs
     from planner.plan import Plan
 
-    check_distinct({"CHECKPOINT": args.checkpoint, "--plan": args.plan}, {"-o": args.output})
+    Outputs().read("CHECKPOINT", args.checkpoint).read("--plan", args.plan).file("-o", args.output).check()
     return export(args.checkpoint, args.output, Plan.load(args.plan) if args.plan else None)
 
 

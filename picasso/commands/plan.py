@@ -105,14 +105,10 @@ def execute(args: argparse.Namespace) -> Planned:
 
     if not args.hardware:
         raise PlanError("--hardware is required (a preset such as dgx-h100 or local-cpu, or a file)")
-    from pathlib import Path
+    from foundation.outputs import Outputs
 
-    from foundation.files import check_distinct
-
-    check_distinct({"--model": args.model, "--hardware": args.hardware, "--profile": args.profile,
-                    "--profile's arrays": args.profile and Path(args.profile).with_suffix(".npz")},
-                   {"-o": args.output, "-o's hot IDs": args.output and Path(args.output).with_suffix(".hot.npz"),
-                    "--html": args.html, "--trace": args.trace})
+    Outputs().read("--model", args.model).read("--hardware", args.hardware).read("--profile", args.profile, beside=(
+        ".npz",)).file("-o", args.output, beside=(".hot.npz",)).file("--html", args.html).file("--trace", args.trace).check()
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
     sources = _check_profile(model, profile, args)

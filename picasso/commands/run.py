@@ -88,22 +88,19 @@ def run(args: argparse.Namespace) -> int:
 def execute(config: RunConfig) -> RunResult | None:
     """Check the inputs and the memory, start the ranks, and return rank 0's result (None on
     another node): the work of `picasso run` and `picasso.run`. The config checked its own values."""
-    import glob
-
     from executor.data.inputs import check_inputs
     from executor.process.launch import launch
-    from foundation.files import check_distinct, check_output_path
+    from executor.run.checkpoint import check_resume
+    from executor.run.outputs import run_outputs
     from planner.plan import Plan
 
     c = config
-    for out in (c.trace, c.timeline):
-        if out is not None:
-            check_output_path(out)
-    check_distinct({"PLAN": c.plan, "--data": glob.glob(c.data) if glob.has_magic(c.data) else c.data,
-                    "--eval-data": c.eval_data}, {"--trace": c.trace, "--timeline": c.timeline})
+    outs = run_outputs(c.plan, c.data, c.eval_data, c.resume, c.trace, c.timeline, c.checkpoint)
+    outs.check()
     check_inputs(Plan.load(c.plan).model, c.data, c.format, c.eval_data, c.eval_format)
+    check_resume(c.resume, Plan.load(c.plan))
     pred = _memory_check(c)
-    with _checkpoint_writer(c):
+    with _checkpoint_writer(c), outs.claimed("--checkpoint" if c.node_rank == 0 else None):
         res = launch(c)
     if res is not None and pred is not None:
         from executor.run.memory import attach_measured

@@ -28,12 +28,12 @@ def run(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from foundation.files import check_distinct
+    from foundation.outputs import Outputs
     from planner.plan import Plan
     from planner.whatif import inputs_for, parse_sweep, predict, sweep, what_if
 
-    check_distinct({"PLAN": args.plan, "--hardware": args.hardware, "--profile": args.profile},
-                   {"--trace": args.trace, "--html": args.html})
+    Outputs().read("PLAN", args.plan, beside=(".hot.npz",)).read("--hardware", args.hardware).read(
+        "--profile", args.profile, beside=(".npz",)).file("--trace", args.trace).file("--html", args.html).check()
 
     plan, hw, access = inputs_for(Plan.load(args.plan), args.hardware, args.set, args.profile, args.scale_to,
                                   args.dense_dtype, where=args.plan)

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from simulator.report import write_page, write_report
     from validation.report import validation_sections
-    from validation.validate import ValidateConfig, json_default, run_validate
+    from validation.validate import ValidateConfig, json_default, run_validate, sweep_outputs
     from validation.variants import PlanVariants
 
     if args.replay:
@@ -67,11 +67,7 @@ def run(args: argparse.Namespace) -> int:
         run_timeout=args.run_timeout, include_planner=not args.no_planner, out_dir=args.out_dir,
         save_refined=args.save_refined, variants=PlanVariants.from_str(args.variants, "--variants"))
     cfg.check()  # flags, then outputs, before any run
-    from foundation.files import check_output_path
-
-    for out in (args.html, args.results, args.save_refined):
-        if out is not None:
-            check_output_path(out)  # before the runs, not after them
+    sweep_outputs(cfg, None, args.html, args.results, args.hardware, args.save_refined).check()
     log = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     result, runs = run_validate(cfg, log)
     text = json.dumps(result, indent=1, default=json_default)
@@ -107,13 +103,20 @@ def _replay(args: argparse.Namespace) -> int:
     import json
 
     from simulator.hardware import load_hardware
+    from simulator.report import write_page, write_report
     from validation.replay import replay as replay_sweep
-    from validation.validate import json_default
+    from validation.report import replay_sections
+    from validation.validate import json_default, sweep_outputs
 
+    sweep_outputs(None, args.replay, args.html, args.results, args.hardware, args.save_refined).check()
     out = replay_sweep(args.replay, load_hardware(args.hardware))
     refined = out.pop("refined")
     if args.save_refined:
         refined.save(args.save_refined)
+    if args.results:
+        write_report(args.results, json.dumps(out, indent=1, default=json_default))
+    if args.html:
+        write_page(args.html, "picasso validate --replay", replay_sections(out, args.replay))
     if args.json:
         print(json.dumps(out, indent=1, default=json_default))
         return 0
