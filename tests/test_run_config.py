@@ -46,8 +46,15 @@ def _with_probe() -> tuple[type, list[tuple[object, type]]]:
 
 
 def _restore(swapped: list[tuple[object, type]]) -> None:
-    for m, base in swapped:
+    """Every module back on the base class: those swapped, and any first imported during the swap
+    (a command module imported by `picasso run` bound the added class and kept it for later tests)."""
+    base = swapped[0][1] if swapped else config_module.RunConfig
+    for m, _ in swapped:
         m.RunConfig = base
+    for m in list(sys.modules.values()):
+        cls = getattr(m, "RunConfig", None)
+        if isinstance(cls, type) and cls is not base and issubclass(cls, base):
+            m.RunConfig = base
 
 
 @pytest.fixture()
