@@ -58,10 +58,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner import kernel_passes
+from planner import engine_lowering, kernel_passes
 from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
+from planner.engine_lowering import engine_dense
 from planner.errors import PlanError
 from planner.geometry import geometry_kind
 from planner.grad_buckets import early_buckets, grad_buckets
@@ -154,7 +155,7 @@ def analyze(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess],
     for pv in packs:
         pv.longest_run = kernel_passes.longest_run(pv, access)
         pv.host_access = host_access(hw.kind)
-    dense = dense_cost(plan.model)
+    dense = engine_dense(dense_cost(plan.model), plan)
     return packs, memory_report(plan, packs, hw, dense), dense
 
 
@@ -645,7 +646,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
         pipeline_input_dist(ops, plan.ids_launch_mb)
     # the kernels behind each op: counts, GEMM class, random rows, elementwise passes, sorts, runs
     kernel_passes.apply(ops, model, packs, dense, samples, ACT_BYTES_SCALE[ddt])
-    if serial:
+    engine_lowering.apply(ops, plan, packs, k, ACT_BYTES_SCALE[ddt])  # the plan's engine (planner.engines)
+    if serial and engine_lowering.serial(plan):
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain
         for a, b in zip(chain, chain[1:]):
             if a.name not in b.deps:
