@@ -38,7 +38,7 @@ from planner.modes import Scoring
 from planner.peers import PEERS, peer_plan
 from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
-from planner.volumes import STATE_BYTES, table_cost
+from planner.volumes import table_cost
 from simulator.hardware import HardwareSpec
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
@@ -78,7 +78,7 @@ def torchrec_like_plan(
         fair = sum(costs.values()) / world
         big, small = [], []
         for t in group:
-            size = t.num_rows * (t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0))
+            size = t.num_rows * (t.bytes_per_row + t.state_bytes)
             # TorchRec shards row-wise what would dominate a rank's memory or time
             (big if world > 1 and (costs[t.name] > fair or size > 0.25 * hbm) else small).append(t)
         if big:

@@ -87,6 +87,10 @@ if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
 
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
+# passes over a row's weights an update makes (read, write) and its gradient (read); row-wise
+# Adagrad reads the gradient once more for its mean square. The state's own read and write are
+# PackVolumes.state_bytes twice (Adam's two moments, Adagrad's per-element sums: planner.model_spec)
+UPDATE_PASSES = {"sgd": 3, "rowwise_adagrad": 4, "adagrad": 3, "adam": 3}
 @dataclass
 class Lowered:
     plan: Plan
@@ -557,7 +561,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
     # all-reduce (one fused buffer, one collective latency instead of one per pack), after the
     # packs' backward. TorchRec's DDP all-reduced the dense gradients already (buckets above);
     # a data-parallel table's whole gradient follows once its backward is done
-    sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
+    sparse_state = UPDATE_PASSES
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
     data_parallel = [pv for pv in packs if not pv.geometry.is_partitioned]
@@ -726,7 +730,7 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> dict[str, f
 
 
 def _sparse_passes(plan: Plan, pv: PackVolumes) -> int:
-    return {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
+    return UPDATE_PASSES.get(plan.model.table(pv.tables[0]).optimizer, 3)
 
 
 def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> float:

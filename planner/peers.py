@@ -12,7 +12,8 @@ with the engine that runs them (Provenance.engine: lowering applies its traits, 
   exchanging it for the global batch costs more than all-reducing its gradient: its expected
   lookups in a global batch times a vector's all-to-all cost exceed a row's all-reduce cost
   (HugeCTR hybrid_embedding statistics: frequent categories by the all-reduce/all-to-all
-  bandwidths), within a quarter of device memory.
+  bandwidths), within a quarter of device memory. Hybrid embedding takes one-hot slots (its
+  sample indices are one category per slot); a multi-hot table has no frequent set.
 - `torchrec`'s shape is TorchRec's planner (planner.torchrec_bridge, with TorchRec installed);
   without it, `torchrec-like` (planner.builders) scored on TorchRec's engine.
 """
@@ -28,7 +29,7 @@ from planner.model_spec import ModelSpec, attribute_groups
 from planner.modes import PlanExchange
 from planner.plan import PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
-from planner.volumes import ID_BYTES, STATE_BYTES
+from planner.volumes import ID_BYTES
 from simulator.hardware import HardwareSpec
 
 NVIDIA_DLRM = "nvidia-dlrm"
@@ -93,6 +94,8 @@ def frequent_rows(model: ModelSpec, access: dict[str, TableAccess], world: int, 
     sizes: dict[str, int] = {}
     for t in model.tables:
         acc = access[t.name]
+        if float(acc.pooling) > 1.0 or t.pooling == "none":
+            continue  # multi-hot: hybrid embedding takes one-hot slots only; exchanged whole
         lookups = batch * world * max(float(acc.pooling), 1e-9)
         # forward vector and backward gradient of each lookup, against the row's gradient all-reduce
         p_min = t.bytes_per_row * ar / (lookups * (2 * t.bytes_per_row + ID_BYTES) * a2a)
@@ -100,7 +103,7 @@ def frequent_rows(model: ModelSpec, access: dict[str, TableAccess], world: int, 
         if rows:
             sizes[t.name] = int(min(rows, t.num_rows))
     budget = FREQUENT_MEMORY_SHARE * float(hw.gpu.hbm_bytes)
-    per_row = {t.name: 2 * t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0) for t in model.tables}
+    per_row = {t.name: 2 * t.bytes_per_row + t.state_bytes for t in model.tables}
     used = sum(n * per_row[name] for name, n in sizes.items())
     if used > budget:
         shrink = budget / used

@@ -62,7 +62,7 @@ from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.modes import Exchange, HotSync, Placement, PlanExchange
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer, wire_id_bytes
 from planner.sharding import Sharding
-from planner.volumes import STATE_BYTES, table_cost
+from planner.volumes import table_cost
 from traces.coverage import presence_threshold
 
 if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
@@ -227,7 +227,7 @@ def within_budget(model: ModelSpec, sizes: dict[str, int], budget_bytes: float) 
 
 
 def _hot_row_bytes(t: TableSpec) -> int:
-    return 2 * t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0)
+    return 2 * t.bytes_per_row + t.state_bytes
 
 
 def _small_enough_to_replicate(t: TableSpec, hbm: float) -> bool:

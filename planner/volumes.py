@@ -36,7 +36,7 @@ import numpy as np
 from planner.access import TableAccess
 from planner.geometry import ShardGeometry
 from planner.host_access import HostAccess
-from planner.model_spec import TableSpec
+from planner.model_spec import TableSpec, optimizer_state_bytes
 from planner.modes import Exchange, HotSync
 from planner.plan import PackPlan, Plan, pooled_at_owners, table_optimizer, wire_id_bytes
 from traces.coverage import presence
@@ -44,7 +44,6 @@ from traces.coverage import presence
 ID_BYTES = 8  # int64 IDs in memory, and in the sparse gradient all-gathers (row, gradient)
 GRAD_BYTES = 4  # embedding gradients are fp32 whatever the table's storage dtype
 HEAD_ROWS = 64  # hottest cold rows placed exactly on their owner (imbalance)
-STATE_BYTES = {"sgd": 0, "rowwise_adagrad": 4}  # optimizer state per row
 
 
 @dataclass
@@ -249,7 +248,7 @@ def pack_volumes(
     specs = [model.table(t) for t in pack.tables]
     first = specs[0]
     row_bytes = first.bytes_per_row
-    state = STATE_BYTES.get(table_optimizer(plan, first), 0)
+    state = optimizer_state_bytes(table_optimizer(plan, first), first.dim)
     offsets = plan.table_offsets(pack)
     rows = plan.pack_rows(pack)
 
