@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from simulator.report import write_page, write_report
+    from validation.compare import spearman_text
     from validation.report import validation_sections
     from validation.validate import ValidateConfig, json_default, run_validate
     from validation.variants import PlanVariants
@@ -88,12 +89,13 @@ def run(args: argparse.Namespace) -> int:
     for r in result["per_plan"]:
         print(f"{r['name']:<34} {r['role']:<8} {r['measured_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
               f"{r['error']:+8.1%}")
-    sp = s["spearman"]
-    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {sp if sp is None else round(sp, 3)}  "
+    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {spearman_text(s)}  "
           f"goal {'met' if result['goal']['met'] else 'not met'} (MAPE <= 10%, Spearman >= 0.9)")
     if "microbench_only" in result:
         mb = result["microbench_only"]
-        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman'] if mb['spearman'] is None else round(mb['spearman'], 3)}")
+        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {spearman_text(mb)}")
+    if (choice := result.get("refit", {}).get("choice")) is not None:
+        print(f"rates kept: {choice['kept']} ({choice['why']})")
     print(f"results in {cfg.out_dir}/validate.json" + "".join(
         f", {what} {f}" for f, what in ((args.results, "copy"), (args.html, "report"),
                                          (args.save_refined, "refined hardware spec")) if f))
@@ -107,6 +109,7 @@ def _replay(args: argparse.Namespace) -> int:
     import json
 
     from simulator.hardware import load_hardware
+    from validation.compare import spearman_text
     from validation.replay import replay as replay_sweep
     from validation.validate import json_default
 
@@ -123,7 +126,7 @@ def _replay(args: argparse.Namespace) -> int:
               f"{r['error']:+8.1%}")
     s = out["summary"]
     by_world = ", ".join(f"{w} rank(s) {v['mape']:.1%}" for w, v in out["summary_by_world"].items())
-    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {round(s['spearman'] or 0, 3)}  "
+    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {spearman_text(s)}  "
           f"({by_world}; replayed from {args.replay}, nothing run)")
     if args.save_refined:
         print(f"wrote {args.save_refined} (refined hardware spec)")
