@@ -63,7 +63,8 @@ def apply(ops: list[Op], plan: Plan, packs: list[PackVolumes], micro_batches: in
             pv = by_name[scope]
             # the pooled vectors (forward) and their gradients (backward) stay on chip
             op.demand["hbm_bytes"] = np.maximum(op.demand["hbm_bytes"] - pv.samples * pv.pooled_width * 4, 0.0)
-        elif Trait.SPARSE_GRAD_OPTIMIZER in have and phase == "opt" and name == "cold_update" and scope in by_name:
+        elif (Trait.SPARSE_GRAD_OPTIMIZER in have and world > 1 and phase == "opt" and name == "cold_update"
+              and scope in by_name):
             pv = by_name[scope]
             lookups = np.asarray(pv.recv_ids, dtype=float) * micro_batches
             extra = float(np.max(lookups)) * (pv.grad_row_bytes * 4 + SORT_BYTES + RLE_BYTES)

@@ -12,7 +12,7 @@ faster than picasso's engine only through the bytes, FLOPs, kernels and ranks it
 | bottom_mlp_on_one_rank | the bottom MLP runs on rank 0 for the global batch (rank 0 holds no table on more than 4 ranks) | nvidia-dlrm |
 | fused_interaction | the dot interaction is one kernel: it reads the F x D features once and writes the top MLP's input (backward: reads both, writes the features' gradient) | nvidia-dlrm, hugectr |
 | fused_pool_interaction | the embedding output is consumed where it is produced: the pooled vectors' write and the interaction's read of them leave device memory (backward alike) | hugectr |
-| sparse_grad_optimizer | the backward writes one gradient row per lookup (a sparse tensor); the optimizer coalesces it (sort by row, sum runs) and applies it: no fusion of backward and update | nvidia-dlrm |
+| sparse_grad_optimizer | on several GPUs, the backward writes one gradient row per lookup (a sparse tensor); the optimizer coalesces it (sort by row, sum runs) and applies it: no fusion of backward and update (on one GPU the fused gather's backward updates in place) | nvidia-dlrm |
 | overlapped_pipeline | the step is not one serial chain: ops wait only for their inputs, so the gradient all-reduce and the exchanges run beside compute | hugectr |
 | half_exchange | under a 16-bit dense dtype, embedding vectors, their gradients and the gradient all-reduce cross ranks in 16 bits | hugectr |
 | fused_backward_optimizer | the backward sorts the lookups, sums each row's run and updates the row in the same kernel (FBGEMM TBE): no gradient rows in device memory | torchrec, hugectr, picasso |
@@ -70,8 +70,9 @@ TRAITS: dict[Trait, TraitInfo] = {t.trait: t for t in (
               "HugeCTR DLRM: embedding, interaction and MLPs in fused kernels under one CUDA graph)"),
     TraitInfo(Trait.SPARSE_GRAD_OPTIMIZER,
               "backward writes one gradient row per lookup (sparse tensor); SGD coalesces and applies it",
-              f"{NV_DLE}: dlrm/cuda_ext/sparse_embedding.py (gather_gpu_bwd returns a sparse gradient; "
-              "--embedding_type joint_sparse on several GPUs), torch.optim.SGD on sparse gradients"),
+              f"{NV_DLE}: dlrm/cuda_ext/sparse_embedding.py (gather_gpu_bwd returns a sparse gradient), "
+              "torch.optim.SGD on sparse gradients; dlrm/scripts/main.py validate_flags: --embedding_type "
+              "custom_cuda is joint_sparse on several GPUs, joint_fused (fused gather and SGD) on one"),
     TraitInfo(Trait.OVERLAPPED_PIPELINE,
               "embedding exchange, MLP weight gradients and the gradient all-reduce on their own streams, "
               "overlapping compute",

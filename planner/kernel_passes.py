@@ -43,7 +43,8 @@ EMBEDDING_KERNELS = {
 }
 RANDOM_OPS = {"hot_gather", "cold_gather", "cold_pool", "pool", "cold_update", "hot_update"}
 # the random-row ops that read a table (its shard or its hot cache) rather than a batch's buffer:
-# their rows are spread over the table's memory (`span_bytes`: the TLB's share of misses)
+# their rows are spread over the table's memory (`span_bytes`: the TLB's share of misses); of
+# their memory bytes, the demand "table_bytes" (set where lowering builds them) are the table's rows
 TABLE_OPS = {"cold_gather": "shard", "cold_pool": "shard", "cold_update": "shard", "hot_gather": "hot",
              "hot_update": "hot"}
 INTERACTION_KERNELS = {"dot": (4, 6), "cross": (4, 7), "fm": (4, 6), "cat": (1, 1)}  # (fwd, bwd) per layer/op
@@ -116,7 +117,7 @@ def apply(ops: list[Op], model: ModelSpec, packs: list[PackVolumes], dense: Dens
         op.args.setdefault("launch", EMBEDDING_KERNELS.get(name, 1))
         if name in RANDOM_OPS and op.args.get("eff_key") is None:
             op.args["eff_key"] = RANDOM_KEY
-        if name in TABLE_OPS and pv.placement != "host":
+        if name in TABLE_OPS and "table_bytes" in op.demand:
             op.args["span_bytes"] = span_bytes(pv, TABLE_OPS[name])
         if phase == "bwd" and name == "pool":
             # sort the lookups by row and find the runs, then sum each run: the longest alone

@@ -210,6 +210,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
     if pv.hot_rows:
         ops.append(_compute(n("hot_gather"), [n("route")], hbm=pv.hot_unique * (pv.row_bytes * 2 + ID_BYTES),
                             stage=2))
+        ops[-1].demand["table_bytes"] = pv.hot_unique * pv.row_bytes
     gather_dep = ops[-1].name
     if exchanges(plan, pv):
         ops.append(_collective(n("a2a_ids"), [gather_dep], "all_to_all", pv.a2a_ids_bytes, stage=3,
@@ -235,6 +236,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
     else:
         ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes * 2 + rows * ID_BYTES,
                             ranks=owners, stage=4))
+        ops[-1].demand["table_bytes"] = nbytes
         last = n("cold_gather")
     if exchanges(plan, pv):
         ops.append(_collective(n("a2a_emb"), [last], "all_to_all", pv.a2a_emb_bytes, stage=5))
@@ -271,6 +273,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
     if not pv.geometry.is_partitioned:  # data parallel: a local lookup and pooling
         ops = [_compute(n("cold_gather"), [], hbm=pv.lookups * (pv.row_bytes + ID_BYTES) + pv.samples
                         * pv.pooled_width * 4, flops=pv.lookups * pv.dim, stage=4)]
+        ops[0].demand["table_bytes"] = pv.lookups * pv.row_bytes
     else:
         # the input distribution of this batch ran during the previous one (pipelined):
         # on the comm lane, waited for by nothing
@@ -280,6 +283,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
         rows = pv.recv_ids
         ops.append(_compute(n("cold_gather"), [], hbm=rows * (pv.slice_bytes + ID_BYTES) + out_b,
                             flops=rows * pv.slice_bytes / 4, ranks=np.nonzero(rows > 0)[0], stage=4))
+        ops[-1].demand["table_bytes"] = rows * pv.slice_bytes
         if not pv.geometry.splits_rows:  # whole bags (or their column slices) from their owners
             nbytes = np.maximum(out_b, pv.samples * pv.pooled_width * 4)
             ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "all_to_all", nbytes, stage=5))
@@ -602,6 +606,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
                                     hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                                     + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
                                     ranks=np.nonzero(rows > 0)[0]))
+            updates[-1].demand["table_bytes"] = rows * (pv.slice_bytes * 2 + pv.state_bytes * 2)
             continue
         if not pv.geometry.is_partitioned:
             # every replica all-gathers the sparse gradients of all ranks and applies them all
@@ -628,6 +633,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
                                     hbm=(0.0 if host else touched) + expand, host=touched if staged else 0.0,
                                     pcie=grads + (touched if mapped else 0.0),
                                     flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
+            if not host:  # the rows it reads and writes back where they live
+                updates[-1].demand["table_bytes"] = rows * (pv.slice_bytes * 2 + pv.state_bytes * 2)
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered with their rows in one gather (sizes
             # from the step's one sizes exchange; executor.comm), then applied by every replica
@@ -637,6 +644,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
                                         hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
                                         flops=rows * pv.dim * 3))
+            hot_updates[-1].demand["table_bytes"] = rows * (pv.row_bytes * 2 + pv.state_bytes * 2)
         elif pv.allreduce_bytes:
             rows = pv.hot_rows
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
