@@ -327,25 +327,12 @@ def test_replay_refits_a_saved_sweep_without_running_it(setup, tmp_path):
 
     from simulator.calibration import spec_for_world
     from simulator.calibration_spec import Calibration, ClassFit
-    from simulator.engine import simulate
     from validation.replay import replay
 
     model, access, hw = setup
     truth = copy.deepcopy(hw)
     truth.calibration = Calibration(classes={"fwd/dense/top_mlp": ClassFit(fixed_launches=6.0, rate=0.25)})
-    cases = build_sweep(model, access, hw_for(hw), n_plans=8, include_planner=False, batches=(256, 1024),
-                        worlds=(1, 2), fit_count=4)
-    (tmp_path / "plans").mkdir()
-    records = []
-    for i, c in enumerate(cases):
-        path = tmp_path / "plans" / f"{i:02d}-{c.name}.json"
-        c.plan.save(path, hot_ids=c.hot_ids or None)
-        res = simulate(predict(c.plan, spec_for_world(hw, c.plan.world_size), access=access).graph,
-                       spec_for_world(truth, c.plan.world_size))
-        res.timeline.save(path.with_name(path.stem + ".measured.json"))
-        records.append({"name": c.name, "role": c.role, "knobs": c.knobs, "plan_file": str(path),
-                        "measured_us": res.iteration_us})
-    (tmp_path / "validate.json").write_text(json.dumps({"warmup": 0, "per_plan": records}))
+    cases, records = _saved_sweep(setup, tmp_path, truth)
     out = replay(tmp_path, hw)
     assert out["refit"]["op_classes"]["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
     held = [r for r in out["per_plan"] if r["role"] == "validate"]
@@ -375,6 +362,7 @@ def _saved_sweep(setup, tmp_path, truth):
         records.append({"name": c.name, "role": c.role, "knobs": c.knobs, "plan_file": str(path),
                         "measured_us": res.iteration_us})
     (tmp_path / "validate.json").write_text(json.dumps({"warmup": 0, "per_plan": records}))
+    return cases, records
 
 
 def test_a_refit_worse_on_held_out_fit_plans_is_not_kept(setup, tmp_path):
