@@ -39,6 +39,7 @@ from validation.compare import (
     compare,
     op_error_summary,
     predict,
+    spearman_text,  # noqa: F401 - the command prints it beside the summary
     summary,
     unfitted_classes,
 )

@@ -123,12 +123,10 @@ def execute(args: argparse.Namespace) -> Planned:
     hot_ids = None
     search_info = None
     if args.baseline:
-        known = BASELINES + PEER_BASELINES + (TORCHREC,)
-        if args.baseline not in known:
+        if args.baseline not in (known := BASELINES + PEER_BASELINES + (TORCHREC,)):
             raise PlanError(f"--baseline {args.baseline!r}: expected one of {', '.join(known)}")
         plan = baseline_plan(args.baseline, model, hw.world_size, batch, hw, access)
-        # a baseline with replicated rows (HugeCTR's frequent ones) runs with their IDs
-        hot_ids = {t: access[t].hot_rows(n) for t, n in sorted(plan.hot_rows.items()) if n > 0} or None
+        hot_ids = {t: access[t].hot_rows(n) for t, n in sorted(plan.hot_rows.items()) if n > 0} or None  # hybrid's
         evaluation = None
     else:
         mbs = _int_list(args.micro_batches, "--micro-batches") if args.micro_batches else None

@@ -48,9 +48,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from simulator.report import write_page, write_report
-    from validation.compare import spearman_text
     from validation.report import validation_sections
-    from validation.validate import ValidateConfig, json_default, run_validate
+    from validation.validate import ValidateConfig, json_default, run_validate, spearman_text
     from validation.variants import PlanVariants
 
     if args.replay:
@@ -109,9 +108,8 @@ def _replay(args: argparse.Namespace) -> int:
     import json
 
     from simulator.hardware import load_hardware
-    from validation.compare import spearman_text
     from validation.replay import replay as replay_sweep
-    from validation.validate import json_default
+    from validation.validate import json_default, spearman_text
 
     out = replay_sweep(args.replay, load_hardware(args.hardware))
     refined = out.pop("refined")
