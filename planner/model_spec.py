@@ -22,8 +22,6 @@ OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
 # optimizer state a table keeps, in fp32: (floats per row, floats per element): row-wise Adagrad one
 # accumulator per row; Adagrad one per element; Adam two moments per element (its step count is global)
 OPTIMIZER_STATE = {"sgd": (0, 0), "rowwise_adagrad": (1, 0), "adagrad": (0, 1), "adam": (0, 2)}
-# the executor's Triton kernels fuse these into the backward; the others update through torch
-FUSED_OPTIMIZERS = ("sgd", "rowwise_adagrad")
 
 
 def optimizer_state_bytes(optimizer: str, dim: int) -> int:
