@@ -26,7 +26,7 @@ from simulator.hardware import load_hardware
 def dlrm(rows: tuple[int, ...] = (40000, 9000, 3000, 800, 500, 60, 9, 7000, 20000, 150)) -> ModelSpec:
     tables = tuple(TableSpec(f"C{i + 1}", n, 16) for i, n in enumerate(rows))
     return ModelSpec("peer-dlrm", "dlrm", 13, tables, bottom_mlp=(64, 16), top_mlp=(64, 1), interaction="dot",
-                     extra={"dense_dtype": "bf16"})
+                     dense_dtype="bf16")
 
 
 def gpus(n: int = 8):
