@@ -27,7 +27,7 @@ import numpy as np
 from planner import op_names as on
 from planner.access import TableAccess
 from planner.dense import DenseCost
-from planner.model_spec import ModelSpec
+from planner.model_spec import PER_ELEMENT_OPTIMIZERS, ModelSpec
 from planner.program_ops import Op
 from planner.volumes import ID_BYTES, PackVolumes
 from simulator.device_perf import RANDOM_KEY
@@ -47,6 +47,9 @@ RANDOM_OPS = {"hot_gather", "cold_gather", "cold_pool", "pool", "cold_update", "
 # their memory bytes, the demand "table_bytes" (set where lowering builds them) are the table's rows
 TABLE_OPS = {"cold_gather": "shard", "cold_pool": "shard", "cold_update": "shard", "hot_gather": "hot",
              "hot_update": "hot"}
+# the torch path's kernels per update beyond the fused one's: unique (a sort), the summed
+# gradients, the state's read and write-back, the elementwise steps (executor.sparse.row_optimizers)
+TORCH_UPDATE_KERNELS = {"adagrad": 10, "adam": 16}
 INTERACTION_KERNELS = {"dot": (4, 6), "cross": (4, 7), "fm": (4, 6), "cat": (1, 1)}  # (fwd, bwd) per layer/op
 
 
@@ -115,6 +118,8 @@ def apply(ops: list[Op], model: ModelSpec, packs: list[PackVolumes], dense: Dens
         if pv is None:
             continue
         op.args.setdefault("launch", EMBEDDING_KERNELS.get(name, 1))
+        if name in ("cold_update", "hot_update") and pv.optimizer in PER_ELEMENT_OPTIMIZERS:
+            op.args["launch"] += TORCH_UPDATE_KERNELS[pv.optimizer]
         if name in RANDOM_OPS and op.args.get("eff_key") is None:
             op.args["eff_key"] = RANDOM_KEY
         if name in TABLE_OPS and "table_bytes" in op.demand:

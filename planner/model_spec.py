@@ -22,6 +22,9 @@ OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
 # optimizer state a table keeps, in fp32: (floats per row, floats per element): row-wise Adagrad one
 # accumulator per row; Adagrad one per element; Adam two moments per element (its step count is global)
 OPTIMIZER_STATE = {"sgd": (0, 0), "rowwise_adagrad": (1, 0), "adagrad": (0, 1), "adam": (0, 2)}
+# per-element state: no kernel fuses these into the backward; the executor updates their rows with
+# torch ops (executor.sparse.row_optimizers), so many more kernels per update
+PER_ELEMENT_OPTIMIZERS = ("adagrad", "adam")
 
 
 def optimizer_state_bytes(optimizer: str, dim: int) -> int:

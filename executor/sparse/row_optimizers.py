@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import torch
 
-TORCH_ONLY = ("adagrad", "adam")
+from planner.model_spec import PER_ELEMENT_OPTIMIZERS
+
+TORCH_ONLY = PER_ELEMENT_OPTIMIZERS
 ADAM_BETAS = (0.9, 0.999)
 # --verify's tolerance with these tables: both divide a step by the gradient's own size, so a
 # rounding difference in a near-zero gradient (another summation order) becomes a step
