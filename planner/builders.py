@@ -35,12 +35,15 @@ from planner.errors import PlanError
 from planner.grad_buckets import DDP_BUCKET_CAP_MB
 from planner.model_spec import ModelSpec, attribute_groups
 from planner.modes import Scoring
+from planner.peers import PEERS, peer_plan
 from planner.plan import OptimizerPlan, PackPlan, Plan, Provenance, model_optimizer
 from planner.sharding import Sharding
-from planner.volumes import STATE_BYTES, table_cost
+from planner.volumes import table_cost
 from simulator.hardware import HardwareSpec
 
 BASELINES = ("naive", "torchrec-like", "dp-hot-only")
+# the plans other systems run, on their engines' traits (planner.peers)
+PEER_BASELINES = PEERS
 # TorchRec's own planner (planner.torchrec_bridge): needs the optional TorchRec install
 TORCHREC = "torchrec"
 
@@ -75,7 +78,7 @@ def torchrec_like_plan(
         fair = sum(costs.values()) / world
         big, small = [], []
         for t in group:
-            size = t.num_rows * (t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0))
+            size = t.num_rows * (t.bytes_per_row + t.state_bytes)
             # TorchRec shards row-wise what would dominate a rank's memory or time
             (big if world > 1 and (costs[t.name] > fair or size > 0.25 * hbm) else small).append(t)
         if big:
@@ -117,6 +120,8 @@ def baseline_plan(
         return torchrec_like_plan(model, world, batch, hw, access, hw_name)
     if name == "dp-hot-only":
         return dp_hot_only_plan(model, world, batch, hw_name)
+    if name in PEERS:
+        return peer_plan(name, model, world, batch, hw, access if access is not None else table_access(model))
     if name == TORCHREC:
         from planner.torchrec_bridge import torchrec_plan
 
@@ -129,7 +134,7 @@ def baseline_plan(
         except Exception as exc:  # noqa: BLE001 - an optional library's failure is not the plan's
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise PlanError(f"TorchRec's planner failed ({type(exc).__name__}: {first})") from None
-    raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES + (TORCHREC,))}")
+    raise PlanError(f"unknown baseline {name!r}; known: {', '.join(BASELINES + PEERS + (TORCHREC,))}")
 
 
 # ----------------------------------------------------------------------------- the validation sweep

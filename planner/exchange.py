@@ -58,6 +58,7 @@ def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) 
     if pv.hot_rows:
         ops.append(compute(n("hot_gather"), [n("route")], hbm=pv.hot_lookups * (pv.row_bytes + ID_BYTES * 2)
                             + out_b, flops=pv.hot_lookups * pv.dim, stage=2))
+        ops[-1].demand["table_bytes"] = pv.hot_lookups * pv.row_bytes
     ops.append(collective(n("a2a_ids"), [ops[-1].name], "all_to_all", pv.pooled_ids_bytes, stage=3,
                            lat_steps=count_steps))
     rows = pv.recv_ids
@@ -75,6 +76,7 @@ def pooled_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) 
     else:
         ops.append(compute(n("cold_gather"), [n("a2a_ids")], hbm=rows * (pv.slice_bytes + ID_BYTES * 2) + produced,
                             flops=rows * pv.dim, ranks=owners, stage=4))
+        ops[-1].demand["table_bytes"] = rows * pv.slice_bytes  # of its bytes, the table's rows
     ops.append(collective(n("a2a_emb"), [ops[-1].name], "all_to_all", pv.pooled_out_bytes, stage=5))
     ops.append(compute(n("pool"), [n("a2a_emb")], hbm=(pv.owners_heard + 2) * out_b,
                         flops=pv.owners_heard * pv.samples * pv.pooled_width, stage=POOL_STAGE))

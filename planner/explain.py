@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from planner import op_names as on
+from planner import peer_compare
 from planner.access import TableAccess, table_access
 from planner.bounds import embedding_free_us
 from planner.builders import BASELINES, TORCHREC, baseline_plan
@@ -22,6 +23,7 @@ from planner.exchange import exchange_costs, poolable
 from planner.host_access import HostAccess
 from planner.memory import gib
 from planner.modes import HotSync, Placement, PlanExchange, Scoring
+from planner.peer_compare import PeerScore
 from planner.plan import Plan, wire_id_bytes
 from planner.pooled_twrw import exchange_bytes as group_bytes
 from planner.pooled_twrw import explain_lines as fused_lines
@@ -103,6 +105,8 @@ class Explanation:
     hw: HardwareSpec | None = None
     access: dict[str, TableAccess] | None = None
     sources: dict[str, str] | None = None  # per table: where its access statistics come from
+    # the systems users compare with: their plans on their engines and on picasso's (planner.peer_compare)
+    peers: list[PeerScore] = field(default_factory=list)
 
     # ---- pieces ------------------------------------------------------------------
     def packs(self) -> list[dict[str, Any]]:
@@ -308,6 +312,7 @@ class Explanation:
             "baselines_as_executed_us": {n: e.iteration_us for n, e in self.as_executed.items()},
             "embedding_free_us": self.embedding_free_us,
             "max_speedups": self.max_speedups(),
+            "peers": peer_compare.to_dicts(self.peers, ev.iteration_us),
         }
 
     def _place(self, placement: str) -> str:
@@ -393,6 +398,8 @@ class Explanation:
             best = ", ".join(f"{n} {v:.2f}x" for n, v in d["max_speedups"].items() if v)
             lines.append(f"bound: with embeddings free (input copy, dense layers, dense all-reduce only) an "
                          f"iteration takes {d['embedding_free_us']:.1f} us; no plan beats that: at most {best}")
+        if self.peers:
+            lines += ["", *peer_compare.lines(self.peers, d["predicted_iteration_us"])]
         return "\n".join(lines)
 
 
@@ -450,10 +457,12 @@ def explain(
     engine: str = "simpy",
     evaluation: Evaluation | None = None,
     sources: dict[str, str] | None = None,
+    peers: tuple[str, ...] = (),
 ) -> Explanation:
     """Simulate `plan` (unless `evaluation` is given) and each baseline the same way.
 
     `sources`: per table, where its access statistics come from (planner.access.access_sources).
+    `peers`: the systems users compare with (planner.peers), each on its engine and on picasso's.
     """
     access = access if access is not None else table_access(plan.model, profile)
     ev = evaluation or evaluate(plan, hw, access, engine, full_symmetry(plan), "plan")
@@ -479,4 +488,5 @@ def explain(
         free = embedding_free_us(plan, hw, access, ev.engine)
     except PlanError:
         free = None
-    return Explanation(plan, ev, out, executed, free, hw=hw, access=access, sources=sources)
+    scored = peer_compare.score_peers(plan, hw, access, ev.engine, peers) if peers else []
+    return Explanation(plan, ev, out, executed, free, hw=hw, access=access, sources=sources, peers=scored)

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from planner import op_names as on
 from planner.access import TableAccess
 from planner.dense import DenseCost
-from planner.model_spec import ModelSpec
+from planner.model_spec import PER_ELEMENT_OPTIMIZERS, ModelSpec
 from planner.program_ops import Op
 from planner.volumes import ID_BYTES, PackVolumes
 from simulator.device_perf import RANDOM_KEY
@@ -40,6 +42,14 @@ EMBEDDING_KERNELS = {
     "pool": 2, "cold_update": 3, "hot_update": 2, "hot_sync": 1,
 }
 RANDOM_OPS = {"hot_gather", "cold_gather", "cold_pool", "pool", "cold_update", "hot_update"}
+# the random-row ops that read a table (its shard or its hot cache) rather than a batch's buffer:
+# their rows are spread over the table's memory (`span_bytes`: the TLB's share of misses); of
+# their memory bytes, the demand "table_bytes" (set where lowering builds them) are the table's rows
+TABLE_OPS = {"cold_gather": "shard", "cold_pool": "shard", "cold_update": "shard", "hot_gather": "hot",
+             "hot_update": "hot"}
+# the torch path's kernels per update beyond the fused one's: unique (a sort), the summed
+# gradients, the state's read and write-back, the elementwise steps (executor.sparse.row_optimizers)
+TORCH_UPDATE_KERNELS = {"adagrad": 10, "adam": 16}
 INTERACTION_KERNELS = {"dot": (4, 6), "cross": (4, 7), "fm": (4, 6), "cat": (1, 1)}  # (fwd, bwd) per layer/op
 
 
@@ -108,13 +118,24 @@ def apply(ops: list[Op], model: ModelSpec, packs: list[PackVolumes], dense: Dens
         if pv is None:
             continue
         op.args.setdefault("launch", EMBEDDING_KERNELS.get(name, 1))
+        if name in ("cold_update", "hot_update") and pv.optimizer in PER_ELEMENT_OPTIMIZERS:
+            op.args["launch"] += TORCH_UPDATE_KERNELS[pv.optimizer]
         if name in RANDOM_OPS and op.args.get("eff_key") is None:
             op.args["eff_key"] = RANDOM_KEY
+        if name in TABLE_OPS and "table_bytes" in op.demand:
+            op.args["span_bytes"] = span_bytes(pv, TABLE_OPS[name])
         if phase == "bwd" and name == "pool":
             # sort the lookups by row and find the runs, then sum each run: the longest alone
             op.args["fixed_hbm_bytes"] = op.args.get("fixed_hbm_bytes", 0.0) + pv.lookups * (SORT_BYTES + RLE_BYTES)
             op.args["run_bytes"] = pv.longest_run * pv.grad_row_bytes
             op.args["launch"] = EMBEDDING_KERNELS["pool"] + RADIX_PASSES + 2
+
+
+def span_bytes(pv: PackVolumes, part: str) -> float:
+    """Device memory a pack's random rows are spread over on its busiest rank: its cold shard, or its hot cache."""
+    if part == "hot":
+        return float(pv.hot_rows) * pv.row_bytes
+    return float(np.max(pv.shard_rows)) * pv.slice_bytes if len(pv.shard_rows) else 0.0
 
 
 def add_dense(op: Op, dense: DenseCost, model: ModelSpec, stage: str, samples: float, act_scale: float,

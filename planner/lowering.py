@@ -58,10 +58,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from planner import kernel_passes
+from planner import engine_lowering, kernel_passes
 from planner import op_names as on
 from planner.access import TableAccess, table_access
 from planner.dense import ACT_BYTES_SCALE, DenseCost, dense_cost, dense_dtype
+from planner.engine_lowering import engine_dense
 from planner.errors import PlanError
 from planner.geometry import geometry_kind
 from planner.grad_buckets import early_buckets, grad_buckets
@@ -86,6 +87,10 @@ if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
 
 
 SYMMETRIC_ABOVE = 16  # world sizes above this get a one-rank symmetric graph by default
+# passes over a row's weights an update makes (read, write) and its gradient (read); row-wise
+# Adagrad reads the gradient once more for its mean square. The state's own read and write are
+# PackVolumes.state_bytes twice (Adam's two moments, Adagrad's per-element sums: planner.model_spec)
+UPDATE_PASSES = {"sgd": 3, "rowwise_adagrad": 4, "adagrad": 3, "adam": 3}
 @dataclass
 class Lowered:
     plan: Plan
@@ -154,7 +159,7 @@ def analyze(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess],
     for pv in packs:
         pv.longest_run = kernel_passes.longest_run(pv, access)
         pv.host_access = host_access(hw.kind)
-    dense = dense_cost(plan.model)
+    dense = engine_dense(dense_cost(plan.model), plan)
     return packs, memory_report(plan, packs, hw, dense), dense
 
 
@@ -205,6 +210,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
     if pv.hot_rows:
         ops.append(_compute(n("hot_gather"), [n("route")], hbm=pv.hot_unique * (pv.row_bytes * 2 + ID_BYTES),
                             stage=2))
+        ops[-1].demand["table_bytes"] = pv.hot_unique * pv.row_bytes
     gather_dep = ops[-1].name
     if exchanges(plan, pv):
         ops.append(_collective(n("a2a_ids"), [gather_dep], "all_to_all", pv.a2a_ids_bytes, stage=3,
@@ -230,6 +236,7 @@ def _pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float) -
     else:
         ops.append(_compute(n("cold_gather"), [gather_dep], hbm=nbytes * 2 + rows * ID_BYTES,
                             ranks=owners, stage=4))
+        ops[-1].demand["table_bytes"] = nbytes
         last = n("cold_gather")
     if exchanges(plan, pv):
         ops.append(_collective(n("a2a_emb"), [last], "all_to_all", pv.a2a_emb_bytes, stage=5))
@@ -266,6 +273,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
     if not pv.geometry.is_partitioned:  # data parallel: a local lookup and pooling
         ops = [_compute(n("cold_gather"), [], hbm=pv.lookups * (pv.row_bytes + ID_BYTES) + pv.samples
                         * pv.pooled_width * 4, flops=pv.lookups * pv.dim, stage=4)]
+        ops[0].demand["table_bytes"] = pv.lookups * pv.row_bytes
     else:
         # the input distribution of this batch ran during the previous one (pipelined):
         # on the comm lane, waited for by nothing
@@ -275,6 +283,7 @@ def _tr_pack_fwd(plan: Plan, pv: PackVolumes, mb: int | None, count_steps: float
         rows = pv.recv_ids
         ops.append(_compute(n("cold_gather"), [], hbm=rows * (pv.slice_bytes + ID_BYTES) + out_b,
                             flops=rows * pv.slice_bytes / 4, ranks=np.nonzero(rows > 0)[0], stage=4))
+        ops[-1].demand["table_bytes"] = rows * pv.slice_bytes
         if not pv.geometry.splits_rows:  # whole bags (or their column slices) from their owners
             nbytes = np.maximum(out_b, pv.samples * pv.pooled_width * 4)
             ops.append(_collective(n("a2a_emb"), [n("cold_gather")], "all_to_all", nbytes, stage=5))
@@ -556,7 +565,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
     # all-reduce (one fused buffer, one collective latency instead of one per pack), after the
     # packs' backward. TorchRec's DDP all-reduced the dense gradients already (buckets above);
     # a data-parallel table's whole gradient follows once its backward is done
-    sparse_state = {"sgd": 3, "rowwise_adagrad": 4}
+    sparse_state = UPDATE_PASSES
     grad_sync = on.op_name("bwd", "dense", "allreduce")
     hot_deps = [d for pv in packs if pv.allreduce_bytes for d in bwd_by_pack[pv.name]]
     data_parallel = [pv for pv in packs if not pv.geometry.is_partitioned]
@@ -597,6 +606,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
                                     hbm=rows * (pv.slice_bytes * passes + pv.state_bytes * 2 + ID_BYTES)
                                     + pv.recv_ids * k * pv.slice_bytes, flops=rows * pv.dim * 3,
                                     ranks=np.nonzero(rows > 0)[0]))
+            updates[-1].demand["table_bytes"] = rows * (pv.slice_bytes * 2 + pv.state_bytes * 2)
             continue
         if not pv.geometry.is_partitioned:
             # every replica all-gathers the sparse gradients of all ranks and applies them all
@@ -623,6 +633,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
                                     hbm=(0.0 if host else touched) + expand, host=touched if staged else 0.0,
                                     pcie=grads + (touched if mapped else 0.0),
                                     flops=rows * pv.dim * 3, ranks=np.nonzero(rows > 0)[0]))
+            if not host:  # the rows it reads and writes back where they live
+                updates[-1].demand["table_bytes"] = rows * (pv.slice_bytes * 2 + pv.state_bytes * 2)
         if pv.sparse_hot:
             # the touched hot rows' gradients, all-gathered with their rows in one gather (sizes
             # from the step's one sizes exchange; executor.comm), then applied by every replica
@@ -632,6 +644,7 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [sync],
                                         hbm=rows * (pv.row_bytes * passes + pv.state_bytes * 2 + ID_BYTES + pv.grad_row_bytes),
                                         flops=rows * pv.dim * 3))
+            hot_updates[-1].demand["table_bytes"] = rows * (pv.row_bytes * 2 + pv.state_bytes * 2)
         elif pv.allreduce_bytes:
             rows = pv.hot_rows
             hot_updates.append(_compute(on.op_name("opt", pv.name, "hot_update"), [grad_sync],
@@ -645,7 +658,8 @@ def build_program(plan: Plan, packs: list[PackVolumes], dense: DenseCost, hw: Ha
         pipeline_input_dist(ops, plan.ids_launch_mb)
     # the kernels behind each op: counts, GEMM class, random rows, elementwise passes, sorts, runs
     kernel_passes.apply(ops, model, packs, dense, samples, ACT_BYTES_SCALE[ddt])
-    if serial:
+    engine_lowering.apply(ops, plan, packs, k, ACT_BYTES_SCALE[ddt])  # the plan's engine (planner.engines)
+    if serial and engine_lowering.serial(plan):
         chain = [op for op in ops if not op.args.get("pipelined")]  # pipelined ops stay off the chain
         for a, b in zip(chain, chain[1:]):
             if a.name not in b.deps:
@@ -724,7 +738,7 @@ def hot_sync_costs(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> dict[str, f
 
 
 def _sparse_passes(plan: Plan, pv: PackVolumes) -> int:
-    return {"sgd": 3, "rowwise_adagrad": 4}.get(plan.model.table(pv.tables[0]).optimizer, 3)
+    return UPDATE_PASSES.get(plan.model.table(pv.tables[0]).optimizer, 3)
 
 
 def sparse_sync_row_us(plan: Plan, pv: PackVolumes, hw: HardwareSpec) -> float:

@@ -18,7 +18,19 @@ from planner.modes import DenseDtype
 ARCHS = ("dlrm", "deepfm", "dcn", "wide_deep", "din")
 DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}
 POOLINGS = ("sum", "mean", "none")
-OPTIMIZERS = ("sgd", "rowwise_adagrad")
+OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad", "adam")
+# optimizer state a table keeps, in fp32: (floats per row, floats per element): row-wise Adagrad one
+# accumulator per row; Adagrad one per element; Adam two moments per element (its step count is global)
+OPTIMIZER_STATE = {"sgd": (0, 0), "rowwise_adagrad": (1, 0), "adagrad": (0, 1), "adam": (0, 2)}
+# per-element state: no kernel fuses these into the backward; the executor updates their rows with
+# torch ops (executor.sparse.row_optimizers), so many more kernels per update
+PER_ELEMENT_OPTIMIZERS = ("adagrad", "adam")
+
+
+def optimizer_state_bytes(optimizer: str, dim: int) -> int:
+    """Bytes of optimizer state one row of `dim` elements keeps under `optimizer`."""
+    per_row, per_element = OPTIMIZER_STATE.get(optimizer, (0, 0))
+    return 4 * (per_row + per_element * dim)
 INITIALIZERS = ("uniform", "normal", "zeros")
 
 
@@ -39,6 +51,11 @@ class TableSpec:
     @property
     def bytes_per_row(self) -> int:
         return self.dim * DTYPES[self.dtype]
+
+    @property
+    def state_bytes(self) -> int:
+        """Optimizer state per row (OPTIMIZER_STATE)."""
+        return optimizer_state_bytes(self.optimizer, self.dim)
 
     def attributes(self) -> tuple:
         """What must be equal for two tables to share one packed table (PICASSO packing)."""

@@ -151,6 +151,8 @@ class Provenance:
     baseline: str | None = None  # naive, torchrec-like, dp-hot-only, torchrec
     # how explain scores this baseline beside how it runs (planner.modes.Scoring); None: as it runs
     scoring: Scoring | None = None
+    # whose executor it is scored on (planner.engines.Engine; None: picasso's): lowering applies its traits
+    engine: str | None = None
     label: str | None = None  # the search candidate it is
     profile: str | None = None  # the access profile it was planned from (absolute path)
     profile_scale_to: int | None = None  # ... extrapolated to this many rows
@@ -568,6 +570,12 @@ def _legacy_notes(d: dict) -> tuple[PlanExchange, dict, dict | None]:
     return exchange, prov, pred or None
 
 
+def _engine(value: object, where: str) -> str:
+    from planner.engines import Engine
+
+    return Engine.from_str(value, where).value
+
+
 def _provenance(d: dict) -> Provenance:
     unknown = sorted(set(d) - set(Provenance.__dataclass_fields__))
     if unknown:
@@ -578,7 +586,7 @@ def _provenance(d: dict) -> Provenance:
 
     return Provenance(
         planner=opt("planner", fields.text), baseline=opt("baseline", fields.text), label=opt("label", fields.text),
-        scoring=opt("scoring", Scoring.from_str),
+        scoring=opt("scoring", Scoring.from_str), engine=opt("engine", _engine),
         profile=opt("profile", fields.text), profile_scale_to=opt("profile_scale_to", fields.integer),
         row_cap=opt("row_cap", fields.integer),
         hardware_overrides=[fields.text(x, "provenance.hardware_overrides")

@@ -15,6 +15,9 @@ Entry point: `search(model, hw, profile=None, batch_size_per_rank=4096, ...) -> 
    (k*(8+2*row_bytes)*c_a2a) gives p* and the hot size per table is the number of rows
    above p*; the sizes are then scaled (x0 .. x4) and the best scale kept by simulation.
 3. Micro-batches (1, 2, 4, 8, 16 dividing the batch) and kernel interleaving on/off.
+   The plans the systems users compare with run (planner.peers: NVIDIA's DLRM, HugeCTR's
+   hybrid embedding) join as candidates on picasso's engine and are always re-simulated at
+   the end, so the search never returns a plan predicted slower than a peer's.
 4. Per pack, column-wise, table-wise and replicated are tried in place of row-wise, and
    host placement when device memory runs out.
 5. Per pack, the exchange: rows (deduplicated, pooled by the requester) or pooled at the
@@ -32,7 +35,7 @@ Every candidate is lowered and scored with the fast evaluator on a one-rank symm
 the best few are re-simulated with the simpy engine and the best of those is returned.
 
 In code the search is named stages over one state (`Candidates`): enumerate_layouts (1, 3),
-then STAGES: structure_stage (1-3 with closed-form hot sizes), hot_scale_stage (2's scale),
+then STAGES: structure_stage (1-3 with closed-form hot sizes), peer_stage (3's peers), hot_scale_stage (2's scale),
 fused_pooled_stage (several nodes: planner.pooled_twrw's fused pooled exchange), sharding_stage (4), table_row_wise_stage (4, several nodes), exchange_stage (5), bucket_stage (6),
 layer_stage (7), ids_stage (8), and final_stage (the discrete-event re-simulation).
 Candidates are visited in a fixed order and ties broken by label: same inputs, same plan.
@@ -59,7 +62,7 @@ from planner.model_spec import ModelSpec, TableSpec, attribute_groups
 from planner.modes import Exchange, HotSync, Placement, PlanExchange
 from planner.plan import PackPlan, Plan, Prediction, Provenance, model_optimizer, wire_id_bytes
 from planner.sharding import Sharding
-from planner.volumes import STATE_BYTES, table_cost
+from planner.volumes import table_cost
 from traces.coverage import presence_threshold
 
 if TYPE_CHECKING:  # types only: the seams' own classes, not loaded at import
@@ -224,7 +227,7 @@ def within_budget(model: ModelSpec, sizes: dict[str, int], budget_bytes: float) 
 
 
 def _hot_row_bytes(t: TableSpec) -> int:
-    return 2 * t.bytes_per_row + STATE_BYTES.get(t.optimizer, 0)
+    return 2 * t.bytes_per_row + t.state_bytes
 
 
 def _small_enough_to_replicate(t: TableSpec, hbm: float) -> bool:
@@ -357,6 +360,7 @@ class Candidates:
         self.ex_memo: dict = {}  # exchange costs of packs already seen (planner.exchange.choose_exchange)
         self.best: Evaluation | None = None
         self.layouts: list[Layout] = []
+        self.seeds: list[Evaluation] = []  # the plans peers run (peer_stage): always re-simulated at the end
         self.ks: list[int] = []
         self.done, self.steps = 0, 1
 
@@ -435,7 +439,7 @@ def enumerate_layouts(c: Candidates, micro_batch_options: tuple[int, ...]) -> No
                 sig = tuple((p.sharding, tuple(p.tables)) for p in packs)
                 if sig not in [lay.signature for lay in c.layouts]:
                     c.layouts.append(Layout(sig, f"split{split}{'+rep' if rep else ''}{'+pool' if pool else ''}", packs))
-    c.steps = len(c.layouts) * len(c.ks) * 2 + REFINE_TOP * len(HOT_SCALES) + 8
+    c.steps = len(c.layouts) * len(c.ks) * 2 + REFINE_TOP * len(HOT_SCALES) + 10
 
 
 def structure_stage(c: Candidates) -> None:
@@ -456,6 +460,26 @@ def structure_stage(c: Candidates) -> None:
     if c.best is None:
         raise PlanError(next((e.problem for e in c.log if e.problem and "host" in e.problem), None)
                         or next((e.problem for e in reversed(c.log) if e.problem), "no plan fits in memory"))
+
+
+def peer_stage(c: Candidates) -> None:
+    """The plans the systems users compare with run (planner.peers), as candidates on picasso's own
+    engine: the search never returns a plan predicted slower than a peer's plan, hybrid
+    embedding's replicated frequent rows included; later stages refine them like any other."""
+    from planner.peers import PEERS, peer_plan
+
+    for name in PEERS:
+        try:
+            plan = peer_plan(name, c.model, c.world, c.batch, c.hw, c.access)
+        except PlanError:
+            continue
+        plan.provenance = Provenance(baseline=name)  # its plan, not its engine
+        plan.hot_rows = within_budget(c.model, plan.hot_rows, HOT_MEMORY_SHARE * max(_free_hbm(plan, c.hw, c.access), 0))
+        plan.hot_ids_file = "hot.npz" if plan.hot_rows else None
+        ev = c.consider(f"peer:{name}", plan)
+        if ev.iteration_us is not None:
+            c.seeds.append(ev)
+        c.tick()
 
 
 def hot_scale_stage(c: Candidates) -> None:
@@ -610,14 +634,15 @@ def final_stage(c: Candidates, top_k: int) -> Evaluation:
         key = _plan_key(replace(p, backward_by_layer=False, ids_after_mb=None, grad_bucket_mb=0.0))
         groups.setdefault(key, {}).setdefault(p.backward_by_layer, ev)
     few = list(groups.values())[: max(1, top_k if not c.over_budget() else 1)]
-    finals = [evaluate(ev.plan, c.hw, c.access, "simpy", full_symmetry(ev.plan), ev.label)
-              for group in few for ev in group.values()]
+    chosen = [ev for group in few for ev in group.values()]
+    chosen += [ev for ev in c.seeds if all(ev is not x for x in chosen)]  # a peer's plan is always among them
+    finals = [evaluate(ev.plan, c.hw, c.access, "simpy", full_symmetry(ev.plan), ev.label) for ev in chosen]
     finals = [f for f in finals if f.iteration_us is not None] or finals
     return min(finals, key=lambda e: (e.iteration_us if e.iteration_us is not None else math.inf, e.label))
 
 
 # the stages after enumeration, in order (each improves on `Candidates.best`)
-STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, hot_scale_stage, fused_pooled_stage,
+STAGES: tuple[Callable[[Candidates], None], ...] = (structure_stage, peer_stage, hot_scale_stage, fused_pooled_stage,
                                                      sharding_stage, table_row_wise_stage, exchange_stage,
                                                      bucket_stage, layer_stage, ids_stage)
 

@@ -242,7 +242,8 @@ def plan_from_torchrec(model: ModelSpec, world: int, batch: int, neutral: dict[s
                 optimizer=model_optimizer(model), input_pipeline=world > 1,  # TrainPipelineSparseDist, run so too
                 grad_bucket_mb=DDP_BUCKET_CAP_MB if world > 1 else 0.0,  # DMP's DDP, run so too
                 exchange=PlanExchange.TORCHREC, provenance=Provenance(
-                    baseline="torchrec", torchrec={"sharding_types": dict(kinds), "approximations": approx}))
+                    baseline="torchrec", engine="torchrec",  # FBGEMM's TBE: backward and optimizer fused (planner.engines)
+                    torchrec={"sharding_types": dict(kinds), "approximations": approx}))
     plan.validate()
     return plan
 

@@ -36,7 +36,7 @@ import numpy as np
 from planner.access import TableAccess
 from planner.geometry import ShardGeometry
 from planner.host_access import HostAccess
-from planner.model_spec import TableSpec
+from planner.model_spec import TableSpec, optimizer_state_bytes
 from planner.modes import Exchange, HotSync
 from planner.plan import PackPlan, Plan, pooled_at_owners, table_optimizer, wire_id_bytes
 from traces.coverage import presence
@@ -44,7 +44,6 @@ from traces.coverage import presence
 ID_BYTES = 8  # int64 IDs in memory, and in the sparse gradient all-gathers (row, gradient)
 GRAD_BYTES = 4  # embedding gradients are fp32 whatever the table's storage dtype
 HEAD_ROWS = 64  # hottest cold rows placed exactly on their owner (imbalance)
-STATE_BYTES = {"sgd": 0, "rowwise_adagrad": 4}  # optimizer state per row
 
 
 @dataclass
@@ -79,6 +78,7 @@ class PackVolumes:
     owned_width: np.ndarray | None = None
     # TorchRec: distinct rows each owner updates per micro-batch (its TBE sorts and merges)
     update_rows: np.ndarray | None = None
+    optimizer: str = "sgd"  # the pack's tables' sparse optimizer (planner.plan.table_optimizer)
     hot_sync: HotSync = HotSync.DENSE  # PackPlan.hot_sync: how the hot rows' gradients are synchronised
     exchange: Exchange = Exchange.ROWS  # PackPlan.exchange: rows back to the requester, or pooled at the owner
     id_bytes: int = ID_BYTES  # one ID or bag length on the wire (Plan.wire_id_bytes)
@@ -249,7 +249,7 @@ def pack_volumes(
     specs = [model.table(t) for t in pack.tables]
     first = specs[0]
     row_bytes = first.bytes_per_row
-    state = STATE_BYTES.get(table_optimizer(plan, first), 0)
+    state = optimizer_state_bytes(table_optimizer(plan, first), first.dim)
     offsets = plan.table_offsets(pack)
     rows = plan.pack_rows(pack)
 
@@ -312,6 +312,7 @@ def pack_volumes(
     return PackVolumes(
         name=pack.name, tables=list(pack.tables), sharding=pack.sharding, geometry=geo, ranks=ranks,
         placement=pack.placement, hot_sync=pack.hot_sync, exchange=exchange, torchrec=not dedup, dim=first.dim, row_bytes=row_bytes, state_bytes=state,
+        optimizer=table_optimizer(plan, first),
         samples=samples, pooled_width=width,
         rows=rows, lookups=lookups,
         hot_lookups=hot_l, hot_unique=hot_u, cold_unique=cold_u, cold_unique_nohot=cold_u0,
@@ -349,7 +350,7 @@ def fuse_table_wise(packs: list[PackVolumes]) -> PackVolumes:
         geometry=type(first.geometry)(sum(p.rows for p in packs), first.dim, tuple(sorted({r for p in packs
                                                                                               for r in p.ranks}))),
         ranks=sorted({r for p in packs for r in p.ranks}), placement=first.placement, dim=first.dim,
-        row_bytes=first.row_bytes, state_bytes=first.state_bytes, samples=first.samples,
+        row_bytes=first.row_bytes, state_bytes=first.state_bytes, optimizer=first.optimizer, samples=first.samples,
         pooled_width=sum(p.pooled_width for p in packs), rows=sum(p.rows for p in packs),
         lookups=sum(p.lookups for p in packs), hot_lookups=sum(p.hot_lookups for p in packs),
         hot_unique=sum(p.hot_unique for p in packs), cold_unique=sum(p.cold_unique for p in packs),

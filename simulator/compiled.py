@@ -21,6 +21,7 @@ import numpy as np
 
 from simulator.calibration_spec import ClassFit, Resolved, class_key
 from simulator.cost import N_RES, collective_cost, link_latency_us, resource_capacity
+from simulator.device_perf import RANDOM_KEY
 from simulator.hardware import HardwareSpec
 from simulator.opgraph import _INT_COLUMNS, OpGraph, OpGraphError
 
@@ -301,7 +302,15 @@ def _base_ops(st: Structure, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray, 
     scale = 1e6 / ek[ek_code]
     busy = np.zeros((n, N_RES), order="F")  # column-major: per-resource columns and the row max are fast
     np.divide(st.column("flops"), rate[st.column("dtype"), ek_code], out=busy[:, 0])
-    np.divide(st.column("hbm_bytes"), hbm[ek_code], out=busy[:, 1])
+    span = st.column("span_bytes")
+    if hw.perf.tlb_reach_bytes and span.any():  # a table's rows beyond the TLB's reach (simulator.device_perf)
+        random = np.array([k == RANDOM_KEY for k in st.eff_keys] or [False])[ek_code]
+        miss = np.where(random & (span > hw.perf.tlb_reach_bytes),
+                        1.0 - hw.perf.tlb_reach_bytes / np.maximum(span, 1.0), 0.0)
+        np.divide(st.column("hbm_bytes") + st.column("table_bytes") * hw.perf.tlb_miss_cost * miss, hbm[ek_code],
+                  out=busy[:, 1])
+    else:
+        np.divide(st.column("hbm_bytes"), hbm[ek_code], out=busy[:, 1])
     for k, (col, res) in enumerate((("host_bytes", "host"), ("pcie_bytes", "pcie")), 2):
         np.divide(st.column(col), cap[res], out=busy[:, k])
     np.divide(st.column("nic_bytes"), cap["nic"], out=busy[:, 5])

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from simulator.device_perf import RANDOM_KEY
 from simulator.hardware import HardwareSpec
 from simulator.opgraph import Collective
 
@@ -102,9 +103,13 @@ def op_busy(attrs: Mapping[str, Any], hw: HardwareSpec) -> tuple[float, float, l
     cap = resource_capacity(hw)
     k = hw.eff(eff_key)
     flops_rate = hw.flops_rate(attrs.get("dtype", "fp32"), eff_key) * k
+    a = attrs.get("args") or {}
+    span = float(a.get("span_bytes", 0.0))
+    # the table's rows among its bytes wait for page walks beyond the TLB's reach (simulator.device_perf)
+    walks = float(a.get("table_bytes", 0.0)) * (hw.perf.random_slowdown(span) - 1.0) if eff_key == RANDOM_KEY else 0.0
     busy = [
         attrs.get("flops", 0.0) / flops_rate * 1e6,
-        attrs.get("hbm_bytes", 0.0) / (hw.hbm_rate(eff_key) * k) * 1e6,
+        (attrs.get("hbm_bytes", 0.0) + walks) / (hw.hbm_rate(eff_key) * k) * 1e6,
         attrs.get("host_bytes", 0.0) / (cap["host"] * k) * 1e6,
         attrs.get("pcie_bytes", 0.0) / (cap["pcie"] * k) * 1e6,
         0.0,

@@ -32,7 +32,7 @@ FORMAT_VERSION = 1
 _DEMAND_NAMES = ("flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
 _INT_COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "cls")
 _COLUMNS = ("rank", "lane", "dtype", "eff_key", "coll", "cls", "launch", "fixed_us", "lat_steps", "fixed_hbm_bytes",
-            "run_bytes",
+            "run_bytes", "span_bytes", "table_bytes",
             "flops", "hbm_bytes", "host_bytes", "pcie_bytes", "nic_bytes", "mem_alloc", "mem_free")
 _CODED = ("lane", "dtype", "eff_key", "coll", "cls")
 
@@ -113,7 +113,9 @@ class OpGraph:
         whose calibrated coefficients the cost model applies), and the demands of its fixed part:
         `lat_steps` (link latencies it pays besides its collective algorithm's), `fixed_hbm_bytes`
         (memory bytes it moves at the memory rate outside its flow), `run_bytes` (bytes one
-        parallel unit streams alone) and `fixed_us` (plain time)."""
+        parallel unit streams alone) and `fixed_us` (plain time); `span_bytes`, the memory its
+        random rows are spread over, and `table_bytes`, how many of its memory bytes are those rows
+        (the TLB's share of misses: simulator.device_perf)."""
         if not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise OpGraphError(f"op {name!r}: rank {rank!r} outside [0, {self.world_size})")
         if self.symmetric and self._rank_weights and rank not in self._rank_weights:
@@ -177,7 +179,7 @@ class OpGraph:
         cols["launch"].append(float(n))
         cc = codes["cls"]
         cols["cls"].append(cc.setdefault(args.get("cls"), len(cc)))
-        for k in ("fixed_us", "lat_steps", "fixed_hbm_bytes", "run_bytes"):
+        for k in ("fixed_us", "lat_steps", "fixed_hbm_bytes", "run_bytes", "span_bytes", "table_bytes"):
             cols[k].append(float(args.get(k, 0.0)) if args else 0.0)
         c = a["collective"]
         if c is None:

@@ -20,7 +20,7 @@ def test_the_stages_by_hand_are_the_search():
     for stage in STAGES:
         stage(c)
         bests.append(c.best.iteration_us)
-    assert [s.__name__ for s in STAGES] == ["structure_stage", "hot_scale_stage", "fused_pooled_stage", "sharding_stage",
+    assert [s.__name__ for s in STAGES] == ["structure_stage", "peer_stage", "hot_scale_stage", "fused_pooled_stage", "sharding_stage",
                                             "table_row_wise_stage", "exchange_stage", "bucket_stage", "layer_stage", "ids_stage"]
     assert bests == sorted(bests, reverse=True)  # a stage never makes the best worse
     chosen = final_stage(c, top_k=FINAL_TOP)

@@ -81,6 +81,19 @@ def test_summary_mape_and_spearman():
     assert summary(recs)["spearman"] < 0.5
 
 
+def test_spearman_is_a_number_or_a_reason():
+    two = summary([{"measured_us": 100, "predicted_us": 90}, {"measured_us": 200, "predicted_us": 210}])
+    assert two["spearman"] is None and "at least 3" in two["spearman_reason"]
+    flat = summary([{"measured_us": m, "predicted_us": 50} for m in (100, 200, 300)])
+    assert flat["spearman"] is None and "predicted the same" in flat["spearman_reason"]
+    same = summary([{"measured_us": 100, "predicted_us": p} for p in (90, 100, 110)])
+    assert same["spearman"] is None and "measured the same" in same["spearman_reason"]
+    from validation.compare import spearman_text
+
+    assert spearman_text(two).startswith("n/a (") and spearman_text(summary([
+        {"measured_us": m, "predicted_us": m} for m in (1, 2, 3)])) == "1.000"
+
+
 def _tl() -> Timeline:
     tl = Timeline()
     for step in range(4):
@@ -314,7 +327,7 @@ def test_replay_refits_a_saved_sweep_without_running_it(setup, tmp_path):
     from validation.replay import replay
 
     model, access, hw = setup
-    cases, records = _saved_sweep(setup, tmp_path)
+    cases, records = _saved_sweep(setup, tmp_path, _slow_top_mlp(hw))
     out = replay(tmp_path, hw)
     assert out["refit"]["op_classes"]["fwd/dense/top_mlp"]["flow_scale"] == pytest.approx(4.0, rel=0.05)
     held = [r for r in out["per_plan"] if r["role"] == "validate"]
@@ -325,31 +338,37 @@ def test_replay_refits_a_saved_sweep_without_running_it(setup, tmp_path):
     assert np.mean(before) > 3 * out["summary"]["mape"]  # the refit did the work
 
 
-def _saved_sweep(setup, folder):
-    """A finished sweep's folder whose "measurements" are simulations on a machine whose top MLP is 4x slower."""
-    import copy
-
+def _saved_sweep(setup, tmp_path, truth):
+    """A sweep saved as validate saves it, its "measurements" simulated on `truth`."""
     from simulator.calibration import spec_for_world
-    from simulator.calibration_spec import Calibration, ClassFit
     from simulator.engine import simulate
 
     model, access, hw = setup
-    truth = copy.deepcopy(hw)
-    truth.calibration = Calibration(classes={"fwd/dense/top_mlp": ClassFit(fixed_launches=6.0, rate=0.25)})
     cases = build_sweep(model, access, hw_for(hw), n_plans=8, include_planner=False, batches=(256, 1024),
                         worlds=(1, 2), fit_count=4)
-    (folder / "plans").mkdir()
+    (tmp_path / "plans").mkdir()
     records = []
     for i, c in enumerate(cases):
-        path = folder / "plans" / f"{i:02d}-{c.name}.json"
+        path = tmp_path / "plans" / f"{i:02d}-{c.name}.json"
         c.plan.save(path, hot_ids=c.hot_ids or None)
         res = simulate(predict(c.plan, spec_for_world(hw, c.plan.world_size), access=access).graph,
                        spec_for_world(truth, c.plan.world_size))
         res.timeline.save(path.with_name(path.stem + ".measured.json"))
         records.append({"name": c.name, "role": c.role, "knobs": c.knobs, "plan_file": str(path),
                         "measured_us": res.iteration_us})
-    (folder / "validate.json").write_text(json.dumps({"warmup": 0, "per_plan": records}))
+    (tmp_path / "validate.json").write_text(json.dumps({"warmup": 0, "per_plan": records}))
     return cases, records
+
+
+def _slow_top_mlp(hw):
+    """A machine like `hw` whose top MLP is 4x slower."""
+    import copy
+
+    from simulator.calibration_spec import Calibration, ClassFit
+
+    truth = copy.deepcopy(hw)
+    truth.calibration = Calibration(classes={"fwd/dense/top_mlp": ClassFit(fixed_launches=6.0, rate=0.25)})
+    return truth
 
 
 def test_replay_writes_the_report_and_results_it_is_asked_for(setup, tmp_path, capsys):
@@ -357,7 +376,7 @@ def test_replay_writes_the_report_and_results_it_is_asked_for(setup, tmp_path, c
 
     sweep = tmp_path / "sweep"
     sweep.mkdir()
-    _saved_sweep(setup, sweep)
+    _saved_sweep(setup, sweep, _slow_top_mlp(setup[2]))
     before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file()}
     page, results = tmp_path / "r" / "replay.html", tmp_path / "replay.json"
     assert main(["validate", "--replay", str(sweep), "--html", str(page), "--results", str(results)]) == 0
@@ -381,3 +400,29 @@ def test_validate_refused_for_its_inputs_creates_no_folder(tmp_path, capsys):
     assert main(["validate", "--data", str(tmp_path / "d.tsv"), "--model", "nonsense", "-o", str(out)]) == 2
     assert "nonsense" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_refit_worse_on_held_out_fit_plans_is_not_kept(setup, tmp_path):
+    """The measured rates are exact here; a refit that makes the top MLP 4x slower predicts the
+    held-out fit plans worse, so validate keeps the measured rates and says so."""
+    import copy
+
+    from simulator.calibration_spec import Calibration, ClassFit
+    from validation.refit import refit_on_runs
+    from validation.replay import replay
+
+    model, access, hw = setup
+    _saved_sweep(setup, tmp_path, hw)
+
+    def worse(base, fit, profile, acc):
+        spec, report = refit_on_runs(base, fit, profile, acc)
+        spec = copy.deepcopy(spec)
+        spec.calibration = Calibration(classes={"fwd/dense/top_mlp": ClassFit(fixed_launches=6.0, rate=0.25)})
+        return spec, report
+
+    out = replay(tmp_path, hw, refit=worse)
+    choice = out["refit"]["choice"]
+    assert choice["kept"] == "microbench" and choice["held_out"] == 4
+    assert choice["held_out_mape_refit"] > choice["held_out_mape_microbench"]
+    assert "kept the microbenchmark rates" in choice["why"]
+    assert out["summary"]["mape"] < 1e-6  # the measured rates' predictions, exact here

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -111,12 +112,33 @@ def summary(records: list[dict[str, Any]], key_pred: str = "predicted_us") -> di
         "max_ape": float(ape.max()),
         "within_10pct": int((ape <= 0.10).sum()),
     }
-    if len(meas) >= 3 and np.ptp(meas) > 0 and np.ptp(pred) > 0:
-        out["spearman"] = float(spearmanr(pred, meas).statistic)
+    why = spearman_gap(meas, pred)
+    if why is None:
+        rho = float(spearmanr(pred, meas).statistic)
+        out["spearman"] = rho if math.isfinite(rho) else None
         out["pearson"] = float(pearsonr(pred, meas).statistic)
+        why = None if math.isfinite(rho) else "the ranks are undefined (ties throughout)"
     else:
         out["spearman"] = None
+    if why is not None:
+        out["spearman_reason"] = why
     return out
+
+
+def spearman_gap(meas: np.ndarray, pred: np.ndarray) -> str | None:
+    """Why no rank correlation can be computed over these plans (None: it can)."""
+    if len(meas) < 3:
+        return f"{len(meas)} plan(s): a rank correlation needs at least 3"
+    if np.ptp(meas) == 0:
+        return "every plan measured the same step time: no order to compare with"
+    if np.ptp(pred) == 0:
+        return "every plan predicted the same step time: no order to compare"
+    return None
+
+
+def spearman_text(s: dict[str, Any]) -> str:
+    """Spearman as a number, or the reason there is none."""
+    return f"{s['spearman']:.3f}" if s.get("spearman") is not None else f"n/a ({s.get('spearman_reason', 'no plans')})"
 
 
 def op_error_summary(records: list[dict[str, Any]]) -> dict[str, Any]:

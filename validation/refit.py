@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from planner.access import TableAccess
@@ -38,3 +40,37 @@ def refit_on_runs(hw: HardwareSpec, fit: list[tuple[Case, Measured]], profile: A
                                           for c, m in fit], op_class, fixed=fixed)
     spec1, gaps = fit_host_gaps(spec1, [(c.plan.world_size, *host_gap(m.timeline)[::-1]) for c, m in fit])
     return spec1, {"fit_plans": [c.name for c, _ in fit], "op_classes": classes, "host_gaps": gaps}
+
+
+class Kept(str, Enum):
+    """Which rates `picasso validate` keeps for its predictions and its refined spec."""
+
+    MICROBENCH = "microbench"
+    REFIT = "refit"
+
+
+def choose_refit(hw: HardwareSpec, fit: list[tuple[Case, Measured, float]], profile: AccessProfile | None,
+                 access: dict[str, TableAccess] | None, refit: Callable[..., tuple[HardwareSpec, dict]] | None = None
+                 ) -> dict[str, Any]:
+    """Keep the refit only where it predicts plans it was not fitted on better than the
+    microbenchmark rates do: each fit plan in turn is held out, the others refit, and its
+    step predicted both ways (`fit`: case, measurement, its microbenchmark prediction in us).
+    With fewer than two fit plans nothing can be held out, and the microbenchmark rates stay."""
+    from validation.compare import predict  # the one prediction path
+
+    if len(fit) < 2:
+        return {"kept": Kept.MICROBENCH.value, "held_out": 0,
+                "why": f"{len(fit)} fit plan(s): none can be held out to test the refit, so the measured rates stay"}
+    err_refit, err_micro = [], []
+    for i, (case, m, micro_us) in enumerate(fit):
+        others = [(c, mm) for j, (c, mm, _) in enumerate(fit) if j != i]
+        spec, _ = (refit or refit_on_runs)(hw, others, profile, access)
+        us = predict(case.plan, spec, profile, access).iteration_us
+        err_refit.append(abs(us - m.iteration_us) / m.iteration_us)
+        err_micro.append(abs(micro_us - m.iteration_us) / m.iteration_us)
+    refit_mape, micro_mape = sum(err_refit) / len(fit), sum(err_micro) / len(fit)
+    kept = Kept.REFIT if refit_mape <= micro_mape else Kept.MICROBENCH
+    return {"kept": kept.value, "held_out": len(fit), "held_out_mape_refit": refit_mape,
+            "held_out_mape_microbench": micro_mape,
+            "why": (f"each of {len(fit)} fit plans held out in turn: refit {refit_mape:.1%}, microbenchmark rates "
+                    f"{micro_mape:.1%}: kept the {'refit' if kept == Kept.REFIT else 'microbenchmark rates'}")}

@@ -18,12 +18,13 @@ from foundation.documents import read_json
 from planner.access import table_access
 from planner.builders import Case
 from planner.plan import Plan
+from simulator.calibration import spec_for_world
 from simulator.hardware import HardwareSpec
 from simulator.measured import drop_warmup, load_timeline, mean_op_durations, merge_runs
 from traces.profile import AccessProfile
 from validation.compare import predict, summary
 from validation.measure import Measured, ValidateError
-from validation.refit import refit_on_runs
+from validation.refit import Kept, choose_refit, refit_on_runs
 
 
 def load_sweep(out_dir: str | Path) -> tuple[dict[str, Any], list[tuple[Case, Measured]], AccessProfile | None]:
@@ -86,9 +87,15 @@ def replay(out_dir: str | Path, hw: HardwareSpec,
     model = runs[0][0].plan.model
     access = table_access(model, profile)
     refined, report = refit(hw, fit, profile, access)
+    # kept only where it predicts held-out fit plans better than the measured rates (choose_refit)
+    micro = [predict(c.plan, spec_for_world(hw, c.plan.world_size), profile, access).iteration_us for c, _ in fit]
+    report["choice"] = choose_refit(hw, [(c, m, us) for (c, m), us in zip(fit, micro)], profile, access, refit)
+    keep_measured = report["choice"]["kept"] == Kept.MICROBENCH
+    if keep_measured:
+        refined = hw
     records = []
     for c, m in runs:
-        p = predict(c.plan, refined, profile, access)
+        p = predict(c.plan, spec_for_world(hw, c.plan.world_size) if keep_measured else refined, profile, access)
         err = (p.iteration_us - m.iteration_us) / m.iteration_us
         records.append({"name": c.name, "role": c.role, "world": c.plan.world_size,
                          "measured_us": round(m.iteration_us, 1), "predicted_us": round(p.iteration_us, 1),

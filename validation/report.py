@@ -7,6 +7,7 @@ from typing import Any
 from simulator.export import timeline_figure
 from simulator.measured import one_step
 from simulator.report import Section, bar_figure, bold, markup, paragraph, scatter_figure, table_html, tag
+from validation.compare import spearman_text
 
 
 def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section]:
@@ -15,13 +16,16 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
     met = result["goal"]["met"]
     lines = [paragraph(
         f"{s['plans']} validated plans ({result.get('plans_fit', 0)} more used to fit). MAPE ",
-        bold(f"{s['mape']:.1%}"), ", Spearman ", bold(f"{(s['spearman'] or float('nan')):.3f}"),
+        bold(f"{s['mape']:.1%}"), ", Spearman ", bold(spearman_text(s)),
         f", {s['within_10pct']} of {s['plans']} within 10%. Goal (MAPE \u2264 10%, Spearman \u2265 0.9): ",
         tag("span", "met" if met else "not met", cls="ok" if met else "fail"), ".")]
     if "microbench_only" in result:
         mb = result["microbench_only"]
+        choice = result["refit"].get("choice")
+        if choice:
+            lines.append(paragraph(f"Rates kept: {choice['kept']} ({choice['why']})."))
         lines.append(paragraph(f"With microbenchmark calibration only: MAPE {mb['mape']:.1%}, Spearman "
-                     f"{(mb['spearman'] or float('nan')):.3f}. Refit on the fit plans' op timings: "
+                     f"{spearman_text(mb)}. Refit on the fit plans' op timings: "
                      f"coefficients per world size for {len(result['refit']['op_classes'])} op classes "
                      "(compute ops and collectives); untimed host time per step "
                      + ", ".join(f"{v['step_us'] / 1e3:.2f} ms at {w} rank(s)"

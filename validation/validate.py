@@ -40,11 +40,12 @@ from validation.compare import (
     compare,
     op_error_summary,
     predict,
+    spearman_text,  # noqa: F401 - the command prints it beside the summary
     summary,
     unfitted_classes,
 )
 from validation.measure import Measured, ValidateError, merge_passes, run_measured, timed_steps_for
-from validation.refit import refit_on_runs
+from validation.refit import Kept, choose_refit, refit_on_runs
 from validation.variants import PlanVariants, apply_variants
 
 WORLDS = (1, 2, 4, 8)
@@ -194,8 +195,22 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
     validated = [r for r in results if r["role"] == "validate"]
     if not validated:
         raise ValidateError(f"no plan could be run and validated ({len(failed)} failed: {failed[0]['error'] if failed else '-'})")
+    choice = None
     if cfg.fit_plans:
-        refined, fit_report = refit_on_runs(hw, [(c, m) for c, m, _ in runs if c.role == "fit"], profile, access)
+        fit_runs = [(c, m, p.iteration_us) for c, m, p in runs if c.role == "fit"]
+        choice = choose_refit(hw, fit_runs, profile, access)
+        log(f"validate: {choice['why']}")
+    if choice is not None and choice["kept"] == Kept.MICROBENCH:
+        fit_report = (refit_on_runs(hw, [(c, m) for c, m, _p in fit_runs], profile, access)[1] if fit_runs
+                      else {"fit_plans": [], "op_classes": {}, "host_gaps": {}})
+        result["refit"] = {**fit_report, "choice": choice}
+        result["microbench_only"] = summary(validated)
+        refined_path = Path(cfg.save_refined or out_dir / "hardware.refined.json")
+        hw.save(refined_path)  # the kept rates: the measured ones
+        result["refined_hardware"] = str(refined_path)
+    elif choice is not None:
+        refined, fit_report = refit_on_runs(hw, [(c, m) for c, m, _p in fit_runs], profile, access)
+        fit_report["choice"] = choice
         for j, (rec, (c, m, _p)) in enumerate(zip(results, runs)):
             p2 = predict(c.plan, refined, profile, access)
             runs[j] = (c, m, p2)  # the report's simulated timelines are the refined predictions too

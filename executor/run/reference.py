@@ -20,10 +20,10 @@ from torch import nn
 
 from executor.data.batches import Batch
 from executor.dense.model import build_dense
-from executor.sparse import kernels, lowp
+from executor.sparse import kernels, lowp, row_optimizers
 from executor.sparse.layout import init_table_rows
 from executor.step.trainer import make_dense_optimizer, pad_sequences
-from planner.model_spec import ModelSpec, TableSpec
+from planner.model_spec import ModelSpec, TableSpec, optimizer_state_bytes
 from planner.plan import Plan, table_optimizer
 
 # the reference's autograd and sparse-update workspace and its block-wise comparison
@@ -85,8 +85,9 @@ class Reference:
             if lowp.is_low(dtype):
                 self.low[t.name] = self.bags[t.name].weight.detach().to(dtype)
             self.opt_of[t.name] = table_optimizer(plan, t)
-            if self.opt_of[t.name] == "rowwise_adagrad":
-                self.states[t.name] = torch.zeros(t.num_rows)
+            state = row_optimizers.new_state(self.opt_of[t.name], t.num_rows, t.dim)
+            if state is not None:
+                self.states[t.name] = state
         self.dense = self.net.dense
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # after load_state: the start value of each row the reference has updated since
@@ -118,7 +119,7 @@ class Reference:
                     continue
                 kernels.sparse_update_ref(
                     bag.weight.data, self.states.get(name), g.indices()[0], g.values(), self.opt_of[name],
-                    o.sparse_lr, o.eps,
+                    o.sparse_lr, o.eps, self.steps,
                 )
         self.opt.step()
         self.steps += 1
@@ -207,7 +208,7 @@ def reference_bytes(plan: Plan, steps: int, resumed: bool = False) -> int:
     resume also the largest saved pack it reads to start from (checkpoint.saved_tables: a
     replica read once, a sharded pack as its pieces plus the pack they are assembled into)."""
     model = plan.model
-    tables = sum(t.num_rows * (t.dim * 4 + 4 * (table_optimizer(plan, t) == "rowwise_adagrad"))
+    tables = sum(t.num_rows * (t.dim * 4 + optimizer_state_bytes(table_optimizer(plan, t), t.dim))
                  for t in model.tables)
     dense = sum(p.numel() for p in build_dense(model, plan.seed).parameters()) * 4 * 4
     row = 4 + 4 * model.num_dense + 8 * len(model.tables)

@@ -11,6 +11,7 @@ from executor.comm import Comm
 from executor.data.batches import Batch
 from executor.run.checkpoint import read_manifest, saved_tables
 from executor.run.reference import Reference, dense_state, max_rel_diff
+from executor.sparse import row_optimizers
 from executor.sparse.collect import block_rel_diff, full_packs
 from executor.sparse.lowp import verify_tolerance
 from executor.step.trainer import Trainer
@@ -28,8 +29,11 @@ TOLERANCE = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 3e-2}  # by the dense precision
 
 
 def default_tolerance(model: ModelSpec, dense_dtype: str) -> float:
-    """--verify's tolerance: the dense precision's, looser for 16-bit tables (executor.sparse.lowp)."""
-    return max(TOLERANCE.get(dense_dtype, TOLERANCE["fp32"]), verify_tolerance(model))
+    """--verify's tolerance: the dense precision's, looser for 16-bit tables (executor.sparse.lowp)
+    and for tables that Adagrad or Adam train (executor.sparse.row_optimizers)."""
+    per_element = any(t.optimizer in row_optimizers.TORCH_ONLY for t in model.tables)
+    return max(TOLERANCE.get(dense_dtype, TOLERANCE["fp32"]), verify_tolerance(model),
+               row_optimizers.VERIFY_TOL if per_element else 0.0)
 
 
 def start_state(trainer: Trainer, checkpoint: str) -> Reference | None:

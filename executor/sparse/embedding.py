@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from executor.comm import Comm, wire_id_dtype
-from executor.sparse import host_memory, lowp, syncfree
+from executor.sparse import host_memory, lowp, row_optimizers, syncfree
 from executor.sparse.layout import PackLayout, init_packed_rows, pack_layout
 from executor.sparse.syncfree import Route
 from planner import op_names
@@ -107,7 +107,9 @@ class ShardedPack:
         cols = self.my_cols if G.splits_columns else None
         self.weight = self._cold_tensor(init_packed_rows(plan.model, L, plan.seed, local, self.cold_dev, self.dtype,
                                                          cols, compute=self.dev))
-        self.state = self._cold_tensor(torch.zeros(len(local))) if self.adagrad else None
+        # row-wise Adagrad one sum per row; Adagrad and Adam per element (executor.sparse.row_optimizers)
+        state = row_optimizers.new_state(L.optimizer, len(local), L.dim)
+        self.state = None if state is None else self._cold_tensor(state)
         hot = [L.table_offsets[t] + np.asarray(hot_ids[t], dtype=np.int64) for t in L.tables if len(hot_ids.get(t, []))]
         hot_packed = np.concatenate(hot) if hot else np.zeros(0, dtype=np.int64)
         self.hot_packed = torch.from_numpy(hot_packed).to(self.dev)
@@ -116,7 +118,7 @@ class ShardedPack:
             self.hot_map = torch.full((L.rows,), -1, dtype=torch.int64, device=self.dev)
             self.hot_map[self.hot_packed] = torch.arange(len(hot_packed), device=self.dev)
         self.hot_weight = init_packed_rows(plan.model, L, plan.seed, hot_packed, self.dev, self.dtype)
-        self.hot_state = torch.zeros(len(hot_packed), device=self.dev) if self.adagrad else None
+        self.hot_state = row_optimizers.new_state(L.optimizer, len(hot_packed), L.dim, self.dev)
         self.hot_keys = self.keys(self.hot_packed) if self.low else None
         # hot_sync "sparse": the touched hot rows' gradients are all-gathered (their counts ride
         # in the step's one sizes read) instead of the whole hot set's in the dense all-reduce.
@@ -367,7 +369,8 @@ class ShardedPack:
         segment sums apply the optimizer to the rows themselves (Triton), so no gradient
         buffer is built and the update sorts nothing again."""
         return (self.single and self.plan.micro_batches == 1 and self.hot_map is None and not self.host
-                and not self.low and syncfree.fuses_update(self.weight))
+                and not self.low and self.layout.optimizer not in row_optimizers.TORCH_ONLY
+                and syncfree.fuses_update(self.weight))
 
     def unique_grad(self, lk: Lookup, grad_out: torch.Tensor) -> torch.Tensor | None:
         """The unique rows' gradient; None when the update is fused (`fuses_update`): the pooled
@@ -476,7 +479,7 @@ class ShardedPack:
             step = syncfree.adagrad_step(acc[:, c0:c1], self.state.index_select(0, uniq), self.eps)
             self.weight.index_add_(0, uniq, step, alpha=-self.lr)
             return
-        syncfree.sparse_update(self.weight, self.state, rows, g, L.optimizer, self.lr, self.eps)
+        syncfree.sparse_update(self.weight, self.state, rows, g, L.optimizer, self.lr, self.eps, self.step_index)
 
     def hot_count(self, lks: list[Lookup]) -> torch.Tensor:
         """Hot rows this rank's lookups of the step touch (device, 0-dim; summed over micro-batches)."""
@@ -508,7 +511,7 @@ class ShardedPack:
                                  self.lr, self.eps, self.step_index, self.seed)
             else:
                 syncfree.sparse_update(self.hot_weight, self.hot_state, rows, g, self.layout.optimizer, self.lr,
-                                       self.eps)
+                                       self.eps, self.step_index)
             return
         # every hot row at once: untouched rows have zero gradient and do not move
         if self.low:
@@ -516,7 +519,7 @@ class ShardedPack:
                               self.lr, self.eps, self.step_index, self.seed)
             return
         syncfree.dense_rows_update(self.hot_weight, self.hot_state, self.hot_grad, self.layout.optimizer,
-                                   self.lr, self.eps)
+                                   self.lr, self.eps, self.step_index)
 
     # ---- state ------------------------------------------------------------------------
     def shard_state(self) -> dict[str, object]:
@@ -535,9 +538,9 @@ class ShardedPack:
         load_full must follow): the initial rows and the loaded ones are never both resident."""
         self.weight = self.weight.new_empty((0, self.weight.shape[1]))
         self.hot_weight = self.hot_weight.new_empty((0, self.hot_weight.shape[1]))
-        if self.adagrad:
-            self.state = self.state.new_empty(0)
-            self.hot_state = self.hot_state.new_empty(0)
+        if self.state is not None:
+            self.state = self.state.new_empty((0, *self.state.shape[1:]))
+            self.hot_state = self.hot_state.new_empty((0, *self.hot_state.shape[1:]))
 
     def matches_piece(self, piece: dict) -> bool:
         """Whether `piece` (a shard_state of a saved run) is exactly this rank's shard and hot
@@ -548,14 +551,14 @@ class ShardedPack:
         return (list(piece["tables"]) == list(L.tables) and piece["sharding"] == L.sharding
                 and list(piece["cols"]) == cols and torch.equal(piece["rows"], rows)
                 and torch.equal(piece["hot_rows"], self.hot_packed.cpu())
-                and piece["weight"].dtype == self.dtype and (piece["state"] is None) == (not self.adagrad))
+                and piece["weight"].dtype == self.dtype and (piece["state"] is None) == (self.hot_state is None))
 
     def load_piece(self, piece: dict) -> None:
         """Take a saved shard that `matches_piece`: a resume under the plan it was saved with
         reads only this rank's own rows, with no full table assembled."""
         self.weight = self._cold_tensor(piece["weight"])
         self.hot_weight = piece["hot_weight"].contiguous().to(self.dev)
-        if self.adagrad:
+        if self.hot_state is not None:
             self.state = self._cold_tensor(piece["state"])
             self.hot_state = piece["hot_state"].contiguous().to(self.dev)
         self.zero_grad()
@@ -569,8 +572,8 @@ class ShardedPack:
             w = w[:, self.my_cols[0] : self.my_cols[1]]
         self.weight = self._cold_tensor(w.to(self.dtype))
         self.hot_weight = weight[self.hot_packed.cpu()].to(self.dtype).contiguous().to(self.dev)
-        if self.adagrad:
-            st = state if state is not None else torch.zeros(L.rows)
+        if self.hot_state is not None:
+            st = state if state is not None else row_optimizers.new_state(L.optimizer, L.rows, L.dim)
             self.state = self._cold_tensor(st[local])
             self.hot_state = st[self.hot_packed.cpu()].contiguous().to(self.dev)
         self.zero_grad()
@@ -644,7 +647,8 @@ def assemble_pieces(pieces: list[dict], rows: int, dim: int) -> tuple[torch.Tens
     check_coverage(pieces, rows, dim)
     weight = torch.zeros(rows, dim)
     has_state = any(p["state"] is not None for p in pieces)
-    state = torch.zeros(rows) if has_state else None
+    shape = next((tuple(p["state"].shape[1:]) for p in pieces if p["state"] is not None), ())
+    state = torch.zeros(rows, *shape) if has_state else None
     for p in pieces:
         if len(p["rows"]) and p["weight"].numel():
             c0, c1 = p["cols"]

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from executor.dense.interaction import dot_interaction_on, dot_interaction_ref
+from executor.sparse import row_optimizers
 
 
 def bag_forward_ref(
@@ -123,18 +124,22 @@ def sparse_update_ref(
     optimizer: str,
     lr: float,
     eps: float = 1e-8,
+    step: int = 0,
 ) -> None:
     """Apply a sparse gradient in place; duplicate rows are summed first.
 
     sgd: w -= lr * g. rowwise_adagrad: s += mean(g^2) over the row; w -= lr * g / (sqrt(s) + eps),
-    with one accumulator per row (`state` has shape [rows]).
+    with one accumulator per row (`state` has shape [rows]). adagrad, adam: per element
+    (executor.sparse.row_optimizers; Adam's bias correction at `step`, from 0).
     """
     if len(rows) == 0:
         return
     uniq, inverse = torch.unique(rows, sorted=True, return_inverse=True)
     g = torch.zeros(len(uniq), grads.shape[1], dtype=grads.dtype, device=grads.device)
     g.index_add_(0, inverse, grads)
-    if optimizer == "sgd":
+    if optimizer in row_optimizers.TORCH_ONLY:
+        row_optimizers.update_rows(weight, state, uniq, g, optimizer, lr, eps, step)
+    elif optimizer == "sgd":
         weight.index_add_(0, uniq, g, alpha=-lr)
     elif optimizer == "rowwise_adagrad":
         if state is None:

@@ -249,7 +249,7 @@ class PooledPack(ShardedPack):
             self.bag_pending = []
             L = self.layout
             syncfree.sparse_update_indexed(self.weight, self.state, torch.cat(rows), torch.cat(grads),
-                                           torch.cat(index), L.optimizer, self.lr, self.eps)
+                                           torch.cat(index), L.optimizer, self.lr, self.eps, self.step_index)
             return
         for r, g, bag in self.bag_pending:  # mixed with expanded ones: expand these too
             self.pending.append((r, g.index_select(0, bag)))

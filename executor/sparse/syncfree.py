@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import torch
 
-from executor.sparse import kernels
+from executor.sparse import kernels, row_optimizers
 from executor.sparse.sorted_runs import sorted_runs
 
 TRITON_ENV = "PICASSO_TRITON"
@@ -258,7 +258,10 @@ def sparse_update_fixed(weight: torch.Tensor, state: torch.Tensor | None, rows: 
 
 
 def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
-                  optimizer: str, lr: float, eps: float) -> None:
+                  optimizer: str, lr: float, eps: float, step: int = 0) -> None:
+    if optimizer in row_optimizers.TORCH_ONLY:  # no kernel fuses them: the torch path
+        row_optimizers.sparse_update(weight, state, rows, grads, optimizer, lr, eps, step)
+        return
     if _triton(weight) and weight.dtype == torch.float32:
         _tbe.sparse_update(weight, state, rows, grads, optimizer, lr, eps)
         return
@@ -269,9 +272,12 @@ def sparse_update(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.
 
 
 def sparse_update_indexed(weight: torch.Tensor, state: torch.Tensor | None, rows: torch.Tensor, grads: torch.Tensor,
-                          grad_index: torch.Tensor, optimizer: str, lr: float, eps: float) -> None:
+                          grad_index: torch.Tensor, optimizer: str, lr: float, eps: float, step: int = 0) -> None:
     """`sparse_update` with row i's gradient at grads[grad_index[i]]: on the native CPU path
     the shared gradients are read in place (a pooled bag's by each of its lookups)."""
+    if optimizer in row_optimizers.TORCH_ONLY:
+        row_optimizers.sparse_update(weight, state, rows, grads.index_select(0, grad_index), optimizer, lr, eps, step)
+        return
     if _triton(weight) and weight.dtype == torch.float32:
         _tbe.sparse_update(weight, state, rows, grads, optimizer, lr, eps, grad_index)
         return
@@ -282,9 +288,12 @@ def sparse_update_indexed(weight: torch.Tensor, state: torch.Tensor | None, rows
 
 
 def dense_rows_update(weight: torch.Tensor, state: torch.Tensor | None, grads: torch.Tensor, optimizer: str,
-                      lr: float, eps: float) -> None:
+                      lr: float, eps: float, step: int = 0) -> None:
     """Update every row of `weight` by its gradient row. A zero row changes neither weight nor
     state, so this equals a sparse update of the touched rows without finding them."""
+    if optimizer in row_optimizers.TORCH_ONLY:  # Adam's moments would move a zero row: the touched ones only
+        row_optimizers.dense_update(weight, state, grads, optimizer, lr, eps, step)
+        return
     if optimizer == "sgd":
         weight.add_(grads.to(weight.dtype), alpha=-lr)
         return

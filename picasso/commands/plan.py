@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="extrapolate the profile to this many rows first (each table capped at its num_rows)")
     p.add_argument("-o", "--output", default="plan.json", help="plan file to write (default: plan.json)")
     p.add_argument("--baseline", help="write this baseline instead of searching: naive, torchrec-like, dp-hot-only, "
-                                      "torchrec (TorchRec's own planner; needs picasso[torchrec])")
+                                      "nvidia-dlrm, hugectr (the plans those systems run, scored on their engines' "
+                                      "traits), torchrec (TorchRec's own planner; needs picasso[torchrec])")
     p.add_argument("--batch-size", type=int, help="samples per rank per step (default: 4096 on GPUs, 256 on CPUs)")
     p.add_argument("--row-cap", type=int, metavar="N", help="cap every table at N rows (for CPU runs)")
     p.add_argument("--micro-batches", help="micro-batch counts the search may use, e.g. 1,2,4 (default 1,2,4,8)")
@@ -97,7 +98,7 @@ def execute(args: argparse.Namespace) -> Planned:
     """Search (or build the baseline), explain, and save the plan: the work of `picasso plan`
     and `picasso.plan`."""
     from picasso.progress import Progress
-    from planner.builders import BASELINES, TORCHREC, baseline_plan
+    from planner.builders import BASELINES, PEER_BASELINES, TORCHREC, baseline_plan
     from planner.errors import PlanError
     from planner.explain import explain
     from planner.inputs import load_inputs
@@ -118,9 +119,10 @@ def execute(args: argparse.Namespace) -> Planned:
     hot_ids = None
     search_info = None
     if args.baseline:
-        if args.baseline not in BASELINES + (TORCHREC,):
-            raise PlanError(f"--baseline {args.baseline!r}: expected one of {', '.join(BASELINES + (TORCHREC,))}")
+        if args.baseline not in (known := BASELINES + PEER_BASELINES + (TORCHREC,)):
+            raise PlanError(f"--baseline {args.baseline!r}: expected one of {', '.join(known)}")
         plan = baseline_plan(args.baseline, model, hw.world_size, batch, hw, access)
+        hot_ids = {t: access[t].hot_rows(n) for t, n in sorted(plan.hot_rows.items()) if n > 0} or None  # hybrid's
         evaluation = None
     else:
         mbs = _int_list(args.micro_batches, "--micro-batches") if args.micro_batches else None
@@ -145,7 +147,7 @@ def execute(args: argparse.Namespace) -> Planned:
     # with TorchRec installed, its own plan is a baseline beside the others
     has_tr = torchrec_available()
     ex = explain(plan, hw, access=access, evaluation=evaluation, baselines=BASELINES + ((TORCHREC,) if has_tr else ()),
-                 sources=sources)
+                 sources=sources, peers=PEER_BASELINES if getattr(args, "explain", False) or getattr(args, "json", False) else ())
     from planner.plan import Prediction
     from planner.throughput import samples_per_s
 

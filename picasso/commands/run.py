@@ -154,11 +154,13 @@ def _memory_check(c: RunConfig) -> dict | None:
     from pathlib import Path
 
     from executor.run.memory import check_fits, predicted_peaks
+    from executor.sparse.optimizers import check_trainable
     from planner.plan import Plan
 
     if c.data != "synthetic" and not Path(c.data).exists():
         return None  # launch names the missing file
     plan = Plan.load(c.plan)
+    check_trainable(plan)
     nproc = c.nproc or plan.world_size // c.nnodes
     if nproc * c.nnodes != plan.world_size:
         return None  # launch names the mismatch

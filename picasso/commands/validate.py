@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from simulator.report import write_page, write_report
     from validation.report import validation_sections
-    from validation.validate import ValidateConfig, json_default, run_validate, sweep_outputs
+    from validation.validate import ValidateConfig, json_default, run_validate, spearman_text, sweep_outputs
     from validation.variants import PlanVariants
 
     if args.replay:
@@ -84,12 +84,13 @@ def run(args: argparse.Namespace) -> int:
     for r in result["per_plan"]:
         print(f"{r['name']:<34} {r['role']:<8} {r['measured_us'] / 1e3:11.2f} {r['predicted_us'] / 1e3:12.2f} "
               f"{r['error']:+8.1%}")
-    sp = s["spearman"]
-    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {sp if sp is None else round(sp, 3)}  "
+    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {spearman_text(s)}  "
           f"goal {'met' if result['goal']['met'] else 'not met'} (MAPE <= 10%, Spearman >= 0.9)")
     if "microbench_only" in result:
         mb = result["microbench_only"]
-        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {mb['spearman'] if mb['spearman'] is None else round(mb['spearman'], 3)}")
+        print(f"microbenchmark calibration only: MAPE {mb['mape']:.1%}  Spearman {spearman_text(mb)}")
+    if (choice := result.get("refit", {}).get("choice")) is not None:
+        print(f"rates kept: {choice['kept']} ({choice['why']})")
     print(f"results in {cfg.out_dir}/validate.json" + "".join(
         f", {what} {f}" for f, what in ((args.results, "copy"), (args.html, "report"),
                                          (args.save_refined, "refined hardware spec")) if f))
@@ -106,7 +107,7 @@ def _replay(args: argparse.Namespace) -> int:
     from simulator.report import write_page, write_report
     from validation.replay import replay as replay_sweep
     from validation.report import replay_sections
-    from validation.validate import json_default, sweep_outputs
+    from validation.validate import json_default, spearman_text, sweep_outputs
 
     sweep_outputs(None, args.replay, args.html, args.results, args.hardware, args.save_refined).check()
     out = replay_sweep(args.replay, load_hardware(args.hardware))
@@ -126,7 +127,7 @@ def _replay(args: argparse.Namespace) -> int:
               f"{r['error']:+8.1%}")
     s = out["summary"]
     by_world = ", ".join(f"{w} rank(s) {v['mape']:.1%}" for w, v in out["summary_by_world"].items())
-    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {round(s['spearman'] or 0, 3)}  "
+    print(f"validated plans: {s['plans']}  MAPE {s['mape']:.1%}  Spearman {spearman_text(s)}  "
           f"({by_world}; replayed from {args.replay}, nothing run)")
     if args.save_refined:
         print(f"wrote {args.save_refined} (refined hardware spec)")
