@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from executor.sparse import kernels
+from executor.sparse import kernels, syncfree
 from planner.dense import dot_interaction_width
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
@@ -88,7 +88,9 @@ class DLRM(DenseArch):
         return self.bot(dense) if self.bot is not None else self.proj(dense)
 
     def interaction(self, b, embs, seqs):
-        return kernels.dot_interaction([b] + [embs[n] for n in self.pooled])
+        xs = [b] + [embs[n] for n in self.pooled]
+        dots = syncfree.triton_interaction(b)  # CUDA (or forced): the fused kernels, output in the compute dtype
+        return dots.dot_interaction(xs) if dots is not None else kernels.dot_interaction(xs)
 
     def top(self, z):
         return self.topm(z).squeeze(1)

@@ -91,9 +91,48 @@ def leaves_grad(leaves: list[torch.Tensor]) -> torch.Tensor:
     """The pack's output gradient from its per-table leaves (zeros for a table the loss ignores).
     Gradients that already lie end to end in one buffer (the native interaction's backward
     writes them so) are returned as one view of it instead of being copied."""
+    joined = grads_in_place(leaves)
+    if joined is not None:
+        return joined
     grads = [q.grad if q.grad is not None else torch.zeros_like(q) for q in leaves]
     joined = adjacent_view(grads)
     return joined if joined is not None else torch.cat(grads)
+
+
+def grads_in_place(leaves: list[torch.Tensor]) -> torch.Tensor | None:
+    """The leaves' gradients as one view when they lie in one buffer laid out as the leaves lie
+    in theirs (the Triton interaction's backward writes them so); rows of leaves without a
+    gradient (the padding bags) are zeroed in that buffer, which no other tensor reads. None
+    when they do not."""
+    have = [q for q in leaves if q.grad is not None]
+    if not have or any(not q.is_contiguous() or not q.grad.is_contiguous() for q in leaves if q.grad is not None):
+        return None
+    try:
+        buf = have[0].grad.untyped_storage()
+        ptr = buf.data_ptr()
+        start = leaves[0].storage_offset()
+        shift = have[0].grad.storage_offset() - have[0].storage_offset()
+    except (RuntimeError, NotImplementedError):
+        return None
+    off = start
+    for q in leaves:
+        if not q.is_contiguous() or q.storage_offset() != off:
+            return None  # the leaves themselves are not end to end
+        off += q.numel()
+    for q in have:
+        g = q.grad
+        if g.untyped_storage().data_ptr() != ptr or g.storage_offset() - q.storage_offset() != shift \
+                or g.dtype != q.dtype or g.shape != q.shape:
+            return None
+    if shift + start < 0 or (shift + off) * have[0].grad.element_size() > buf.nbytes():
+        return None
+    first = have[0].grad
+    whole = first.new_empty(0).set_(buf, start + shift, (off - start,)).view(-1, *first.shape[1:])
+    for q in leaves:
+        if q.grad is None:
+            n = q.numel()
+            whole.view(-1)[q.storage_offset() - start : q.storage_offset() - start + n].zero_()
+    return whole
 
 
 def adjacent_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
