@@ -11,19 +11,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from executor.dense.mlp import MLP
 from executor.sparse import kernels, syncfree
 from planner.dense import dot_interaction_width
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
 
-def mlp(sizes: list[int], last_act: bool) -> nn.Sequential:
+def mlp(sizes: list[int], last_act: bool) -> MLP:
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2 or last_act:
             layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class DenseArch(nn.Module):
