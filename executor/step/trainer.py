@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from executor.comm import Comm
 from executor.data.batches import Batch
+from executor.dense.compiled import DenseCompile, compile_dense
 from executor.dense.model import DenseArch, build_dense
 from executor.dense.optim import DenseOptimizer
 from executor.dense.precision import apply_global, dense_precision
@@ -206,6 +207,7 @@ class Trainer:
         self.dev = comm.device
         self.packs: list[PackExchange] = make_packs(plan, hot_ids, comm)  # fused pooled groups share their collectives
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
+        self.compiled_stages = compile_dense(self.dense, DenseCompile.from_env())  # PICASSO_DENSE_COMPILE
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # the dense layers' precision as the planner costed it, where this device has it
         self.precision = dense_precision(plan.model.dense_precision, self.dev)
