@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from executor.comm import Comm
+from executor.comm import Comm, Done
 from executor.data.batches import Batch
 from executor.dense.compiled import DenseCompile, compile_dense
 from executor.dense.model import DenseArch, build_dense
@@ -153,12 +153,17 @@ def adjacent_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
     return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
 
 
-def _flat_grads(params: list[torch.nn.Parameter], tail: Sequence[torch.Tensor] = ()) -> torch.Tensor:
-    """The gradients of `params` (zero for a weight the step did not reach), then `tail`, in
-    one flat buffer for an all-reduce."""
+def _zero_missing_grads(params: list[torch.nn.Parameter]) -> None:
+    """A zero gradient for each weight the step did not reach (the optimizer updates every weight)."""
     for q in params:
         if q.grad is None:
             q.grad = torch.zeros_like(q)
+
+
+def _flat_grads(params: list[torch.nn.Parameter], tail: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+    """The gradients of `params` (zero for a weight the step did not reach), then `tail`, in
+    one flat buffer for an all-reduce."""
+    _zero_missing_grads(params)
     return torch.cat([q.grad.reshape(-1) for q in params] + list(tail))
 
 
@@ -360,7 +365,8 @@ class Trainer:
             elif p.num_hot:
                 with T.op("opt", p.name, "hot_update"):
                     n = p.hot_grad.numel()
-                    p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
+                    if flat is not None:  # one rank: the gradient is already the sum
+                        p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
                     off += n
                     p.apply_hot()
         with T.op("opt", "dense", "update"):  # the copy back of the reduced gradients is the update's
@@ -589,6 +595,9 @@ class Trainer:
         for name, done_by, params in self._early:
             if done_by != stage:
                 continue
+            if self.comm.world == 1:  # nothing to sum: no flat copy, no copy back
+                _zero_missing_grads(params)
+                continue
             flat = _flat_grads(params)
             tok = self.timer.start("bwd", "dense", name, lane=BUCKET_LANE)
             work = self.comm.all_reduce(flat, async_op=True, group="bucket")
@@ -598,14 +607,18 @@ class Trainer:
     def _start_grad_allreduce(self, async_op: bool):
         """All-reduce the dense gradients (those of no early bucket) followed by each pack's
         hot-row gradients, flat."""
+        if self.comm.world == 1:  # nothing to sum: the gradients stay where they are (no cat, no copies back)
+            _zero_missing_grads(self._synced)
+            return None, Done()
         hot = [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot and not p.sparse_hot]
         flat = _flat_grads(self._synced, hot)
         return flat, self.comm.all_reduce(flat, async_op, group="sync" if self.plan.buckets_grads else None)
 
-    def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
+    def _finish_dense_allreduce(self, flat: torch.Tensor | None) -> None:
         """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow), and
         those of the buckets launched during the backward once they are in."""
-        _unflat_grads(self._synced, flat)
+        if flat is not None:
+            _unflat_grads(self._synced, flat)
         for params, bucket, work in self._flying:
             work.wait()
             _unflat_grads(params, bucket)
