@@ -13,6 +13,7 @@ The dense forward runs at the model's dense_dtype where the device has it (execu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from executor.comm import Comm, Done
 from executor.data.batches import Batch
 from executor.dense.compiled import DenseCompile, compile_dense
+from executor.dense.compute_weights import ComputeWeights, wanted
 from executor.dense.model import DenseArch, build_dense
 from executor.dense.optim import DenseOptimizer
 from executor.dense.precision import apply_global, dense_precision
@@ -236,6 +238,9 @@ class Trainer:
         # the dense parameters of the step's one all-reduce: those of no early bucket
         early = {id(q) for _, _, params in self._early for q in params}
         self._synced = [q for q in self.dense.parameters() if id(q) not in early]
+        # bf16 on CUDA: the forward reads bf16 copies of the fp32 masters, refreshed after each update
+        self.weights = (ComputeWeights(self.dense) if wanted(self.dev, self.precision.used, plan.micro_batches,
+                                                              bool(self._early)) else None)
 
     # ---- one step -------------------------------------------------------------------
     def step(self, local: Batch, upcoming: Batch | None = None) -> torch.Tensor:
@@ -340,6 +345,8 @@ class Trainer:
             if p.sparse_hot:
                 hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
                 p.start_hot_sync(async_op=ov)
+        if self.weights is not None:
+            self.weights.grads_to_masters()
         dtok = T.start("bwd", "dense", "allreduce", lane=SYNC_LANE if plan.buckets_grads else "comm")
         flat, dwork = self._start_grad_allreduce(ov)
         T.end_when_done(dtok, dwork)
@@ -372,6 +379,8 @@ class Trainer:
         with T.op("opt", "dense", "update"):  # the copy back of the reduced gradients is the update's
             self._finish_dense_allreduce(flat)
             self.opt.step()
+            if self.weights is not None:
+                self.weights.refresh()
         self.steps_done += 1
         return loss_sum
 
@@ -521,9 +530,19 @@ class Trainer:
                 T.end_when_done(tok, p.grad_handles[-1][0])
             lks[i][j] = None  # free the micro-batch's buffers
 
+    def _compute(self) -> contextlib.AbstractContextManager:
+        """The dense forward's context: the plan's precision (autocast), on the 16-bit weight
+        copies where the run keeps them."""
+        if self.weights is None:
+            return self.precision.autocast(self.dev)
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.precision.autocast(self.dev))
+        stack.enter_context(self.weights.swapped())
+        return stack
+
     def _bottom_forward(self, mb: Batch, i: int) -> torch.Tensor:
         """Micro-batch i's bottom MLP output, its autograd graph kept for the backward."""
-        with self.timer.op("fwd", "dense", "bottom_mlp", i), self.precision.autocast(self.dev):
+        with self.timer.op("fwd", "dense", "bottom_mlp", i), self._compute():
             return self.dense.bottom(mb.dense)
 
     def _dense(self, mb: Batch, b: torch.Tensor, embs: dict, seqs: dict, i: int) -> torch.Tensor:
@@ -531,7 +550,7 @@ class Trainer:
         T, d = self.timer, self.dense
         last = i == self.plan.micro_batches - 1
         if not T.enabled and not (self._early and last):  # one backward through the whole model
-            with self.precision.autocast(self.dev):
+            with self._compute():
                 logit = d.top(d.interaction(b, embs, seqs))
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
             loss.backward()
@@ -548,10 +567,10 @@ class Trainer:
         their stage is done."""
         T, d = self.timer, self.dense
         bd = b.detach().requires_grad_() if b.requires_grad else b
-        with T.op("fwd", "dense", "interaction", i), self.precision.autocast(self.dev):
+        with T.op("fwd", "dense", "interaction", i), self._compute():
             z = d.interaction(bd, embs, seqs)
             zd = z.detach().requires_grad_()
-        with T.op("fwd", "dense", "top_mlp", i), self.precision.autocast(self.dev):
+        with T.op("fwd", "dense", "top_mlp", i), self._compute():
             logit = d.top(zd)
         with T.op("fwd", "dense", "loss", i):
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
