@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from executor.dense.cross import cross
 from executor.dense.mlp import MLP
 from executor.sparse import kernels, syncfree
 from planner.dense import dot_interaction_width
@@ -150,7 +151,7 @@ class DCN(DenseArch):
         x0 = torch.cat([b, self.flat_embs(embs, seqs)], dim=1)
         x = x0
         for layer in self.cross:
-            x = x0 * layer(x) + x
+            x = cross(x0, x, layer)  # x0 * layer(x) + x, fused where the MLPs are
         return x
 
     def top(self, z):
