@@ -208,40 +208,57 @@ def main() -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(out, indent=2) + "\n")
 
+    def record(r: dict, model: str, b: int, ddt: str, cap, plain, why_no_plain) -> None:
+        r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
+                 over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
+        if why_no_plain:
+            r["plain_not_run"] = why_no_plain
+        out["rows"].append(r)
+        save()
+        print(f"{model:20s} batch {b:6d} {ddt:5s} {r['kernels']:8s} picasso {r['samples_per_s']:12,.0f}/s "
+              f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
+              f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain or 0:12,.0f}/s "
+              f"x{r['over_plain'] or 0:5.2f}  ({r['wall_s']} s)", flush=True)
+
+    extras = []  # (variant, plan, model, batch, ...): run after every case, so a slow one (a compile) cuts nothing
     with tempfile.TemporaryDirectory() as tmp:
         d = args.work or Path(tmp)
         prepare_data(d, max(max(bs) for _, _, bs, _ in cases) * (steps + 4))
         for model, ddt, bs, cap in cases:
             for b in bs:
                 try:
-                    plan = make_plan(d, model, hardware, b, cap, ddt)
-                    first = run_plan(d, plan, steps, variants[0])
-                except SystemExit as e:
-                    if cap is not None:
-                        raise
-                    out.setdefault("full_rows_failed", {})[model] = str(e)
-                    print(f"{model} at full size failed ({e}); rows capped at 1M", flush=True)
-                    cap = 1_000_000
-                    plan = make_plan(d, model, hardware, b, cap, ddt)
-                    first = run_plan(d, plan, steps, variants[0])
+                    try:
+                        plan = make_plan(d, model, hardware, b, cap, ddt)
+                        first = run_plan(d, plan, steps, variants[0])
+                    except SystemExit as e:
+                        if cap is not None:
+                            raise
+                        out.setdefault("full_rows_failed", {})[model] = str(e)
+                        print(f"{model} at full size failed ({e}); rows capped at 1M", flush=True)
+                        cap = 1_000_000
+                        plan = make_plan(d, model, hardware, b, cap, ddt)
+                        first = run_plan(d, plan, steps, variants[0])
+                except SystemExit as e:  # this case fails alone: the others still run
+                    out.setdefault("failed", []).append({"model": model, "batch": b, "error": str(e)[-400:]})
+                    save()
+                    print(f"{model} batch {b} failed: {e}", flush=True)
+                    continue
                 plain, why_no_plain = time_plain(json.loads(plan.read_text()), d / "data.tsv", steps, device,
                                                  ddt == "bf16", ddt == "tf32")
                 # the torch kernels' A/B against the eager Triton run, at the largest batch
                 ab = cuda and b == bs[-1] and "triton" in variants and "torch" not in variants
-                more = variants[1:] + (["torch"] if ab else [])
+                record(first, model, b, ddt, cap, plain, why_no_plain)
+                for v in variants[1:] + (["torch"] if ab else []):
+                    record(run_plan(d, plan, steps, v), model, b, ddt, cap, plain, why_no_plain)
                 if b == bs[-1] and model in args.extra_models.split(","):
-                    more += [v for v in args.extra_variant.split(",") if v and v not in variants and v in VARIANTS]
-                for r in [first] + [run_plan(d, plan, steps, v) for v in more]:
-                    r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
-                             over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
-                    if why_no_plain:
-                        r["plain_not_run"] = why_no_plain
-                    out["rows"].append(r)
-                    save()
-                    print(f"{model:20s} batch {b:6d} {ddt:5s} {r['kernels']:6s} picasso {r['samples_per_s']:12,.0f}/s "
-                          f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
-                          f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain or 0:12,.0f}/s "
-                          f"x{r['over_plain'] or 0:5.2f}  ({r['wall_s']} s)", flush=True)
+                    extras += [(v, plan, model, b, ddt, cap, plain, why_no_plain) for v in args.extra_variant.split(",")
+                               if v and v not in variants and v in VARIANTS]
+        for v, plan, *rest in extras:
+            try:
+                record(run_plan(d, plan, steps, v), *rest)
+            except SystemExit as e:
+                out.setdefault("failed", []).append({"model": rest[0], "batch": rest[1], "variant": v,
+                                                     "error": str(e)[-400:]})
     save()
     print(f"wrote {output}")
 
