@@ -2,8 +2,8 @@
 
 For each plan: the step's FLOPs (lowering's ops on rank 0, by dtype) at the device's GEMM rate
 plus its bytes at the device's HBM rate, both from a hardware file (`picasso calibrate --device
-cuda` writes the measured ones; without one the preset's figures: h200 on CUDA, local-cpu on a
-CPU), beside the measured step (`picasso run --preload`, whole steps timed) and, on CUDA, the
+cuda` writes the measured ones; without one the h200 preset's figures on CUDA, and on a CPU
+`picasso calibrate --device cpu --quick` of this machine, run first), beside the measured step (`picasso run --preload`, whole steps timed) and, on CUDA, the
 kernels a steady step launches (torch.profiler over eager steps of the same Trainer). The floor
 adds compute and memory time instead of overlapping them; lowering's bytes are those of the torch
 path's ops, so the floor of a fused step is, if anything, lower still.
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from bench_executor_gpu import make_plan, prepare_data, run_plan
+from bench_executor_gpu import make_plan, picasso, prepare_data, run_plan
 from results_path import results_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,12 +61,23 @@ def floor_of(plan_path: Path, profile: Path, hw) -> dict:
         if f := at0(op.demand.get("flops", 0.0)):
             flops[op.dtype] = flops.get(op.dtype, 0.0) + f
         hbm += at0(op.demand.get("hbm_bytes", 0.0))
-    compute_s = sum(f / (hw.flops_for(dt) * hw.eff("compute")) for dt, f in flops.items())
-    memory_s = hbm / (hw.gpu.hbm_bw * hw.eff("hbm"))
+    compute_s = sum(f / gemm_rate(hw, dt) for dt, f in flops.items())
+    memory_s = hbm / hbm_rate(hw)
     return {"flops": flops, "hbm_bytes": hbm, "compute_floor_ms": compute_s * 1e3,
-            "memory_floor_ms": memory_s * 1e3, "floor_ms": (compute_s + memory_s) * 1e3,
-            "rates": {"flops_per_s": {dt: hw.flops_for(dt) * hw.eff("compute") for dt in flops},
-                      "hbm_bytes_per_s": hw.gpu.hbm_bw * hw.eff("hbm")}}
+            "memory_floor_ms": memory_s * 1e3, "floor_ms": (compute_s + memory_s) * 1e3}
+
+
+def gemm_rate(hw, dtype: str) -> float:
+    """The best GEMM rate the hardware file gives for `dtype` (its measured fraction of peak, of
+    the shape classes it has, where calibrated)."""
+    from simulator.device_perf import GemmShape
+
+    return hw.flops_for(dtype) * hw.eff("compute") * max(hw.perf.gemm_fraction(dtype, s) for s in GemmShape)
+
+
+def hbm_rate(hw) -> float:
+    """Streaming device-memory bytes per second (measured where calibrated)."""
+    return hw.gpu.hbm_bw * hw.eff("hbm") * hw.perf.hbm_fraction(None)
 
 
 def measured_from(executor_json: Path | None, model: str, batch: int) -> float | None:
@@ -105,14 +116,22 @@ def main() -> None:
     from simulator.hardware import load_hardware
 
     hw_name = args.hardware or plan_hw
+    if not cuda and not args.hardware:  # a CPU's rates are this machine's: calibrated here, one worker
+        hw_file = Path(tempfile.mkdtemp()) / "hw_cpu.json"
+        picasso("calibrate", "--device", "cpu", "--base", "local-cpu", "--nproc", "1", "--quick", "-o", str(hw_file))
+        hw_name = str(hw_file)
     hw = load_hardware(hw_name, ["gpus_per_node=1", "nodes=1"])
     cases = GPU_CASES if cuda else CPU_CASES
     if args.models:
         cases = [c for c in cases if c[0] in args.models.split(",")]
     steps = 4 if args.quick else args.steps
-    out = {"machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+    out = {"hardware_rates": {"gemm_flops_per_s": {k: gemm_rate(hw, k) for k in ("fp32", "tf32", "bf16")},
+                              "hbm_bytes_per_s": hbm_rate(hw)},
+           "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
                        "device": torch.cuda.get_device_name(0) if cuda else "cpu"},
-           "command": " ".join(["python", *sys.argv]), "hardware": hw_name, "rows": []}
+           "command": " ".join(["python", *sys.argv]),
+           "hardware": "picasso calibrate --device cpu --quick" if hw_name.endswith("hw_cpu.json") else hw_name,
+           "rows": []}
     output = args.output or results_path("step_floor")
     with tempfile.TemporaryDirectory() as tmp:
         d = args.work or Path(tmp)
