@@ -152,3 +152,16 @@ def test_dlrm_routes_to_the_kernels_where_triton_serves(monkeypatch):
         want = dense(x, embs, {})
     assert len(calls) == 1 or DEV == "cuda"
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_broken_interaction_kernel_leaves_the_embedding_kernels_live(monkeypatch):
+    from executor.sparse import syncfree
+
+    def broken(device):
+        raise RuntimeError("no such layout")
+
+    monkeypatch.setattr(it, "self_check", broken)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(syncfree, "_tbe_tried", True)
+    with pytest.warns(UserWarning, match="interaction kernels: RuntimeError: no such layout; using the torch path"):
+        assert syncfree._interaction_kernels() is None

@@ -74,12 +74,11 @@ def triton_status() -> str | None:
             _tbe_reason = f"{TRITON_ENV}=0"
         else:
             try:
-                from executor.dense import interaction_triton
                 from executor.sparse import triton_tbe
                 if torch.cuda.is_available():
                     triton_tbe.self_check(torch.device("cuda"))
-                    interaction_triton.self_check(torch.device("cuda"))
-                _tbe, _dots = triton_tbe, interaction_triton
+                _tbe = triton_tbe
+                _dots = _interaction_kernels()
             except Exception as e:  # a missing or broken Triton leaves the torch path, never a failed run
                 first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
                 _tbe_reason = f"triton unavailable: {type(e).__name__}: {first}"
@@ -103,6 +102,20 @@ def _triton(t: torch.Tensor) -> bool:
     interprets, which is only on machines without CUDA) and they load."""
     on_cpu = _forced() and os.environ.get("TRITON_INTERPRET") == "1"
     return (t.is_cuda or on_cpu) and triton_status() is None
+
+
+def _interaction_kernels() -> ModuleType | None:
+    """The Triton dot interaction once it passes its self-check on CUDA; one that cannot build
+    leaves the interaction on the torch path with one warning, the embedding kernels unaffected."""
+    try:
+        from executor.dense import interaction_triton
+        if torch.cuda.is_available():
+            interaction_triton.self_check(torch.device("cuda"))
+        return interaction_triton
+    except Exception as e:  # a broken kernel: the torch interaction, never a failed run
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        warnings.warn(f"interaction kernels: {type(e).__name__}: {first}; using the torch path", stacklevel=2)
+        return None
 
 
 def triton_interaction(t: torch.Tensor) -> ModuleType | None:
