@@ -59,7 +59,7 @@ def prepare_data(d: Path, rows: int) -> None:
         return
     picasso("synth", "--preset", "criteo-kaggle", "--rows", str(rows), "-o", str(d / "data.tsv"), "--seed", "0")
     picasso("analyze", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "profile.json"))
-    picasso("convert", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "dataset"))
+    picasso("convert", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "dataset"), "--force")
     mark.write_text(str(rows))
 
 
