@@ -16,10 +16,11 @@ from executor.run.verify import synthetic_global_batches
 from executor.step.trainer import Trainer
 from planner.builders import random_plan
 from planner.model_spec import ModelSpec, TableSpec
+from planner.modes import DenseDtype
 from planner.plan import OptimizerPlan
 
 MODEL = ModelSpec("tiny", "dlrm", 4, (TableSpec("C1", 40, 8), TableSpec("C2", 300, 8)), bottom_mlp=(16, 8),
-                  top_mlp=(16, 8, 1), extra={"dense_dtype": "bf16"})
+                  top_mlp=(16, 8, 1), dense_dtype=DenseDtype.BF16)
 
 
 def trained(copies: bool, plan, hot, batches) -> Trainer:
@@ -59,10 +60,10 @@ def test_a_loaded_checkpoint_reaches_the_copies():
 
 
 def test_used_only_where_it_helps(monkeypatch):
-    cuda = torch.device("cuda")
-    assert wanted(cuda, "bf16", 1, False)
-    assert not wanted(torch.device("cpu"), "bf16", 1, False)
-    assert not wanted(cuda, "tf32", 1, False) and not wanted(cuda, "bf16", 2, False)
-    assert not wanted(cuda, "bf16", 1, True)
+    cuda, bf16 = torch.device("cuda"), DenseDtype.BF16
+    assert wanted(cuda, bf16, 1, False)
+    assert not wanted(torch.device("cpu"), bf16, 1, False)
+    assert not wanted(cuda, DenseDtype.TF32, 1, False) and not wanted(cuda, bf16, 2, False)
+    assert not wanted(cuda, bf16, 1, True)
     monkeypatch.setenv("PICASSO_BF16_WEIGHTS", "0")
-    assert not wanted(cuda, "bf16", 1, False)
+    assert not wanted(cuda, bf16, 1, False)

@@ -23,12 +23,14 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from planner.modes import DenseDtype
+
 ENV = "PICASSO_BF16_WEIGHTS"
 
 
-def wanted(device: torch.device, used_dtype: str, micro_batches: int, early_buckets: bool) -> bool:
+def wanted(device: torch.device, used_dtype: DenseDtype, micro_batches: int, early_buckets: bool) -> bool:
     """Whether a run keeps bf16 weight copies (see the module doc)."""
-    return (device.type == "cuda" and used_dtype == "bf16" and micro_batches == 1 and not early_buckets
+    return (device.type == "cuda" and used_dtype == DenseDtype.BF16 and micro_batches == 1 and not early_buckets
             and os.environ.get(ENV, "1") != "0")
 
 
