@@ -45,7 +45,7 @@ for s in $stages; do
     ;;
   test)  # on the GPU the kernels run compiled: the ahead-of-time sm_90 builds (for CPU-only CI) are left out
     stamp test
-    timeout ${TEST_S:-130} $PY -m pytest -q -p no:cacheprovider -m "not dist" ${GPU_TESTS:-tests/test_interaction_triton.py \
+    timeout ${TEST_S:-120} $PY -m pytest -q -p no:cacheprovider -m "not dist" ${GPU_TESTS:-tests/test_interaction_triton.py \
       tests/test_kernels_triton.py tests/test_kernels_native.py tests/test_dense_mlp_fused.py tests/test_dense_cross_fused.py \
       tests/test_cuda_graph.py \
       tests/test_dense_bf16_gemms.py tests/test_executor_precision.py} -k "${PYTEST_K:-not for_hopper}" 2>&1 \
@@ -59,7 +59,7 @@ for s in $stages; do
     ;;
   executor)
     stamp executor
-    timeout ${EXECUTOR_S:-210} $PY bench/bench_executor_gpu.py --steps ${STEPS:-16} --variants graph --work "$WORK" \
+    timeout ${EXECUTOR_S:-235} $PY bench/bench_executor_gpu.py --steps ${STEPS:-12} --variants graph --work "$WORK" \
       --extra-variant compiled --extra-models dlrm-criteo-kaggle \
       --models dlrm-criteo-kaggle,dlrm-mlperf,dcn-v2,deepfm,wide-deep ${EXECUTOR_ARGS:-} \
       -o "$OUT/executor_gpu${EXECUTOR_VARIANT:+-$EXECUTOR_VARIANT}.json" 2>&1 \
@@ -68,7 +68,7 @@ for s in $stages; do
   floor)  # the same plans' step floor (h200 preset rates, or HW_FILE's), their measured steps, kernels per step
     stamp floor
     hwf=${HW_FILE:-}; if [ -z "$hwf" ] && [ -f "$OUT/hw_gpu.json" ]; then hwf=$OUT/hw_gpu.json; fi  # calibrate's, if it ran
-    timeout ${FLOOR_S:-80} $PY bench/bench_step_floor.py --work "$WORK" --executor-json "$OUT/executor_gpu.json" \
+    timeout ${FLOOR_S:-70} $PY bench/bench_step_floor.py --work "$WORK" --executor-json "$OUT/executor_gpu.json" \
       --mlperf-row-cap 1000000 ${hwf:+--hardware "$hwf"} ${FLOOR_ARGS:-} -o "$OUT/step_floor.json" 2>&1 \
       | tee "$LOGS/step_floor.log" | grep -v "Warn"
     ;;
@@ -99,7 +99,7 @@ for s in $stages; do
       $PY -m picasso plan --model dlrm-criteo-kaggle --hardware ${HW:-h200} --set gpus_per_node=1 --profile "$WORK/profile.json" \
         --batch-size 65536 --dense-dtype tf32 -o "$WORK/dlrm-criteo-kaggle-65536-full.json" >/dev/null
     fi
-    timeout ${PROFILE_S:-45} $PY bench/profile_gpu_step.py "$WORK/dlrm-criteo-kaggle-65536-full.json" --data "$WORK/data.tsv" \
+    timeout ${PROFILE_S:-40} $PY bench/profile_gpu_step.py "$WORK/dlrm-criteo-kaggle-65536-full.json" --data "$WORK/data.tsv" \
       -o "$OUT/profile_gpu_step.json" 2>&1 | grep -v Warning | cut -c1-150
     ;;
   verify)
