@@ -41,11 +41,26 @@ def picasso(*args: str, env: dict[str, str] | None = None) -> str:
     return out.stdout
 
 
+OTHER_MODELS = ("dcn-v2", "deepfm", "wide-deep")
 VARIANTS = {  # how a variant runs the same plan: picasso run flags, environment
     "triton": (["--cuda-graph", "off"], None),  # eager
     "graph": (["--cuda-graph", "on"], None),  # the steady step replayed as one CUDA graph (the default on one GPU)
     "torch": (["--cuda-graph", "off"], {"PICASSO_TRITON": "0"}),  # eager, the torch kernels in place of Triton's
+    "compiled": (["--cuda-graph", "on"], {"PICASSO_DENSE_COMPILE": "inductor"}),  # the dense half by torch.compile
 }
+
+
+def prepare_data(d: Path, rows: int) -> None:
+    """Synthetic Criteo rows in `d` (data.tsv, its profile, the converted dataset), unless there
+    already with at least `rows` rows."""
+    d.mkdir(parents=True, exist_ok=True)
+    mark = d / "rows.txt"
+    if mark.exists() and int(mark.read_text()) >= rows and (d / "dataset").exists():
+        return
+    picasso("synth", "--preset", "criteo-kaggle", "--rows", str(rows), "-o", str(d / "data.tsv"), "--seed", "0")
+    picasso("analyze", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "profile.json"))
+    picasso("convert", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "dataset"), "--force")
+    mark.write_text(str(rows))
 
 
 def make_plan(d: Path, model: str, hardware: str, batch: int, row_cap: int | None, dense_dtype: str) -> Path:
@@ -162,7 +177,14 @@ def main() -> None:
     ap.add_argument("--mlperf-row-cap", type=int, default=0,
                     help="rows per dlrm-mlperf table (0: full size; a failed full run falls back to 1M)")
     ap.add_argument("--variants", default="triton,graph", help="variants at every batch (triton, graph, torch)")
-    ap.add_argument("--models", default="dlrm-criteo-kaggle,dlrm-mlperf", help="which of the two models to run")
+    ap.add_argument("--extra-variant", default="", help="variants run at the largest batch of --extra-models only "
+                    "(e.g. compiled: wall_s includes the compile)")
+    ap.add_argument("--extra-models", default="dlrm-criteo-kaggle")
+    ap.add_argument("--models", default="dlrm-criteo-kaggle,dlrm-mlperf",
+                    help=f"which models to run: dlrm-criteo-kaggle, dlrm-mlperf, {', '.join(OTHER_MODELS)}")
+    ap.add_argument("--other-batch", type=int, default=16384, help=f"batch of {', '.join(OTHER_MODELS)}")
+    ap.add_argument("--work", type=Path, help="keep data and plans in this folder (reused by a later run, e.g. "
+                    "bench_step_floor.py --work)")
     ap.add_argument("-o", "--output", help="default bench/results/executor_gpu/<gpu>.json")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
@@ -176,6 +198,8 @@ def main() -> None:
     cases = [("dlrm-criteo-kaggle", "tf32", batches, 20_000 if args.quick else None)]
     if not args.quick:
         cases.append(("dlrm-mlperf", "bf16", [batches[-1]], args.mlperf_row_cap or None))
+        # the other architectures at one batch (the middle one of the default sizes)
+        cases += [(m, "tf32", [args.other_batch], None) for m in OTHER_MODELS]
     cases = [c for c in cases if c[0] in args.models.split(",")]
     machine = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__, "device": gpu}
     out = {"machine": machine, "command": " ".join(["python", *sys.argv]), "quick": args.quick, "rows": []}
@@ -184,41 +208,57 @@ def main() -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(out, indent=2) + "\n")
 
+    def record(r: dict, model: str, b: int, ddt: str, cap, plain, why_no_plain) -> None:
+        r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
+                 over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
+        if why_no_plain:
+            r["plain_not_run"] = why_no_plain
+        out["rows"].append(r)
+        save()
+        print(f"{model:20s} batch {b:6d} {ddt:5s} {r['kernels']:8s} picasso {r['samples_per_s']:12,.0f}/s "
+              f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
+              f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain or 0:12,.0f}/s "
+              f"x{r['over_plain'] or 0:5.2f}  ({r['wall_s']} s)", flush=True)
+
+    extras = []  # (variant, plan, model, batch, ...): run after every case, so a slow one (a compile) cuts nothing
     with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        n = max(batches) * (steps + 4)
-        picasso("synth", "--preset", "criteo-kaggle", "--rows", str(n), "-o", str(d / "data.tsv"), "--seed", "0")
-        picasso("analyze", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "profile.json"))
-        picasso("convert", str(d / "data.tsv"), "--format", "criteo", "-o", str(d / "dataset"))
+        d = args.work or Path(tmp)
+        prepare_data(d, max(max(bs) for _, _, bs, _ in cases) * (steps + 4))
         for model, ddt, bs, cap in cases:
             for b in bs:
                 try:
-                    plan = make_plan(d, model, hardware, b, cap, ddt)
-                    first = run_plan(d, plan, steps, variants[0])
-                except SystemExit as e:
-                    if cap is not None:
-                        raise
-                    out.setdefault("full_rows_failed", {})[model] = str(e)
-                    print(f"{model} at full size failed ({e}); rows capped at 1M", flush=True)
-                    cap = 1_000_000
-                    plan = make_plan(d, model, hardware, b, cap, ddt)
-                    first = run_plan(d, plan, steps, variants[0])
+                    try:
+                        plan = make_plan(d, model, hardware, b, cap, ddt)
+                        first = run_plan(d, plan, steps, variants[0])
+                    except SystemExit as e:
+                        if cap is not None:
+                            raise
+                        out.setdefault("full_rows_failed", {})[model] = str(e)
+                        print(f"{model} at full size failed ({e}); rows capped at 1M", flush=True)
+                        cap = 1_000_000
+                        plan = make_plan(d, model, hardware, b, cap, ddt)
+                        first = run_plan(d, plan, steps, variants[0])
+                except SystemExit as e:  # this case fails alone: the others still run
+                    out.setdefault("failed", []).append({"model": model, "batch": b, "error": str(e)[-400:]})
+                    save()
+                    print(f"{model} batch {b} failed: {e}", flush=True)
+                    continue
                 plain, why_no_plain = time_plain(json.loads(plan.read_text()), d / "data.tsv", steps, device,
                                                  ddt == "bf16", ddt == "tf32")
                 # the torch kernels' A/B against the eager Triton run, at the largest batch
                 ab = cuda and b == bs[-1] and "triton" in variants and "torch" not in variants
-                more = variants[1:] + (["torch"] if ab else [])
-                for r in [first] + [run_plan(d, plan, steps, v) for v in more]:
-                    r.update(model=model, batch=b, row_cap=cap, plain_samples_per_s=plain,
-                             over_plain=(r["samples_per_s"] or 0) / plain if plain else None)
-                    if why_no_plain:
-                        r["plain_not_run"] = why_no_plain
-                    out["rows"].append(r)
-                    save()
-                    print(f"{model:20s} batch {b:6d} {ddt:5s} {r['kernels']:6s} picasso {r['samples_per_s']:12,.0f}/s "
-                          f"predicted {r['predicted_samples_per_s'] or 0:12,.0f}/s "
-                          f"ratio {r['measured_over_predicted_samples'] or 0:5.2f}  plain {plain or 0:12,.0f}/s "
-                          f"x{r['over_plain'] or 0:5.2f}  ({r['wall_s']} s)", flush=True)
+                record(first, model, b, ddt, cap, plain, why_no_plain)
+                for v in variants[1:] + (["torch"] if ab else []):
+                    record(run_plan(d, plan, steps, v), model, b, ddt, cap, plain, why_no_plain)
+                if b == bs[-1] and model in args.extra_models.split(","):
+                    extras += [(v, plan, model, b, ddt, cap, plain, why_no_plain) for v in args.extra_variant.split(",")
+                               if v and v not in variants and v in VARIANTS]
+        for v, plan, *rest in extras:
+            try:
+                record(run_plan(d, plan, steps, v), *rest)
+            except SystemExit as e:
+                out.setdefault("failed", []).append({"model": rest[0], "batch": rest[1], "variant": v,
+                                                     "error": str(e)[-400:]})
     save()
     print(f"wrote {output}")
 

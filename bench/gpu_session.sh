@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The GPU checks of a session with a lent GPU, in one command (device time is scarce): the
-# Triton kernel tests compiled for CUDA, the executor bench (picasso against its prediction,
-# the torch kernels and plain PyTorch), a profile of one steady step, --verify for fp32 and
-# fp16 tables, and the simulator's calibration and validation on CUDA. JSON results go to
-# $OUT (default ./gpu-out), long logs to $LOGS. Knobs: TEST_S GPU_TESTS PYTEST_K EMB_DIMS EXECUTOR_S
-# STEPS EXECUTOR_ARGS (more bench_executor_gpu.py flags) EXECUTOR_VARIANT (its output's suffix) OVERHEAD_BATCHES
-# PROFILE_S VERIFY_BATCH VERIFY_S HOST_TEST_S HOST_S HOST_STEPS CALIBRATE_S VALIDATE_S VALIDATE_PLANS VALIDATE_FIT HW.
+# The GPU checks of a session with a lent GPU, in one command (device time is scarce). The default
+# (about 8 minutes on one H200): the kernel tests compiled for CUDA (Triton embedding and
+# interaction kernels, the native library's bad-input checks, CUDA graph, fused MLP, precision),
+# the executor bench (dlrm-criteo-kaggle tf32 at 4096/16384/65536, dlrm-mlperf bf16 at 65536,
+# dcn-v2/deepfm/wide-deep tf32 at 16384, each against the planner's prediction and plain PyTorch),
+# the step floor of the same plans with the kernels a step launches, and a profile of one steady
+# step. JSON results go to $OUT (default ./gpu-out; at most 8 files, the logs as one logs.tgz),
+# long logs to $LOGS. Knobs: TEST_S GPU_TESTS PYTEST_K EMB_DIMS EXECUTOR_S STEPS EXECUTOR_ARGS
+# (more bench_executor_gpu.py flags) EXECUTOR_VARIANT (its output's suffix) FLOOR_S FLOOR_ARGS HW_FILE (floor rates)
+# OVERHEAD_BATCHES PROFILE_S VERIFY_BATCH VERIFY_S HOST_TEST_S HOST_S HOST_STEPS CALIBRATE_S VALIDATE_S VALIDATE_PLANS
+# VALIDATE_FIT HW.
 #
-#   bash bench/gpu_session.sh [stage ...]     stages: info test embedding executor overhead profile verify host calibrate validate
-#                                             (default: all of them)
+#   bash bench/gpu_session.sh [stage ...]     stages: info test executor floor profile pack (the default),
+#                                             embedding overhead verify host calibrate validate
 #
 # Packages the GPU image lacks (simpy, plotly) travel as wheels in an ignored .whl/ folder:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy plotly
@@ -27,7 +31,8 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
 fi
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 PY=python3
-stages=${*:-info test embedding executor profile verify calibrate validate}
+stages=${*:-info test executor floor profile pack}
+WORK=${WORK:-$(mktemp -d)}  # data and plans shared by the executor, floor and profile stages
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
 
@@ -38,12 +43,13 @@ for s in $stages; do
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     $PY -c "import torch,sys,triton;print('python',sys.version.split()[0],'torch',torch.__version__,'triton',triton.__version__,'cuda',torch.version.cuda,torch.cuda.get_device_name(0))"
     ;;
-  test)
+  test)  # on the GPU the kernels run compiled: the ahead-of-time sm_90 builds (for CPU-only CI) are left out
     stamp test
-    timeout ${TEST_S:-200} $PY -m pytest -q -p no:cacheprovider -m "not dist" ${GPU_TESTS:-tests/test_kernels_triton.py \
-      tests/test_kernels_native.py tests/test_kernels_dispatch.py tests/test_init_rng.py tests/test_cuda_graph.py \
-      tests/test_dense_bf16_gemms.py tests/test_executor_precision.py} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
-      | tee "$LOGS/gpu_tests.log" | tail -15; cp "$LOGS/gpu_tests.log" "$OUT/gpu_tests.log"
+    timeout ${TEST_S:-120} $PY -m pytest -q -p no:cacheprovider -m "not dist" ${GPU_TESTS:-tests/test_interaction_triton.py \
+      tests/test_kernels_triton.py tests/test_kernels_native.py tests/test_dense_mlp_fused.py tests/test_dense_cross_fused.py \
+      tests/test_cuda_graph.py \
+      tests/test_dense_bf16_gemms.py tests/test_executor_precision.py} -k "${PYTEST_K:-not for_hopper}" 2>&1 \
+      | tee "$LOGS/gpu_tests.log" | tail -15
     ;;
   embedding)  # the pack's embedding kernels alone, Triton against torch, and the byte floor
     stamp embedding
@@ -53,9 +59,22 @@ for s in $stages; do
     ;;
   executor)
     stamp executor
-    timeout ${EXECUTOR_S:-240} $PY bench/bench_executor_gpu.py --steps ${STEPS:-20} ${EXECUTOR_ARGS:-} \
+    timeout ${EXECUTOR_S:-235} $PY bench/bench_executor_gpu.py --steps ${STEPS:-12} --variants graph --work "$WORK" \
+      --extra-variant compiled --extra-models dlrm-criteo-kaggle \
+      --models dlrm-criteo-kaggle,dlrm-mlperf,dcn-v2,deepfm,wide-deep ${EXECUTOR_ARGS:-} \
       -o "$OUT/executor_gpu${EXECUTOR_VARIANT:+-$EXECUTOR_VARIANT}.json" 2>&1 \
       | tee "$LOGS/bench_executor_gpu.log" | grep -v "^$"
+    ;;
+  floor)  # the same plans' step floor (h200 preset rates, or HW_FILE's), their measured steps, kernels per step
+    stamp floor
+    hwf=${HW_FILE:-}; if [ -z "$hwf" ] && [ -f "$OUT/hw_gpu.json" ]; then hwf=$OUT/hw_gpu.json; fi  # calibrate's, if it ran
+    timeout ${FLOOR_S:-70} $PY bench/bench_step_floor.py --work "$WORK" --executor-json "$OUT/executor_gpu.json" \
+      --mlperf-row-cap 1000000 ${hwf:+--hardware "$hwf"} ${FLOOR_ARGS:-} -o "$OUT/step_floor.json" 2>&1 \
+      | tee "$LOGS/step_floor.log" | grep -v "Warn"
+    ;;
+  pack)  # every log in one file ($OUT holds at most 8)
+    stamp pack
+    tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null; ls "$OUT"
     ;;
   overhead)  # host time against GPU time of a step, eager and as a CUDA graph; the graph's own line in a real run
     stamp overhead
@@ -72,15 +91,16 @@ for s in $stages; do
       --cuda-graph on --json >"$LOGS/graph_run.json" 2>"$LOGS/graph_run.err"; echo "graph run rc=$?"; grep -i "graph\|error" "$LOGS/graph_run.err" | head -5
     $PY -c "import json;d=json.load(open('$LOGS/graph_run.json'));print(d['samples_per_s'], d['iteration_ms'])" 2>/dev/null
     ;;
-  profile)
+  profile)  # one steady step of the kaggle plan at 65536 (the executor stage's), Triton against torch kernels
     stamp profile
-    d=$(mktemp -d)
-    $PY -m picasso synth --preset criteo-kaggle --rows 70000 -o "$d/data.tsv" --seed 1 >/dev/null
-    $PY -m picasso analyze "$d/data.tsv" --format criteo -o "$d/profile.json" >/dev/null
-    $PY -m picasso plan --model dlrm-criteo-kaggle --hardware ${HW:-h200} --set gpus_per_node=1 --profile "$d/profile.json" \
-      --batch-size 65536 --dense-dtype tf32 -o "$d/plan.json" >/dev/null
-    timeout ${PROFILE_S:-90} $PY bench/profile_gpu_step.py "$d/plan.json" --data "$d/data.tsv" -o "$OUT/profile_gpu_step.json" 2>&1 \
-      | grep -v Warning | cut -c1-150
+    if [ ! -f "$WORK/dlrm-criteo-kaggle-65536-full.json" ]; then
+      $PY -m picasso synth --preset criteo-kaggle --rows 70000 -o "$WORK/data.tsv" --seed 1 >/dev/null
+      $PY -m picasso analyze "$WORK/data.tsv" --format criteo -o "$WORK/profile.json" >/dev/null
+      $PY -m picasso plan --model dlrm-criteo-kaggle --hardware ${HW:-h200} --set gpus_per_node=1 --profile "$WORK/profile.json" \
+        --batch-size 65536 --dense-dtype tf32 -o "$WORK/dlrm-criteo-kaggle-65536-full.json" >/dev/null
+    fi
+    timeout ${PROFILE_S:-40} $PY bench/profile_gpu_step.py "$WORK/dlrm-criteo-kaggle-65536-full.json" --data "$WORK/data.tsv" \
+      -o "$OUT/profile_gpu_step.json" 2>&1 | grep -v Warning | cut -c1-150
     ;;
   verify)
     stamp verify

@@ -1,5 +1,9 @@
 // Python binding of the native kernels: checks arguments, allocates outputs with torch and calls
 // the torch-free kernels of kernels_cpu.cpp. CPU tensors only: the GPU's kernels are Triton.
+// Every tensor's device and every index tensor's dtype is checked before any data is read, and
+// every error leaves the module as one of pybind11's own Python exceptions (`guarded`): the
+// module never relies on torch's exception translators, which a CUDA build of torch did not
+// reach (the process died on a C++ exception instead).
 #include <torch/extension.h>
 
 #include <optional>
@@ -44,8 +48,23 @@ at::Tensor as_long(const at::Tensor& t) { return t.to(at::kLong).contiguous(); }
 
 namespace {
 
-void require_cpu(const at::Tensor& t) {
-  TORCH_CHECK_VALUE(t.device().is_cpu(), "picasso native: runs on CPU tensors, got one on ", t.device());
+void require_cpu(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "picasso native: runs on CPU tensors, got ", name, " on ", t.device());
+}
+
+void require_cpu(const std::optional<at::Tensor>& t, const char* name) {
+  if (t) require_cpu(*t, name);
+}
+
+// IDs, rows and offsets: CPU tensors of an integer dtype (a float ID would be truncated silently).
+void require_ids(const at::Tensor& t, const char* name) {
+  require_cpu(t, name);
+  TORCH_CHECK_TYPE(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), "picasso native: ", name,
+                   " must be an integer tensor, got ", t.scalar_type());
+}
+
+void require_ids(const std::optional<at::Tensor>& t, const char* name) {
+  if (t) require_ids(*t, name);
 }
 
 // Offsets are CSR: non-decreasing, starting at >= 0 and ending inside indices.
@@ -60,6 +79,9 @@ void check_offsets_cpu(const at::Tensor& offsets, int64_t num_indices) {
 
 void check_bag_args(const at::Tensor& indices, const at::Tensor& offsets, const std::optional<at::Tensor>& psw,
                     const at::Tensor& values) {
+  require_ids(indices, "indices");
+  require_ids(offsets, "offsets");
+  require_cpu(psw, "per_sample_weights");
   TORCH_CHECK_VALUE(indices.dim() == 1, "picasso native: indices must be 1-D");
   TORCH_CHECK_VALUE(offsets.dim() == 1 && offsets.numel() >= 1,
                     "picasso native: offsets must be 1-D with num_bags + 1 entries");
@@ -74,11 +96,11 @@ void check_bag_args(const at::Tensor& indices, const at::Tensor& offsets, const 
 
 at::Tensor bag_forward(const at::Tensor& weight_in, const at::Tensor& indices_in, const at::Tensor& offsets_in,
                        const std::string& mode, const std::optional<at::Tensor>& psw_in) {
+  require_cpu(weight_in, "weight");
   check_bag_args(indices_in, offsets_in, psw_in, weight_in);
   const Pool pool = pool_of(mode);
   TORCH_CHECK_VALUE(!(psw_in && pool != Pool::Sum),
                     "picasso native: per_sample_weights is only supported for mode='sum'");
-  require_cpu(weight_in);
   const at::Tensor weight = weight_in.contiguous();
   const at::Tensor indices = as_long(indices_in), offsets = as_long(offsets_in);
   std::optional<at::Tensor> psw;
@@ -97,11 +119,11 @@ at::Tensor bag_forward(const at::Tensor& weight_in, const at::Tensor& indices_in
 std::tuple<at::Tensor, at::Tensor> bag_backward(const at::Tensor& grad_in, const at::Tensor& indices_in,
                                                 const at::Tensor& offsets_in, const std::string& mode,
                                                 const std::optional<at::Tensor>& psw_in) {
+  require_cpu(grad_in, "grad_out");
   check_bag_args(indices_in, offsets_in, psw_in, grad_in);
   TORCH_CHECK_VALUE(grad_in.size(0) == offsets_in.numel() - 1, "picasso native: grad_out has ", grad_in.size(0),
                     " rows for ", offsets_in.numel() - 1, " bags");
   const Pool pool = pool_of(mode);
-  require_cpu(grad_in);
   const at::Tensor grad = grad_in.contiguous();
   const at::Tensor indices = as_long(indices_in), offsets = as_long(offsets_in);
   std::optional<at::Tensor> psw;
@@ -122,9 +144,7 @@ std::tuple<at::Tensor, at::Tensor> bag_backward(const at::Tensor& grad_in, const
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique(const at::Tensor& ids_in) {
-  TORCH_CHECK_TYPE(!at::isFloatingType(ids_in.scalar_type()) && !at::isComplexType(ids_in.scalar_type()),
-                   "picasso native: unique expects integer ids");
-  require_cpu(ids_in);
+  require_ids(ids_in, "ids");
   const at::Tensor ids = as_long(ids_in).reshape({-1});
   const int64_t n = ids.numel();
   at::Tensor uniq = at::empty({n}, ids.options());
@@ -149,9 +169,10 @@ std::pair<std::optional<at::Tensor>, bool> hot_map_arg(const std::optional<at::T
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids(
     const at::Tensor& ids_in, const std::optional<at::Tensor>& hot_map_in, int64_t num_owners) {
+  require_ids(ids_in, "ids");
+  require_ids(hot_map_in, "hot_map");
   TORCH_CHECK_VALUE(ids_in.dim() == 1, "picasso native: ids must be 1-D");
   TORCH_CHECK_VALUE(num_owners >= 1, "picasso native: num_owners must be >= 1, got ", num_owners);
-  require_cpu(ids_in);
   const at::Tensor ids = as_long(ids_in);
   const auto [hot_map, is_int32] = hot_map_arg(hot_map_in);
   const int64_t n = ids.numel();
@@ -174,10 +195,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> route_ids
 
 at::Tensor bag_owner_counts(const at::Tensor& ids_in, const at::Tensor& offsets_in,
                             const std::optional<at::Tensor>& hot_map_in, int64_t num_owners) {
+  require_ids(ids_in, "ids");
+  require_ids(offsets_in, "offsets");
+  require_ids(hot_map_in, "hot_map");
   TORCH_CHECK_VALUE(ids_in.dim() == 1 && offsets_in.dim() == 1 && offsets_in.numel() >= 1,
                     "picasso native: ids and offsets must be 1-D (offsets with at least one entry)");
   TORCH_CHECK_VALUE(num_owners >= 1, "picasso native: num_owners must be >= 1, got ", num_owners);
-  require_cpu(ids_in);
   const at::Tensor ids = as_long(ids_in), offsets = as_long(offsets_in);
   const auto [hot_map, is_int32] = hot_map_arg(hot_map_in);
   const int64_t num_bags = offsets.numel() - 1;
@@ -203,6 +226,10 @@ void check_state(const std::optional<at::Tensor>& state, const at::Tensor& weigh
 void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, const at::Tensor& rows_in,
                    const at::Tensor& grads_in, const std::string& optimizer, double lr, double eps) {
   const Optim opt = optim_of(optimizer);
+  require_cpu(weight, "weight");
+  require_cpu(state, "state");
+  require_ids(rows_in, "rows");
+  require_cpu(grads_in, "grads");
   TORCH_CHECK_VALUE(weight.dim() == 2 && weight.is_contiguous(),
                     "picasso native: sparse_update needs a contiguous 2-D weight");
   TORCH_CHECK_VALUE(rows_in.dim() == 1, "picasso native: rows must be 1-D");
@@ -211,7 +238,6 @@ void sparse_update(at::Tensor& weight, const std::optional<at::Tensor>& state, c
   TORCH_CHECK_TYPE(grads_in.scalar_type() == weight.scalar_type(), "picasso native: grads dtype must match weight");
   if (rows_in.numel() == 0) return;
   check_state(state, weight, opt);
-  require_cpu(weight);
   const at::Tensor rows = as_long(rows_in), grads = grads_in.contiguous();
   void* state_ptr = opt == Optim::RowwiseAdagrad ? state->data_ptr() : nullptr;
   pybind11::gil_scoped_release nogil;
@@ -225,7 +251,11 @@ void sparse_update_indexed(at::Tensor& weight, const std::optional<at::Tensor>& 
                            const at::Tensor& grads_in, const at::Tensor& index_in, const std::string& optimizer,
                            double lr, double eps) {
   const Optim opt = optim_of(optimizer);
-  require_cpu(weight);
+  require_cpu(weight, "weight");
+  require_cpu(state, "state");
+  require_ids(rows_in, "rows");
+  require_cpu(grads_in, "grads");
+  require_ids(index_in, "grad_index");
   TORCH_CHECK_VALUE(weight.dim() == 2 && weight.is_contiguous(),
                     "picasso native: sparse_update_indexed needs a contiguous 2-D weight");
   TORCH_CHECK_VALUE(rows_in.dim() == 1 && index_in.dim() == 1 && index_in.numel() == rows_in.numel(),
@@ -271,6 +301,7 @@ std::tuple<at::Tensor, at::Tensor> dot_interaction_backward(const at::Tensor& gr
                                                             const std::vector<at::Tensor>& xs) {
   const auto rows = interaction_inputs(xs);
   const int64_t f = xs.size(), n = xs[0].size(0), d = xs[0].size(1);
+  require_cpu(grad_in, "grad");
   const at::Tensor grad = grad_in.contiguous();
   TORCH_CHECK_VALUE(grad.scalar_type() == at::kFloat && grad.dim() == 2 && grad.size(0) == n &&
                         grad.size(1) == d + f * (f - 1) / 2,
@@ -283,31 +314,52 @@ std::tuple<at::Tensor, at::Tensor> dot_interaction_backward(const at::Tensor& gr
   return {first, rest};
 }
 
+// `fn` with every C++ error turned into pybind11's Python exception of the same kind, raised by
+// this module's own dispatcher.
+template <class R, class... A>
+auto guarded(R (*fn)(A...)) {
+  return [fn](A... args) -> R {
+    try {
+      return fn(std::forward<A>(args)...);
+    } catch (const c10::IndexError& e) {
+      throw pybind11::index_error(e.what_without_backtrace());
+    } catch (const c10::TypeError& e) {
+      throw pybind11::type_error(e.what_without_backtrace());
+    } catch (const c10::Error& e) {  // ValueError and any other check
+      throw pybind11::value_error(e.what_without_backtrace());
+    } catch (const std::out_of_range& e) {
+      throw pybind11::index_error(e.what());
+    } catch (const std::invalid_argument& e) {
+      throw pybind11::value_error(e.what());
+    }
+  };
+}
+
 }  // namespace
 }  // namespace picasso
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "picasso native kernels of the embedding hot path";
-  m.def("bag_forward", &picasso::bag_forward, "packed gather + pool", pybind11::arg("weight"),
+  m.def("bag_forward", picasso::guarded(&picasso::bag_forward), "packed gather + pool", pybind11::arg("weight"),
         pybind11::arg("indices"), pybind11::arg("offsets"), pybind11::arg("mode") = "sum",
         pybind11::arg("per_sample_weights") = pybind11::none());
-  m.def("bag_backward", &picasso::bag_backward, "sparse gradient of bag_forward", pybind11::arg("grad_out"),
+  m.def("bag_backward", picasso::guarded(&picasso::bag_backward), "sparse gradient of bag_forward", pybind11::arg("grad_out"),
         pybind11::arg("indices"), pybind11::arg("offsets"), pybind11::arg("mode") = "sum",
         pybind11::arg("per_sample_weights") = pybind11::none());
-  m.def("unique", &picasso::unique, "sorted unique with inverse and counts", pybind11::arg("ids"));
-  m.def("route_ids", &picasso::route_ids, "hot/cold split and owner grouping", pybind11::arg("ids"),
+  m.def("unique", picasso::guarded(&picasso::unique), "sorted unique with inverse and counts", pybind11::arg("ids"));
+  m.def("route_ids", picasso::guarded(&picasso::route_ids), "hot/cold split and owner grouping", pybind11::arg("ids"),
         pybind11::arg("hot_map"), pybind11::arg("num_owners"));
-  m.def("bag_owner_counts", &picasso::bag_owner_counts, "per bag: cold IDs per owner, then hot IDs",
+  m.def("bag_owner_counts", picasso::guarded(&picasso::bag_owner_counts), "per bag: cold IDs per owner, then hot IDs",
         pybind11::arg("ids"), pybind11::arg("offsets"), pybind11::arg("hot_map"), pybind11::arg("num_owners"));
-  m.def("sparse_update", &picasso::sparse_update, "in-place sparse SGD / row-wise Adagrad", pybind11::arg("weight"),
+  m.def("sparse_update", picasso::guarded(&picasso::sparse_update), "in-place sparse SGD / row-wise Adagrad", pybind11::arg("weight"),
         pybind11::arg("state"), pybind11::arg("rows"), pybind11::arg("grads"), pybind11::arg("optimizer"),
         pybind11::arg("lr"), pybind11::arg("eps") = 1e-8);
-  m.def("sparse_update_indexed", &picasso::sparse_update_indexed,
+  m.def("sparse_update_indexed", picasso::guarded(&picasso::sparse_update_indexed),
         "sparse_update with shared gradient rows (row i's gradient is grads[grad_index[i]])", pybind11::arg("weight"),
         pybind11::arg("state"), pybind11::arg("rows"), pybind11::arg("grads"), pybind11::arg("grad_index"),
         pybind11::arg("optimizer"), pybind11::arg("lr"), pybind11::arg("eps") = 1e-8);
-  m.def("dot_interaction_forward", &picasso::dot_interaction_forward, "DLRM dot interaction [first | pairs]",
+  m.def("dot_interaction_forward", picasso::guarded(&picasso::dot_interaction_forward), "DLRM dot interaction [first | pairs]",
         pybind11::arg("inputs"));
-  m.def("dot_interaction_backward", &picasso::dot_interaction_backward, "gradients of the dot interaction",
+  m.def("dot_interaction_backward", picasso::guarded(&picasso::dot_interaction_backward), "gradients of the dot interaction",
         pybind11::arg("grad"), pybind11::arg("inputs"));
 }

@@ -258,6 +258,25 @@ def test_bad_input_raises_one_clear_error(native):
         native.sparse_update(weight, None, torch.tensor([0]), torch.ones(1, 4), "rowwise_adagrad", 0.1, 1e-8)
 
 
+def test_tensors_off_the_cpu_and_float_ids_are_refused_before_any_read(native):
+    """Every tensor argument's device and every ID tensor's dtype is checked before the kernel
+    reads it (a device tensor's data read on the host is a crash; a float ID was truncated).
+    The meta device stands for CUDA here: no data behind it either."""
+    weight, meta = torch.randn(5, 4), torch.device("meta")
+    with pytest.raises(ValueError, match="got indices on meta"):
+        native.bag_forward(weight, torch.tensor([0, 1], device=meta), torch.tensor([0, 2]), "sum", None)
+    with pytest.raises(ValueError, match="got offsets on meta"):
+        native.bag_backward(torch.ones(1, 4), torch.tensor([0, 1]), torch.tensor([0, 2], device=meta), "sum", None)
+    with pytest.raises(ValueError, match="got hot_map on meta"):
+        native.route_ids(torch.tensor([1]), torch.full((5,), -1, device=meta), 2)
+    with pytest.raises(ValueError, match="got rows on meta"):
+        native.sparse_update(weight, None, torch.tensor([0], device=meta), torch.ones(1, 4), "sgd", 0.1, 1e-8)
+    with pytest.raises(TypeError, match="indices must be an integer tensor"):
+        native.bag_forward(weight, torch.tensor([0.0, 1.7]), torch.tensor([0, 2]), "sum", None)
+    with pytest.raises(TypeError, match="ids must be an integer tensor"):
+        native.unique(torch.tensor([True, False]))
+
+
 def test_sorted_inputs_take_the_presorted_path(native):
     """Non-decreasing keys (as bag_backward hands rows to sparse_update) skip the sort."""
     ids = torch.tensor([2, 2, 3, 7, 7, 7, 40, 41], dtype=torch.int64)

@@ -199,6 +199,8 @@ WINGS = {
 SEAMS = {
     ("executor.dense.model", "executor.sparse.kernels"): "the interaction's native kernel, through the dispatch",
     ("executor.sparse.kernels", "executor.dense.interaction"): "the interaction's reference, which the native matches",
+    ("executor.dense.model", "executor.sparse.syncfree"): "the interaction's Triton kernels, live where the embedding ones are",
+    ("executor.sparse.syncfree", "executor.dense.interaction_triton"): "loaded and self-checked with the embedding kernels",
 }
 
 

@@ -11,19 +11,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from executor.sparse import kernels
+from executor.dense.cross import cross
+from executor.dense.mlp import MLP
+from executor.sparse import kernels, syncfree
 from planner.dense import dot_interaction_width
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
 
 
-def mlp(sizes: list[int], last_act: bool) -> nn.Sequential:
+def mlp(sizes: list[int], last_act: bool) -> MLP:
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         layers.append(nn.Linear(sizes[i], sizes[i + 1]))
         if i < len(sizes) - 2 or last_act:
             layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class DenseArch(nn.Module):
@@ -88,7 +90,9 @@ class DLRM(DenseArch):
         return self.bot(dense) if self.bot is not None else self.proj(dense)
 
     def interaction(self, b, embs, seqs):
-        return kernels.dot_interaction([b] + [embs[n] for n in self.pooled])
+        xs = [b] + [embs[n] for n in self.pooled]
+        dots = syncfree.triton_interaction(b)  # CUDA (or forced): the fused kernels, output in the compute dtype
+        return dots.dot_interaction(xs) if dots is not None else kernels.dot_interaction(xs)
 
     def top(self, z):
         return self.topm(z).squeeze(1)
@@ -147,7 +151,7 @@ class DCN(DenseArch):
         x0 = torch.cat([b, self.flat_embs(embs, seqs)], dim=1)
         x = x0
         for layer in self.cross:
-            x = x0 * layer(x) + x
+            x = cross(x0, x, layer)  # x0 * layer(x) + x, fused where the MLPs are
         return x
 
     def top(self, z):

@@ -92,15 +92,19 @@ def _static_copy(b: Batch, pad: bool) -> Batch:
 
 
 def _copy_into(static: Batch, b: Batch) -> None:
-    static.labels.copy_(b.labels, non_blocking=True)
-    static.dense.copy_(b.dense, non_blocking=True)
+    """`b`'s values into the static buffers: every copy in one multi-tensor copy and every
+    padding tail in one multi-tensor fill (a few kernels, not two per table)."""
+    dst, src, tails = [static.labels, static.dense], [b.labels, b.dense], []
     for t, (rows, off) in b.sparse.items():
-        dst = static.sparse[t][0]
+        buf = static.sparse[t][0]
         n = len(rows)  # a host number: the batch's offsets live on the host too
-        dst[:n].copy_(rows, non_blocking=True)
-        if n < len(dst):
-            dst[n:].zero_()  # padding reads the table's row 0 into a bag the model never reads
-        static.sparse[t][1].copy_(off, non_blocking=True)
+        dst += [buf[:n], static.sparse[t][1]]
+        src += [rows, off]
+        if n < len(buf):
+            tails.append(buf[n:])  # padding reads the table's row 0 into a bag the model never reads
+    torch._foreach_copy_(dst, src, non_blocking=True)
+    if tails:
+        torch._foreach_zero_(tails)
 
 
 class GraphStep:

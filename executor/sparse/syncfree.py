@@ -35,6 +35,7 @@ from executor.sparse.sorted_runs import sorted_runs
 
 TRITON_ENV = "PICASSO_TRITON"
 _tbe: ModuleType | None = None
+_dots: ModuleType | None = None  # executor.dense.interaction_triton, loaded and checked with _tbe
 _tbe_tried = False
 _tbe_reason: str | None = None
 _force_triton = False
@@ -66,7 +67,7 @@ class Route(NamedTuple):
 
 def triton_status() -> str | None:
     """Why the Triton kernels are not live (None when they load)."""
-    global _tbe, _tbe_tried, _tbe_reason
+    global _tbe, _dots, _tbe_tried, _tbe_reason
     if not _tbe_tried:
         _tbe_tried = True
         if os.environ.get(TRITON_ENV, "1") == "0":
@@ -77,6 +78,7 @@ def triton_status() -> str | None:
                 if torch.cuda.is_available():
                     triton_tbe.self_check(torch.device("cuda"))
                 _tbe = triton_tbe
+                _dots = _interaction_kernels()
             except Exception as e:  # a missing or broken Triton leaves the torch path, never a failed run
                 first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
                 _tbe_reason = f"triton unavailable: {type(e).__name__}: {first}"
@@ -100,6 +102,26 @@ def _triton(t: torch.Tensor) -> bool:
     interprets, which is only on machines without CUDA) and they load."""
     on_cpu = _forced() and os.environ.get("TRITON_INTERPRET") == "1"
     return (t.is_cuda or on_cpu) and triton_status() is None
+
+
+def _interaction_kernels() -> ModuleType | None:
+    """The Triton dot interaction once it passes its self-check on CUDA; one that cannot build
+    leaves the interaction on the torch path with one warning, the embedding kernels unaffected."""
+    try:
+        from executor.dense import interaction_triton
+        if torch.cuda.is_available():
+            interaction_triton.self_check(torch.device("cuda"))
+        return interaction_triton
+    except Exception as e:  # a broken kernel: the torch interaction, never a failed run
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        warnings.warn(f"interaction kernels: {type(e).__name__}: {first}; using the torch path", stacklevel=2)
+        return None
+
+
+def triton_interaction(t: torch.Tensor) -> ModuleType | None:
+    """The Triton dot interaction (executor.dense.interaction_triton) where the Triton kernels
+    serve tensors like `t`, else None."""
+    return _dots if _triton(t) else None
 
 
 def _forced() -> bool:

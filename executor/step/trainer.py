@@ -13,6 +13,7 @@ The dense forward runs at the model's dense_dtype where the device has it (execu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,8 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from executor.comm import Comm
+from executor.comm import Comm, Done
 from executor.data.batches import Batch
+from executor.dense.compiled import DenseCompile, compile_dense
+from executor.dense.compute_weights import ComputeWeights, wanted
 from executor.dense.model import DenseArch, build_dense
 from executor.dense.optim import DenseOptimizer
 from executor.dense.precision import apply_global, dense_precision
@@ -91,9 +94,48 @@ def leaves_grad(leaves: list[torch.Tensor]) -> torch.Tensor:
     """The pack's output gradient from its per-table leaves (zeros for a table the loss ignores).
     Gradients that already lie end to end in one buffer (the native interaction's backward
     writes them so) are returned as one view of it instead of being copied."""
+    joined = grads_in_place(leaves)
+    if joined is not None:
+        return joined
     grads = [q.grad if q.grad is not None else torch.zeros_like(q) for q in leaves]
     joined = adjacent_view(grads)
     return joined if joined is not None else torch.cat(grads)
+
+
+def grads_in_place(leaves: list[torch.Tensor]) -> torch.Tensor | None:
+    """The leaves' gradients as one view when they lie in one buffer laid out as the leaves lie
+    in theirs (the Triton interaction's backward writes them so); rows of leaves without a
+    gradient (the padding bags) are zeroed in that buffer, which no other tensor reads. None
+    when they do not."""
+    have = [q for q in leaves if q.grad is not None]
+    if not have or any(not q.is_contiguous() or not q.grad.is_contiguous() for q in leaves if q.grad is not None):
+        return None
+    try:
+        buf = have[0].grad.untyped_storage()
+        ptr = buf.data_ptr()
+        start = leaves[0].storage_offset()
+        shift = have[0].grad.storage_offset() - have[0].storage_offset()
+    except (RuntimeError, NotImplementedError):
+        return None
+    off = start
+    for q in leaves:
+        if not q.is_contiguous() or q.storage_offset() != off:
+            return None  # the leaves themselves are not end to end
+        off += q.numel()
+    for q in have:
+        g = q.grad
+        if g.untyped_storage().data_ptr() != ptr or g.storage_offset() - q.storage_offset() != shift \
+                or g.dtype != q.dtype or g.shape != q.shape:
+            return None
+    if shift + start < 0 or (shift + off) * have[0].grad.element_size() > buf.nbytes():
+        return None
+    first = have[0].grad
+    whole = first.new_empty(0).set_(buf, start + shift, (off - start,)).view(-1, *first.shape[1:])
+    for q in leaves:
+        if q.grad is None:
+            n = q.numel()
+            whole.view(-1)[q.storage_offset() - start : q.storage_offset() - start + n].zero_()
+    return whole
 
 
 def adjacent_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
@@ -113,12 +155,17 @@ def adjacent_view(parts: list[torch.Tensor]) -> torch.Tensor | None:
     return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
 
 
-def _flat_grads(params: list[torch.nn.Parameter], tail: Sequence[torch.Tensor] = ()) -> torch.Tensor:
-    """The gradients of `params` (zero for a weight the step did not reach), then `tail`, in
-    one flat buffer for an all-reduce."""
+def _zero_missing_grads(params: list[torch.nn.Parameter]) -> None:
+    """A zero gradient for each weight the step did not reach (the optimizer updates every weight)."""
     for q in params:
         if q.grad is None:
             q.grad = torch.zeros_like(q)
+
+
+def _flat_grads(params: list[torch.nn.Parameter], tail: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+    """The gradients of `params` (zero for a weight the step did not reach), then `tail`, in
+    one flat buffer for an all-reduce."""
+    _zero_missing_grads(params)
     return torch.cat([q.grad.reshape(-1) for q in params] + list(tail))
 
 
@@ -167,6 +214,7 @@ class Trainer:
         self.dev = comm.device
         self.packs: list[PackExchange] = make_packs(plan, hot_ids, comm)  # fused pooled groups share their collectives
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
+        self.compiled_stages = compile_dense(self.dense, DenseCompile.from_env())  # PICASSO_DENSE_COMPILE
         self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # the dense layers' precision as the planner costed it, where this device has it
         self.precision = dense_precision(plan.model.dense_precision, self.dev)
@@ -190,6 +238,9 @@ class Trainer:
         # the dense parameters of the step's one all-reduce: those of no early bucket
         early = {id(q) for _, _, params in self._early for q in params}
         self._synced = [q for q in self.dense.parameters() if id(q) not in early]
+        # bf16 on CUDA: the forward reads bf16 copies of the fp32 masters, refreshed after each update
+        self.weights = (ComputeWeights(self.dense) if wanted(self.dev, self.precision.used, plan.micro_batches,
+                                                              bool(self._early)) else None)
 
     # ---- one step -------------------------------------------------------------------
     def step(self, local: Batch, upcoming: Batch | None = None) -> torch.Tensor:
@@ -294,6 +345,8 @@ class Trainer:
             if p.sparse_hot:
                 hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
                 p.start_hot_sync(async_op=ov)
+        if self.weights is not None:
+            self.weights.grads_to_masters()
         dtok = T.start("bwd", "dense", "allreduce", lane=SYNC_LANE if plan.buckets_grads else "comm")
         flat, dwork = self._start_grad_allreduce(ov)
         T.end_when_done(dtok, dwork)
@@ -319,12 +372,15 @@ class Trainer:
             elif p.num_hot:
                 with T.op("opt", p.name, "hot_update"):
                     n = p.hot_grad.numel()
-                    p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
+                    if flat is not None:  # one rank: the gradient is already the sum
+                        p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
                     off += n
                     p.apply_hot()
         with T.op("opt", "dense", "update"):  # the copy back of the reduced gradients is the update's
             self._finish_dense_allreduce(flat)
             self.opt.step()
+            if self.weights is not None:
+                self.weights.refresh()
         self.steps_done += 1
         return loss_sum
 
@@ -474,9 +530,19 @@ class Trainer:
                 T.end_when_done(tok, p.grad_handles[-1][0])
             lks[i][j] = None  # free the micro-batch's buffers
 
+    def _compute(self) -> contextlib.AbstractContextManager:
+        """The dense forward's context: the plan's precision (autocast), on the 16-bit weight
+        copies where the run keeps them."""
+        if self.weights is None:
+            return self.precision.autocast(self.dev)
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.precision.autocast(self.dev))
+        stack.enter_context(self.weights.swapped())
+        return stack
+
     def _bottom_forward(self, mb: Batch, i: int) -> torch.Tensor:
         """Micro-batch i's bottom MLP output, its autograd graph kept for the backward."""
-        with self.timer.op("fwd", "dense", "bottom_mlp", i), self.precision.autocast(self.dev):
+        with self.timer.op("fwd", "dense", "bottom_mlp", i), self._compute():
             return self.dense.bottom(mb.dense)
 
     def _dense(self, mb: Batch, b: torch.Tensor, embs: dict, seqs: dict, i: int) -> torch.Tensor:
@@ -484,7 +550,7 @@ class Trainer:
         T, d = self.timer, self.dense
         last = i == self.plan.micro_batches - 1
         if not T.enabled and not (self._early and last):  # one backward through the whole model
-            with self.precision.autocast(self.dev):
+            with self._compute():
                 logit = d.top(d.interaction(b, embs, seqs))
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
             loss.backward()
@@ -501,10 +567,10 @@ class Trainer:
         their stage is done."""
         T, d = self.timer, self.dense
         bd = b.detach().requires_grad_() if b.requires_grad else b
-        with T.op("fwd", "dense", "interaction", i), self.precision.autocast(self.dev):
+        with T.op("fwd", "dense", "interaction", i), self._compute():
             z = d.interaction(bd, embs, seqs)
             zd = z.detach().requires_grad_()
-        with T.op("fwd", "dense", "top_mlp", i), self.precision.autocast(self.dev):
+        with T.op("fwd", "dense", "top_mlp", i), self._compute():
             logit = d.top(zd)
         with T.op("fwd", "dense", "loss", i):
             loss = F.binary_cross_entropy_with_logits(logit.float(), mb.labels, reduction="sum") / self.plan.global_batch
@@ -548,6 +614,9 @@ class Trainer:
         for name, done_by, params in self._early:
             if done_by != stage:
                 continue
+            if self.comm.world == 1:  # nothing to sum: no flat copy, no copy back
+                _zero_missing_grads(params)
+                continue
             flat = _flat_grads(params)
             tok = self.timer.start("bwd", "dense", name, lane=BUCKET_LANE)
             work = self.comm.all_reduce(flat, async_op=True, group="bucket")
@@ -557,14 +626,18 @@ class Trainer:
     def _start_grad_allreduce(self, async_op: bool):
         """All-reduce the dense gradients (those of no early bucket) followed by each pack's
         hot-row gradients, flat."""
+        if self.comm.world == 1:  # nothing to sum: the gradients stay where they are (no cat, no copies back)
+            _zero_missing_grads(self._synced)
+            return None, Done()
         hot = [p.hot_grad.reshape(-1) for p in self.packs if p.num_hot and not p.sparse_hot]
         flat = _flat_grads(self._synced, hot)
         return flat, self.comm.all_reduce(flat, async_op, group="sync" if self.plan.buckets_grads else None)
 
-    def _finish_dense_allreduce(self, flat: torch.Tensor) -> None:
+    def _finish_dense_allreduce(self, flat: torch.Tensor | None) -> None:
         """Copy the reduced dense gradients back (they lead `flat`; the hot ones follow), and
         those of the buckets launched during the backward once they are in."""
-        _unflat_grads(self._synced, flat)
+        if flat is not None:
+            _unflat_grads(self._synced, flat)
         for params, bucket, work in self._flying:
             work.wait()
             _unflat_grads(params, bucket)
