@@ -130,6 +130,22 @@ def dot_interaction_width(model: ModelSpec) -> int:
     return model.tables[0].dim + f * (f - 1) // 2
 
 
+# Tensor-core GEMMs (cuBLAS's TF32 and bf16 kernels) need each operand's leading dimension 16-byte
+# aligned, else cuBLAS falls back to fp32 SIMT kernels. 8 elements is 16 bytes of bf16 and 32 of
+# fp32, one k-step of TF32's MMA (m16n8k8): both aligned, with no masked tail step under TF32.
+TENSOR_CORE_ELEMENTS = 8
+
+
+def gemm_width(width: int, dtype: DenseDtype | str) -> int:
+    """The width a GEMM operand of `width` logical columns is laid out at for the dense dtype
+    `dtype`: a multiple of TENSOR_CORE_ELEMENTS where the GEMM runs on tensor cores (tf32,
+    bf16), the width itself for fp32 (no tensor cores to reach; padding would only add work).
+    The planner costs the logical width; the padding columns hold zeros."""
+    if DenseDtype.from_str(dtype, "dense_dtype") == DenseDtype.FP32:
+        return width
+    return -(-width // TENSOR_CORE_ELEMENTS) * TENSOR_CORE_ELEMENTS
+
+
 def mlp_shapes(model: ModelSpec) -> tuple[tuple[int, int], ...]:
     """(in, out) of every linear layer of the bottom and top MLPs: the GEMMs calibration times."""
     shapes, w = [], model.num_dense

@@ -9,14 +9,17 @@ the model under the same torch seed, so replicas start identical.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from executor.dense import padding
 from executor.dense.cross import cross
 from executor.dense.mlp import MLP
 from executor.sparse import kernels, syncfree
 from planner.dense import dot_interaction_width
 from planner.errors import PlanError
 from planner.model_spec import ModelSpec
+from planner.modes import DenseDtype
 
 
 def mlp(sizes: list[int], last_act: bool) -> MLP:
@@ -37,6 +40,22 @@ class DenseArch(nn.Module):
 
     def bottom(self, dense: torch.Tensor) -> torch.Tensor:
         return dense
+
+    def gemm_inputs(self) -> dict[str, int]:
+        """The Linear layers (submodule name -> logical input width) whose input the arch can lay
+        out wider (executor.dense.padding); none unless the arch says."""
+        return {}
+
+    def pad_gemm_inputs(self, dtype: DenseDtype | str) -> dict[str, int]:
+        """Widen the gemm_inputs layers to tensor-core alignment for `dtype` (state dicts keep
+        the logical shapes); name -> width of the layers widened."""
+        return padding.pad_module(self, self.gemm_inputs(), dtype)
+
+    @staticmethod
+    def fitted(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+        """`x` with zero columns up to `layer`'s input width where the layer is widened (the dense
+        features need no gradient, so the pad has no backward)."""
+        return F.pad(x, (0, layer.in_features - x.shape[1])) if x.shape[1] < layer.in_features else x
 
     def interaction(self, b: torch.Tensor, embs: dict, seqs: dict) -> torch.Tensor:
         raise NotImplementedError
@@ -86,13 +105,22 @@ class DLRM(DenseArch):
         self.proj = None if model.bottom_mlp else nn.Linear(model.num_dense, d)
         self.topm = mlp([dot_interaction_width(model), *(model.top_mlp or (1,))], last_act=False)
 
+    def gemm_inputs(self) -> dict[str, int]:
+        return {"bot.0" if self.bot is not None else "proj": self.spec.num_dense, "topm.0": dot_interaction_width(self.spec)}
+
     def bottom(self, dense):
-        return self.bot(dense) if self.bot is not None else self.proj(dense)
+        if self.bot is None:
+            return self.proj(self.fitted(dense, self.proj))
+        return self.bot(self.fitted(dense, self.bot[0]))
 
     def interaction(self, b, embs, seqs):
         xs = [b] + [embs[n] for n in self.pooled]
+        width = self.topm[0].in_features  # the pairs, then zero columns where the top MLP is widened
         dots = syncfree.triton_interaction(b)  # CUDA (or forced): the fused kernels, output in the compute dtype
-        return dots.dot_interaction(xs) if dots is not None else kernels.dot_interaction(xs)
+        if dots is not None:
+            return dots.dot_interaction(xs, width=width)
+        z = kernels.dot_interaction(xs)
+        return F.pad(z, (0, width - z.shape[1])) if z.shape[1] < width else z
 
     def top(self, z):
         return self.topm(z).squeeze(1)
@@ -144,8 +172,11 @@ class DCN(DenseArch):
             self.cross = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
         self.deep = mlp([width, *(model.top_mlp or (1,))], last_act=False)
 
+    def gemm_inputs(self) -> dict[str, int]:
+        return {"bot.0": self.spec.num_dense} if self.bot is not None else {}
+
     def bottom(self, dense):
-        return self.bot(dense) if self.bot is not None else dense
+        return self.bot(self.fitted(dense, self.bot[0])) if self.bot is not None else dense
 
     def interaction(self, b, embs, seqs):
         x0 = torch.cat([b, self.flat_embs(embs, seqs)], dim=1)

@@ -2,6 +2,9 @@
 
 Written out here because torch.optim imports torch._dynamo on first use (seconds per
 worker process); the trainer and the reference both use these, so they agree exactly.
+With `logical_shapes` (executor.dense.padding: weights widened for tensor cores) the state
+dict holds each state tensor at its parameter's logical shape and loading pads it again, so
+checkpoints do not depend on the widening.
 """
 
 from __future__ import annotations
@@ -10,12 +13,18 @@ import math
 
 import torch
 
+from executor.dense.padding import narrow_to, pad_to
+
 
 class DenseOptimizer:
-    def __init__(self, params, kind: str, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999)) -> None:
+    def __init__(self, params, kind: str, lr: float, eps: float = 1e-8, betas: tuple[float, float] = (0.9, 0.999),
+                 logical_shapes: list[tuple[int, ...]] | None = None) -> None:
         if kind not in ("sgd", "adagrad", "adam"):
             raise ValueError(f"unknown dense optimizer {kind!r}")
         self.params = list(params)
+        self.shapes = logical_shapes or [tuple(p.shape) for p in self.params]
+        if len(self.shapes) != len(self.params):
+            raise ValueError(f"{len(self.shapes)} logical shapes for {len(self.params)} dense parameters")
         self.kind, self.lr, self.eps, self.betas = kind, lr, eps, betas
         self.steps = 0
         self.state: list[dict[str, torch.Tensor]] = [{} for _ in self.params]
@@ -53,11 +62,14 @@ class DenseOptimizer:
                 p.addcdiv_(m, denom, value=-self.lr / bc1)
 
     def state_dict(self) -> dict:
-        return {"kind": self.kind, "steps": self.steps, "state": [{k: v.clone() for k, v in s.items()} for s in self.state]}
+        return {"kind": self.kind, "steps": self.steps,  # narrow_to copies a widened tensor, clone the rest
+                "state": [{k: narrow_to(v, shape) if tuple(v.shape) != shape else v.clone() for k, v in s.items()}
+                          for s, shape in zip(self.state, self.shapes)]}
 
     def load_state_dict(self, d: dict) -> None:
         if d.get("kind") != self.kind or len(d.get("state", [])) != len(self.params):
             raise ValueError(f"dense optimizer state is for {d.get('kind')!r} over {len(d.get('state', []))} tensors, "
                              f"this run uses {self.kind!r} over {len(self.params)}")
         self.steps = int(d["steps"])
-        self.state = [{k: v.to(p.device).clone() for k, v in s.items()} for s, p in zip(d["state"], self.params)]
+        self.state = [{k: pad_to(v.to(p.device), tuple(p.shape)).clone() for k, v in s.items()}
+                      for s, p in zip(d["state"], self.params)]

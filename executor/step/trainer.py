@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from executor.comm import Comm, Done
 from executor.data.batches import Batch
+from executor.dense import padding
 from executor.dense.compiled import DenseCompile, compile_dense
 from executor.dense.compute_weights import ComputeWeights, wanted
 from executor.dense.model import DenseArch, build_dense
@@ -41,9 +42,9 @@ from planner.sharding import Sharding
 from simulator.measured import BUCKET_LANE, INPUT_LANE, SYNC_LANE
 
 
-def make_dense_optimizer(plan: Plan, params) -> DenseOptimizer:
+def make_dense_optimizer(plan: Plan, params, logical_shapes: list[tuple[int, ...]] | None = None) -> DenseOptimizer:
     o = plan.optimizer
-    return DenseOptimizer(params, o.dense, o.dense_lr, o.eps)
+    return DenseOptimizer(params, o.dense, o.dense_lr, o.eps, logical_shapes=logical_shapes)
 
 
 def backward_with(out: torch.Tensor, grad: torch.Tensor) -> None:
@@ -214,10 +215,13 @@ class Trainer:
         self.dev = comm.device
         self.packs: list[PackExchange] = make_packs(plan, hot_ids, comm)  # fused pooled groups share their collectives
         self.dense: DenseArch = build_dense(plan.model, plan.seed).to(self.dev)
-        self.compiled_stages = compile_dense(self.dense, DenseCompile.from_env())  # PICASSO_DENSE_COMPILE
-        self.opt = make_dense_optimizer(plan, self.dense.parameters())
         # the dense layers' precision as the planner costed it, where this device has it
         self.precision = dense_precision(plan.model.dense_precision, self.dev)
+        pad = padding.run_dtype(self.dev, self.precision.used)  # CUDA: GEMM operands widened onto tensor cores
+        if pad is not None:
+            self.dense.pad_gemm_inputs(pad)
+        self.compiled_stages = compile_dense(self.dense, DenseCompile.from_env())  # PICASSO_DENSE_COMPILE
+        self.opt = make_dense_optimizer(plan, self.dense.parameters(), padding.logical_shapes(self.dense))
         apply_global(self.precision)
         self.overlap = plan.overlapped
         self.timer = timer or OpTimer(comm.rank, self.dev, enabled=False, micro_batches=plan.micro_batches)
