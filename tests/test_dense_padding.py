@@ -12,7 +12,7 @@ from executor.comm import Comm
 from executor.dense import padding
 from executor.dense.model import build_dense
 from executor.dense.optim import DenseOptimizer
-from executor.run import checkpoint
+from executor.run import checkpoint, model_file
 from executor.run.verify import synthetic_global_batches
 from executor.sparse import syncfree
 from executor.step.trainer import Trainer
@@ -80,7 +80,7 @@ def test_widened_dlrm_matches_the_logical_one(bottom, triton):
         assert not wide.get_submodule(name).weight.grad[:, k:width].any()  # zero inputs: zero gradients
 
 
-def test_fp32_and_cpu_runs_stay_unpadded():
+def test_fp32_and_cpu_runs_stay_unpadded(monkeypatch):
     m = model()
     net = build_dense(m, 5)
     assert net.pad_gemm_inputs(DenseDtype.FP32) == {} and padding.logical_shapes(net) is None
@@ -88,6 +88,8 @@ def test_fp32_and_cpu_runs_stay_unpadded():
     assert padding.run_dtype(torch.device("cuda"), DenseDtype.BF16) == DenseDtype.BF16
     with padding.forced(DenseDtype.TF32):
         assert padding.run_dtype(torch.device("cpu"), DenseDtype.FP32) == DenseDtype.TF32
+    monkeypatch.setenv(padding.ENV, "0")
+    assert padding.run_dtype(torch.device("cuda"), DenseDtype.BF16) is None
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adagrad", "adam"])
@@ -153,6 +155,10 @@ def test_checkpoint_of_a_widened_run_is_logical_and_round_trips(tmp_path):
     assert saved["dense"]["topm.0.weight"].shape == (16, 18) and saved["dense"]["bot.0.weight"].shape == (16, 13)
     assert [tuple(s["exp_avg"].shape) for s in saved["optimizer"]["state"]] == \
         [tuple(q.shape) for q in plain.dense.parameters()]
+    model_file.export(tmp_path / "c", tmp_path / "m.safetensors", p)  # the export holds the logical weights
+    exported = model_file.load(tmp_path / "m.safetensors").dense.state_dict()
+    for k, v in wide.dense.state_dict().items():
+        assert torch.equal(exported[k], v), k
     # resumed widened and unwidened: both continue as the run that never widened
     with padding.forced(DenseDtype.TF32):
         resumed_wide = Trainer(p, {}, Comm())
