@@ -29,25 +29,24 @@ from planner.modes import DenseDtype
 ENV = "PICASSO_PAD_GEMM"
 
 
-_forced: DenseDtype | None = None
+_forced: list[DenseDtype] = []  # innermost `forced` last
 
 
 @contextlib.contextmanager
 def forced(dtype: DenseDtype) -> Iterator[None]:
     """Runs built while inside widen for `dtype` on any device (CPU tests of the CUDA layout)."""
-    global _forced
-    before, _forced = _forced, dtype
+    _forced.append(dtype)
     try:
         yield
     finally:
-        _forced = before
+        _forced.pop()
 
 
 def run_dtype(device: torch.device, used: DenseDtype) -> DenseDtype | None:
     """The dtype whose alignment a run on `device` whose dense layers run at `used` widens its
     GEMM operands to (see the module doc); None: no widening."""
-    if _forced is not None:
-        return _forced
+    if _forced:
+        return _forced[-1]
     return used if device.type == "cuda" and os.environ.get(ENV, "1") != "0" else None
 
 
