@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 INT63_MASK = np.uint64(0x7FFF_FFFF_FFFF_FFFF)
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
+MAX_VALUE_BYTES = 1 << 16  # one categorical value (a whole bag when multi-valued): real ones are a few bytes
 
 
 
@@ -101,8 +102,13 @@ def parse_hex8_present(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return vals, present, bad
 
 
+VECTOR_HASH_BYTES = 256  # strings up to this long are hashed a byte position at a time across the array
+
+
 def fnv1a64(arr: pa.Array) -> np.ndarray:
-    """64-bit FNV-1a of each string's UTF-8 bytes, masked to non-negative int64."""
+    """64-bit FNV-1a of each string's UTF-8 bytes, masked to non-negative int64. Linear in the bytes:
+    short strings are hashed together one byte position per step, a longer one on its own (a step per
+    position for one string would cost a numpy call per byte)."""
     offsets, data, _ = string_buffers(arr)
     lengths = np.diff(offsets)
     n = len(lengths)
@@ -110,15 +116,25 @@ def fnv1a64(arr: pa.Array) -> np.ndarray:
     if n == 0:
         return h.view(np.int64)
     starts = offsets[:-1]
-    maxlen = int(lengths.max()) if n else 0
+    long_rows = np.flatnonzero(lengths > VECTOR_HASH_BYTES)
+    for r in long_rows:
+        h[r] = _fnv1a64_one(data[int(starts[r]) : int(starts[r]) + int(lengths[r])].tobytes())
     with np.errstate(over="ignore"):
         # One vectorised step per byte position; rows shorter than j drop out.
-        active = np.arange(n)
+        active = np.flatnonzero(lengths <= VECTOR_HASH_BYTES) if len(long_rows) else np.arange(n)
+        maxlen = int(lengths[active].max()) if len(active) else 0
         for j in range(maxlen):
             active = active[lengths[active] > j]
             b = data[starts[active] + j].astype(np.uint64)
             h[active] = (h[active] ^ b) * FNV_PRIME
     return (h & INT63_MASK).view(np.int64)
+
+
+def _fnv1a64_one(raw: bytes) -> np.uint64:
+    h, prime, mask = int(FNV_OFFSET), int(FNV_PRIME), (1 << 64) - 1
+    for b in raw:
+        h = ((h ^ b) * prime) & mask
+    return np.uint64(h)
 
 
 def strings_to_ids(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:

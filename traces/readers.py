@@ -16,6 +16,7 @@ import io
 import os
 import re
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,12 +30,23 @@ from foundation.documents import read_text
 from foundation.text import sniff, transcoded
 from traces.errors import TraceError
 from traces.filetype import text_head
-from traces.ids import ints_to_ids, parse_hex8_present, strings_to_ids
-from traces.sniff import SEP_WORDS, guess_layout, header_problem, libsvm_line, parse_sep, split, widths
+from traces.ids import MAX_VALUE_BYTES, ints_to_ids, parse_hex8_present, string_buffers, strings_to_ids
+from traces.sniff import (
+    MAX_FIELD_CHARS,
+    SEP_WORDS,
+    csv_rows,
+    guess_layout,
+    header_problem,
+    libsvm_line,
+    parse_sep,
+    split,
+    widths,
+)
 
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 MAX_BAD_LINES = 10
-MAX_LINE_BYTES = 256 << 20  # one row's line, held whole while it is parsed
+MAX_LINE_BYTES = MAX_FIELD_CHARS  # one row's line, held whole while it is parsed
+MAX_COLUMNS = 1 << 12  # columns (or libsvm fields) of one log
 PARSE_BLOCK = 1 << 20  # bytes pyarrow parses per thread; a longer line is parsed in a block of its own
 CRITEO_DENSE = [f"I{i}" for i in range(1, 14)]
 CRITEO_SPARSE = [f"C{i}" for i in range(1, 27)]
@@ -75,6 +87,13 @@ class ReadStats:
 # ---------------------------------------------------------------------------------------
 # Opening files and cutting them into line-aligned blocks
 # ---------------------------------------------------------------------------------------
+def check_width(path: str, count: int, what: str) -> None:
+    """Refuse a log wider than MAX_COLUMNS: every column costs a profile entry, a table and a parse."""
+    if count > MAX_COLUMNS:
+        raise TraceError(f"{path}: {count:,} {what}, more than the {MAX_COLUMNS:,} a click log may have "
+                         "(published ones have at most about a thousand)")
+
+
 def check_file(path: str | os.PathLike) -> str:
     """The path as str, or a TraceError in one line when it is missing/empty/unreadable."""
     p = os.fspath(path)
@@ -174,19 +193,19 @@ class _BlockSource:
             yield from self._plain()
             return
         line = 1
-        rest = b""
+        rest = _Pending()  # the unfinished line: its pieces are joined once, when its end arrives
         for buf in transcoded(self._stream()):  # UTF-8, its BOM removed
-            data = rest + buf if rest else buf
-            cut = data.rfind(b"\n")
+            cut = buf.rfind(b"\n")  # only the new bytes are searched: linear in the line's length
             if cut < 0:
-                self._check_line(len(data), line)
-                rest = data
+                rest.add(buf)
+                self._check_line(rest.size, line)
                 continue
-            block, rest = data[: cut + 1], data[cut + 1 :]
+            block = rest.take(buf[: cut + 1])
+            rest.add(buf[cut + 1 :])
             yield block, line
             line += block.count(b"\n")
-        if rest:
-            yield rest + b"\n", line
+        if rest.size:
+            yield rest.take(b"\n"), line
 
     def _stream(self) -> Iterator[bytes]:
         """The file's bytes from its start, decompressed when gzip, in blocks of about chunk_bytes."""
@@ -215,6 +234,22 @@ class _BlockSource:
             raise TraceError(f"{self.path}: line {self.absolute_line(line)} runs over {MAX_LINE_BYTES >> 20} MiB "
                              "without a line end: not one row per line (a binary or damaged file?)")
 
+    def _long_line(self, f, buf: bytes, line: int) -> tuple[bytes, int]:
+        """`buf` (no line end in it) extended by whole blocks until one holds a line end, or the file
+        ends: only each new block is searched, and the pieces are joined once."""
+        pending = _Pending()
+        pending.add(buf)
+        while True:
+            self._check_line(pending.size, line)
+            more = f.read(self.chunk_bytes)
+            if not more:
+                return pending.take(b""), -1
+            cut = more.rfind(b"\n")
+            if cut >= 0:
+                base = pending.size
+                return pending.take(more), base + cut
+            pending.add(more)
+
     def _plain(self) -> Iterator[tuple[bytes, int]]:
         """Plain files: read a block, cut after its last newline, seek back to the cut."""
         line = 1
@@ -231,13 +266,8 @@ class _BlockSource:
                 if not buf:
                     break
                 cut = buf.rfind(b"\n")
-                while cut < 0 and len(buf) >= self.chunk_bytes:  # a line longer than a block
-                    self._check_line(len(buf), line)
-                    more = f.read(self.chunk_bytes)
-                    if not more:
-                        break
-                    buf += more
-                    cut = buf.rfind(b"\n")
+                if cut < 0 and len(buf) >= self.chunk_bytes:  # a line longer than a block
+                    buf, cut = self._long_line(f, buf, line)
                 if cut < 0 or cut == len(buf) - 1:
                     block = buf if cut >= 0 else buf + b"\n"
                     pos += len(buf)
@@ -253,6 +283,26 @@ class _BlockSource:
                 self.bytes_done = pos
                 yield block, line
                 line += block.count(b"\n")
+
+
+class _Pending:
+    """Pieces of bytes gathered until they are used together: joined once (a `+=` per piece copies
+    everything gathered so far each time, quadratic in a long line)."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.size = 0
+
+    def add(self, piece: bytes) -> None:
+        if piece:
+            self.pieces.append(piece)
+            self.size += len(piece)
+
+    def take(self, last: bytes) -> bytes:
+        """The pieces and `last` as one bytes object; empties the buffer."""
+        out = b"".join([*self.pieces, last]) if self.pieces else last
+        self.pieces, self.size = [], 0
+        return out
 
 
 def sample_lines(path: str, max_lines: int = 200, max_bytes: int = 1 << 20) -> list[str]:
@@ -374,14 +424,16 @@ class DelimitedReader(Reader):
                     desc, hint = guess_layout(lines)
                     raise TraceError(f"{self.path}:1: this is not a header row: {problem}; the file looks like "
                                      f"{desc}: try {hint} (or --header if line 1 does name the columns)")
-                dup = [n for n in names if names.count(n) > 1]
-                if dup:
-                    raise TraceError(f"{self.path}:1: column name {dup[0]!r} appears {names.count(dup[0])} times "
+                counts = Counter(names)
+                dup = next((n for n in names if counts[n] > 1), None)
+                if dup is not None:
+                    raise TraceError(f"{self.path}:1: column name {dup!r} appears {counts[dup]} times "
                                      "in the header (or try --no-header)")
             else:
                 width = widths(lines, self.sep).most_common(1)[0][0] if lines else 0
                 names = [f"c{i + 1}" for i in range(width)]  # no header: columns named by position
                 self._check_width(lines, width)
+            check_width(self.path, len(names), "columns")
             self.columns = self._columns_from_options(fmt, names, label, dense, categorical, multi_sep, multi, skip)
         self.names = [c.name for c in self.columns]
         self.label_name = next((c.name for c in self.columns if c.kind == "label"), None)
@@ -409,8 +461,9 @@ class DelimitedReader(Reader):
                 text = first.decode("utf-8")
             except UnicodeDecodeError:
                 raise TraceError(f"{self.path}:1: header is not UTF-8 text") from None
-            row = next(csv.reader([text], delimiter=self.sep))
+            row = next(csv_rows([text], self.sep))
             names = [n.strip() for n in row]
+            check_width(self.path, len(names), "columns")
             if not any(names):
                 raise TraceError(f"{self.path}:1: empty header row")
             return names
@@ -548,8 +601,7 @@ class DelimitedReader(Reader):
             else:
                 ids, offsets, bad = self._categorical(col, c)
                 for r in np.flatnonzero(bad & ~row_bad)[: MAX_BAD_LINES + 1]:
-                    want = "8 hex characters" if c.hex8 else "a value"
-                    problems.append((int(r), c.name, f"expected {want}, got {_show(col[int(r)])}"))
+                    problems.append((int(r), c.name, _value_problem(col[int(r)], c.hex8)))
                 row_bad |= bad
                 sparse_raw[c.name] = (ids, offsets)
         if bad_rows or problems:
@@ -582,14 +634,14 @@ class DelimitedReader(Reader):
         return vals, bad
 
     def _categorical(self, col: pa.Array, c: _Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n = len(col)
         if c.hex8:
             vals, present, bad = parse_hex8_present(col)
             return vals, _offsets_from_present(present), bad
+        col, bad = _without_long_values(col)
         if c.multi_sep:
-            return (*_split_multi(col, c.multi_sep), np.zeros(n, dtype=bool))
+            return (*_split_multi(col, c.multi_sep), bad)
         ids, present = strings_to_ids(col)
-        return ids[present], _offsets_from_present(present), np.zeros(n, dtype=bool)
+        return ids[present], _offsets_from_present(present), bad
 
     def _report_bad(self, block: bytes, line: int, bad_rows: list, problems: list, row_bad: np.ndarray) -> None:
         """Map table rows back to file lines (rare path) and record/raise, in line order."""
@@ -608,6 +660,30 @@ class DelimitedReader(Reader):
         self.stats.rows_bad += sum(1 for ln in extra if ln not in reported)
         # Rows pyarrow skipped that the line scan could not place (should not happen).
         self.stats.rows_bad += max(len(bad_rows) - len(short_lines), 0)
+
+
+def _without_long_values(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """(the column with values over MAX_VALUE_BYTES made missing, which rows held one): such a row is
+    malformed, and its value is never hashed."""
+    t = col.type
+    if not (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+            or pa.types.is_large_binary(t)):
+        return col, np.zeros(len(col), dtype=bool)
+    offsets, _, valid = string_buffers(col)
+    long = np.diff(offsets) > MAX_VALUE_BYTES
+    if valid is not None:
+        long &= valid
+    if not long.any():
+        return col, long
+    return pc.if_else(pa.array(long), pa.scalar(None, t), col), long
+
+
+def _value_problem(value, hex8: bool) -> str:
+    """Why a categorical value was refused."""
+    raw = value.as_py()
+    if not hex8 and raw is not None and len(raw) > MAX_VALUE_BYTES:
+        return f"a value of {len(raw):,} bytes, more than the {MAX_VALUE_BYTES:,} a categorical value may hold"
+    return f"expected {'8 hex characters' if hex8 else 'a value'}, got {_show(value)}"
 
 
 def _bad_labels(vals: np.ndarray, row_bad: np.ndarray, problems: list, name: str) -> np.ndarray:
@@ -629,11 +705,9 @@ def _show(v) -> str:
 def _row_line_numbers(block: bytes, first_line: int, sep: str, ncols: int, quoting: bool):
     """For each row pyarrow kept, its 1-based file line; plus (line, fields) of wrong-width rows."""
     text = block.decode("utf-8", "replace")
-    if csv.field_size_limit() < MAX_LINE_BYTES:  # a field may be as long as a line (else rows lose their lines)
-        csv.field_size_limit(MAX_LINE_BYTES)
-    reader = csv.reader(
+    reader = csv_rows(
         io.StringIO(text, newline=""),
-        delimiter=sep,
+        sep,
         quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE,
         strict=False,
     )
@@ -724,9 +798,11 @@ class ParquetReader(Reader):
         except (pa.ArrowException, OSError) as exc:
             raise TraceError(f"{self.path}: not a readable Parquet file ({_first_line(exc)})") from None
         names = self.pf.schema_arrow.names
-        dup = sorted({n for n in names if names.count(n) > 1})
+        check_width(self.path, len(names), "columns")
+        counts = Counter(names)
+        dup = sorted(n for n, k in counts.items() if k > 1)
         if dup:  # pyarrow would say 'Field "0" exists 5 times in schema' later, naming no file
-            raise TraceError(f"{self.path}: column {dup[0]!r} appears {names.count(dup[0])} times; "
+            raise TraceError(f"{self.path}: column {dup[0]!r} appears {counts[dup[0]]} times; "
                              "every column needs its own name")
         helper = DelimitedReader.__new__(DelimitedReader)
         helper.path = self.path
@@ -790,11 +866,16 @@ class ParquetReader(Reader):
                     present = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
                     ids = ints_to_ids(col.fill_null(0).to_numpy(zero_copy_only=False))
                     sparse[c.name] = (ids[present], _offsets_from_present(present))
-                elif c.multi_sep:
-                    sparse[c.name] = _split_multi(col, c.multi_sep)
                 else:
-                    ids, present = strings_to_ids(col)
-                    sparse[c.name] = (ids[present], _offsets_from_present(present))
+                    col, long = _without_long_values(col)
+                    for r in np.flatnonzero(long & ~row_bad)[: MAX_BAD_LINES + 1]:
+                        problems.append((int(r), c.name, _value_problem(batch.column(c.name)[int(r)], False)))
+                    row_bad |= long
+                    if c.multi_sep:
+                        sparse[c.name] = _split_multi(col, c.multi_sep)
+                    else:
+                        ids, present = strings_to_ids(col)
+                        sparse[c.name] = (ids[present], _offsets_from_present(present))
         for r, name, reason in sorted(problems):
             self._bad(file_row + r + 1, name, reason)
         extra = int(row_bad.sum()) - len({r for r, _, _ in problems})
@@ -868,12 +949,15 @@ class LibsvmReader(Reader):
         dense_set = set(dense_fields.split(",") if isinstance(dense_fields, str) else (dense_fields or []))
         self.label_name = "label"
         if self.ranges is not None:
+            check_width(self.map_name, len(self.ranges), "fields")
             self.feature_names = [n for n, _, _ in self.ranges if n not in dense_set]
             self.dense_ranges = [(n, lo, hi) for n, lo, hi in self.ranges if n in dense_set]
+            check_width(self.map_name, sum(hi - lo + 1 for _, lo, hi in self.dense_ranges), "dense columns")
             self.dense_names = [f"{n}_{i - lo}" for n, lo, hi in self.dense_ranges for i in range(lo, hi + 1)]
         else:
             self.dense_ranges = []
             self.feature_names = self._discover_fields()
+            check_width(self.path, len(self.feature_names), "libfm fields")
         self.dense_ranges_arr = np.asarray([(lo, hi) for _, lo, hi in self.dense_ranges], dtype=np.int64).reshape(-1, 2)
 
     def _count_unmapped(self, field_of: np.ndarray, idx: np.ndarray, lines: np.ndarray) -> None:
@@ -994,9 +1078,10 @@ class LibsvmReader(Reader):
             else:
                 labels_f = np.where(f3, np.char.add("f", fnames.astype(str)), "f")
                 uniq, inv = np.unique(labels_f, return_inverse=True)
-                for u in uniq:
-                    if u not in names:
-                        names.append(u)
+                known = set(names)
+                new = [u for u in uniq if u not in known]
+                check_width(self.path, len(names) + len(new), "libfm fields")
+                names.extend(new)
                 pos = {nm: i for i, nm in enumerate(names)}
                 field_of = np.asarray([pos[u] for u in uniq], dtype=np.int64)[inv]
             if names != self.feature_names:
@@ -1076,9 +1161,10 @@ def _load_field_map(field_map: dict | str, path: str) -> list[tuple[str, int, in
         if lo > hi:
             raise TraceError(f"{where}: field {name}: range {lo}-{hi} is empty (expected lo <= hi, inclusive)")
     names = [n for n, _, _ in items]
-    dup = next((n for n in names if names.count(n) > 1), None)
+    counts = Counter(names)
+    dup = next((n for n in names if counts[n] > 1), None)
     if dup:
-        raise TraceError(f"{where}: field {dup} is named {names.count(dup)} times")
+        raise TraceError(f"{where}: field {dup} is named {counts[dup]} times")
     return items
 
 

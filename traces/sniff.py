@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import re
 from collections import Counter
+from collections.abc import Iterator
 
 from traces.errors import TraceError
 
@@ -31,8 +32,19 @@ def parse_sep(text: str) -> str:
     return sep
 
 
+MAX_FIELD_CHARS = 256 << 20  # a field may be as long as the longest line a reader holds (MAX_LINE_BYTES)
+
+
+def csv_rows(lines, sep: str, **options) -> Iterator[list[str]]:
+    """csv's reader with its field limit raised to a whole line's: csv's default (128 KiB) fails a
+    long field with an anonymous error where a reader would read the row."""
+    if csv.field_size_limit() < MAX_FIELD_CHARS:
+        csv.field_size_limit(MAX_FIELD_CHARS)
+    return csv.reader(lines, delimiter=sep, **options)
+
+
 def split(line: str, sep: str) -> list[str]:
-    return next(csv.reader([line], delimiter=sep), [])
+    return next(csv_rows([line], sep), [])
 
 
 def is_data_token(token: str) -> bool:
