@@ -12,6 +12,8 @@ import math
 import numbers
 
 MAX_RANKS = 1 << 20  # the largest cluster a plan or hardware spec may describe (planning it takes ~2 GB)
+MAX_BATCH = 1 << 26  # samples per rank per step
+MAX_ROWS = 1 << 48  # rows of a log, a dataset or a table (Criteo's terabyte log holds 2^32)
 
 
 class FieldError(ValueError):

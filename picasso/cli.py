@@ -48,6 +48,9 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsShown)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str):  # one line: the usage block is what --help is for
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
@@ -63,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="picasso", description=DESCRIPTION, epilog=EPILOG,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"picasso {version()}")
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMANDS:

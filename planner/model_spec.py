@@ -210,7 +210,7 @@ class ModelSpec:
         return spec
 
 
-MAX_ROWS = 1 << 48  # rows of one table
+MAX_ROWS = fields.MAX_ROWS  # rows of one table
 MAX_DIM = 1 << 16
 MAX_WIDTH = 1 << 20  # dense inputs, MLP layer widths
 MAX_TABLES = 1 << 16  # tables of one model (the largest published ones hold about a thousand)

@@ -486,7 +486,7 @@ def read_hot_ids(f: Path) -> dict[str, np.ndarray]:
     return ids
 
 MAX_WORLD = fields.MAX_RANKS
-MAX_BATCH = 1 << 26
+MAX_BATCH = fields.MAX_BATCH
 KNOWN_FIELDS = ("version", "model", "world_size", "batch_size_per_rank", "packs", "hot_rows", "hot_ids_file",
                 "micro_batches", "kernel_interleaving", "input_pipeline", "ids_after_mb", "grad_bucket_mb",
                 "backward_by_layer", "optimizer", "hardware", "seed", "exchange", "provenance",

@@ -62,7 +62,7 @@ def is_dataset(path: str | os.PathLike) -> bool:
     return os.path.isdir(path) and os.path.exists(os.path.join(path, MANIFEST))
 
 
-MAX_ROWS = 1 << 48  # rows of a dataset (Criteo's terabyte log holds 2^32)
+MAX_ROWS = fields.MAX_ROWS
 
 
 def check_manifest(m: dict) -> list[tuple[str, int]]:

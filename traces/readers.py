@@ -400,7 +400,7 @@ class DelimitedReader(Reader):
         self.source = _BlockSource(self.path, chunk_bytes, byte_range)
         self.quoting = fmt != "criteo"
         default_sep = "\t" if fmt == "criteo" or self.path.endswith((".tsv", ".tsv.gz")) else ","
-        self.sep = parse_sep(sep) if sep else default_sep
+        self.sep = parse_sep(sep) if sep is not None else default_sep
         lines = sample_lines(self.path)
         if fmt == "criteo":
             self.header = bool(header)
@@ -476,12 +476,15 @@ class DelimitedReader(Reader):
             return [s.strip() for s in v.split(",") if s.strip()] if isinstance(v, str) else list(v)
 
         dense_l, cat_l, multi_l = as_list(dense) or [], as_list(categorical), as_list(multi)
-        skip_l = as_list(skip) or (list(AVAZU_SKIP) if fmt == "avazu" else [])
+        skip_given = as_list(skip) or []
+        skip_l = skip_given or (list(AVAZU_SKIP) if fmt == "avazu" else [])
         if label is None:
             label = next((n for n in ("label", "click", "Label", "y") if n in names), None)
-        for n in [*dense_l, *(cat_l or []), *(multi_l or []), *([label] if label else [])]:
+        for n in [*dense_l, *(cat_l or []), *(multi_l or []), *skip_given, *([label] if label else [])]:
             if n not in names:
                 raise TraceError(f"{self.path}:1: column {n!r} not in the header ({', '.join(names[:12])}...)")
+        _check_roles(self.path, {"the label": [label] if label else [], "dense": dense_l,
+                                 "categorical": cat_l or [], "skipped": skip_given})
         cols = []
         for n in names:
             if n == label:
@@ -660,6 +663,17 @@ class DelimitedReader(Reader):
         self.stats.rows_bad += sum(1 for ln in extra if ln not in reported)
         # Rows pyarrow skipped that the line scan could not place (should not happen).
         self.stats.rows_bad += max(len(bad_rows) - len(short_lines), 0)
+
+
+def _check_roles(path: str, roles: dict[str, list[str]]) -> None:
+    """Each column in one role at most: a column named twice would be read as one of them silently."""
+    seen: dict[str, str] = {}
+    for role, columns in roles.items():
+        for n in columns:
+            if n in seen:
+                same = f"named twice as {role}" if seen[n] == role else f"both {seen[n]} and {role}"
+                raise TraceError(f"{path}: column {n!r} is {same}; give each column one role")
+            seen[n] = role
 
 
 def _without_long_values(col: pa.Array) -> tuple[pa.Array, np.ndarray]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import TYPE_CHECKING
 
+from foundation.flags import BATCH, ROWS, Whole
 from picasso.layout_args import add_layout_args, layout_options
 
 if TYPE_CHECKING:
@@ -13,31 +13,22 @@ if TYPE_CHECKING:
 FORMATS = ("criteo", "avazu", "csv", "parquet", "libsvm")
 
 
+
 def register(sub, common) -> None:
     p = sub.add_parser("analyze", parents=[common], help="profile the ID access frequencies of a click log")
     p.add_argument("data", help="click log (plain or gzip; Parquet for --format parquet)")
     p.add_argument("--format", required=True, choices=FORMATS, help="input format")
-    p.add_argument("--batch-size", type=int, default=4096, help="batch size for the batch-presence histogram")
-    p.add_argument("--scale-to", type=_count, default=None, metavar="ROWS",
+    p.add_argument("--batch-size", type=BATCH, default=4096, help="batch size for the batch-presence histogram")
+    p.add_argument("--scale-to", type=ROWS, default=None, metavar="ROWS",
                    help="extrapolate the profile to this many rows (e.g. 45840617)")  # fmt: skip
     p.add_argument("-o", "--output", default=None, help="profile JSON to write (arrays go next to it as .npz)")
     p.add_argument("--html", default=None, help="write a self-contained HTML report here")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row")
-    p.add_argument("--exact-cap", type=int, default=2_000_000, help="distinct IDs per feature counted exactly")
+    p.add_argument("--exact-cap", type=Whole(1, 1 << 40, "a count of IDs"), default=2_000_000, help="distinct IDs per feature counted exactly")
     p.add_argument("--cardinality", action="append", default=[], metavar="FIELD=N",
                    help="with --scale-to: FIELD is known to have N values at most (repeatable)")
     add_layout_args(p, "column layout (csv, avazu, parquet, libsvm)")
     p.set_defaults(func=run)
-
-
-def _count(text: str) -> int:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a row count, got {text!r}") from None
-    if v <= 0 or v != int(v):
-        raise argparse.ArgumentTypeError(f"expected a positive whole row count, got {text!r}")
-    return int(v)
 
 
 def run(args) -> int:
@@ -75,8 +66,6 @@ def execute(args) -> tuple[AccessProfile, AccessProfile]:
     from traces.extrapolate import scale_profile
     from traces.profile import check_output, profile_file
 
-    if args.batch_size <= 0:
-        raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     caps = _cardinalities(args.cardinality)
     if caps and not args.scale_to:
         raise ValueError("--cardinality caps an extrapolation: give --scale-to ROWS with it")

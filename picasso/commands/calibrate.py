@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.flags import RANKS
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("calibrate", parents=[common],
                        help="microbenchmark this machine and fit the simulator's cost model")
     p.add_argument("-o", "--output", default="hardware.json", help="hardware spec to write (JSON or YAML)")
-    p.add_argument("--nproc", type=int, default=2, help="ranks (worker processes) to calibrate for")
+    p.add_argument("--nproc", type=RANKS, default=2, help="ranks (worker processes) to calibrate for")
     p.add_argument("--base", default="local-cpu", help="hardware preset or file to start from")
     p.add_argument("--model", default="dlrm-criteo-kaggle", help="model preset whose MLP shapes are timed")
     p.add_argument("--quick", action="store_true", help="fewer sizes (for tests)")

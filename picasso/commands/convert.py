@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from foundation.flags import ROWS
 from picasso.layout_args import add_layout_args, layout_options
 
 FORMATS = ("criteo", "avazu", "csv", "tsv", "parquet", "libsvm", "libfm")
+
 
 
 def register(sub, common) -> None:
@@ -14,7 +16,7 @@ def register(sub, common) -> None:
     p.add_argument("-o", "--output", required=True, help="dataset folder to create")
     p.add_argument("--dense", choices=("log1p", "none"), default="log1p",
                    help="dense features stored log(1 + max(x, 0)) as DLRM reads them (default), or as read")
-    p.add_argument("--shard-rows", type=int, default=1 << 20, help="rows per shard (default 1048576)")
+    p.add_argument("--shard-rows", type=ROWS, default=1 << 20, help="rows per shard (default 1048576)")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed row")
     p.add_argument("--force", action="store_true", help="replace an existing output folder (once the new one is whole)")
     add_layout_args(p, "column layout (as for `picasso analyze`)", dense_flag="--dense-columns")

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.flags import BATCH, REPEATS, ROWS, SEED, STEPS
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("demo", parents=[common], help="run the whole workflow on built-in synthetic data")
     p.add_argument("-o", "--out", default="picasso-demo", help="output folder (default: picasso-demo)")
-    p.add_argument("--rows", type=int, default=200_000, help="synthetic rows to generate")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--row-cap", type=int, default=50_000, help="cap every table at N rows (CPU runs)")
-    p.add_argument("--batch", type=int, default=512, help="batch size per rank of the planned run")
-    p.add_argument("--steps", type=int, default=6, help="timed steps of each real run")
-    p.add_argument("--run-repeats", type=int, default=3, help="runs of the plan and each baseline, taking turns")
-    p.add_argument("--plans", type=int, default=9, help="plans in the small validation sweep (a third of them fit)")
-    p.add_argument("--repeats", type=int, default=2, help="passes over the validation sweep (picasso validate --repeats)")
+    p.add_argument("--rows", type=ROWS, default=200_000, help="synthetic rows to generate")
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--row-cap", type=ROWS, default=50_000, help="cap every table at N rows (CPU runs)")
+    p.add_argument("--batch", type=BATCH, default=512, help="batch size per rank of the planned run")
+    p.add_argument("--steps", type=STEPS, default=6, help="timed steps of each real run")
+    p.add_argument("--run-repeats", type=REPEATS, default=3, help="runs of the plan and each baseline, taking turns")
+    p.add_argument("--plans", type=REPEATS, default=9, help="plans in the small validation sweep (a third of them fit)")
+    p.add_argument("--repeats", type=REPEATS, default=2, help="passes over the validation sweep (picasso validate --repeats)")
     p.set_defaults(func=run)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.flags import Whole
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("export", parents=[common], help="write a plan's sharding in TorchRec's terms")
@@ -12,7 +14,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="per table: sharding type, compute kernel, ranks and shards (ParameterConstraints / "
                         "ShardingPlan), and what TorchRec cannot express")
     p.add_argument("-o", "--output", required=True, help="JSON file to write")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="local world size for the shard devices (default 8)")
+    p.add_argument("--gpus-per-node", type=Whole(1, 1 << 10, "a GPU count"), default=8, help="local world size for the shard devices (default 8)")
     p.set_defaults(func=run)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, NamedTuple
 
+from foundation.flags import BATCH, ROWS, SECONDS
+
 if TYPE_CHECKING:
     from planner.explain import Explanation
     from planner.plan import Plan
@@ -24,16 +26,16 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--profile", help="access profile from `picasso analyze` (default: Zipf(1.05) per table)")
     p.add_argument("--assume-zipf", action="store_true",
                    help="plan tables the profile has no feature for from an assumed Zipf(1.05) instead of refusing")
-    p.add_argument("--scale-to", type=int, metavar="ROWS",
+    p.add_argument("--scale-to", type=ROWS, metavar="ROWS",
                    help="extrapolate the profile to this many rows first (each table capped at its num_rows)")
     p.add_argument("-o", "--output", default="plan.json", help="plan file to write (default: plan.json)")
     p.add_argument("--baseline", help="write this baseline instead of searching: naive, torchrec-like, dp-hot-only, "
                                       "nvidia-dlrm, hugectr (the plans those systems run, scored on their engines' "
                                       "traits), torchrec (TorchRec's own planner; needs picasso[torchrec])")
-    p.add_argument("--batch-size", type=int, help="samples per rank per step (default: 4096 on GPUs, 256 on CPUs)")
-    p.add_argument("--row-cap", type=int, metavar="N", help="cap every table at N rows (for CPU runs)")
+    p.add_argument("--batch-size", type=BATCH, help="samples per rank per step (default: 4096 on GPUs, 256 on CPUs)")
+    p.add_argument("--row-cap", type=ROWS, metavar="N", help="cap every table at N rows (for CPU runs)")
     p.add_argument("--micro-batches", help="micro-batch counts the search may use, e.g. 1,2,4 (default 1,2,4,8)")
-    p.add_argument("--time-budget", type=float, default=20.0, help="search time budget in seconds (default 20)")
+    p.add_argument("--time-budget", type=SECONDS, default=20.0, help="search time budget in seconds (default 20)")
     p.add_argument("--dense-dtype", choices=DenseDtype.values(),
                    help="precision of the dense layers (default: the model's dense_dtype, else tf32 on "
                         "GPUs with TF32 tensor cores, fp32 elsewhere; fp32 asks for full-precision matmuls)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.flags import ROWS
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     from planner.modes import DenseDtype
@@ -15,7 +17,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    help="hardware override, e.g. --set nic_bw=100Gbit/s (repeatable)")
     p.add_argument("--sweep", metavar="KEY=V1,V2,...", help="simulate once per value of one hardware key")
     p.add_argument("--profile", help="access profile (default: the plan's, else Zipf(1.05) per table)")
-    p.add_argument("--scale-to", type=int, metavar="ROWS", help="extrapolate the profile to this many rows first")
+    p.add_argument("--scale-to", type=ROWS, metavar="ROWS", help="extrapolate the profile to this many rows first")
     p.add_argument("--dense-dtype", choices=DenseDtype.values(),
                    help="precision of the dense layers (default: the plan's model, else fp32)")
     p.add_argument("--engine", choices=("simpy", "fast"), default="simpy", help="simulation engine (default simpy)")

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
+from foundation.flags import SEED, Real, Whole
+
+SYNTH_ROWS = Whole(1, 1 << 36, "a row count")  # Criteo's terabyte log holds 4.4e9
+ZIPF_S = Real(0.0, 10.0, lo_open=True, what="a Zipf exponent")
+CLICK_RATE = Real(0.0, 1.0, what="a click rate")
 
 
 def register(sub, common) -> None:
     p = sub.add_parser("synth", parents=[common], help="write a synthetic Criteo-format click log")
     p.add_argument("--preset", default="criteo-kaggle",
                    help="generator preset: criteo-kaggle (TSV), criteo-multihot (MLPerf DLRM-DCNv2 bags, Parquet)")
-    p.add_argument("--rows", type=_rows, required=True, help="number of rows, e.g. 1000000 or 1e6")
+    p.add_argument("--rows", type=SYNTH_ROWS, required=True, help="number of rows, e.g. 1000000 or 1e6")
     p.add_argument("-o", "--output", required=True, help="output file (.gz compresses)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same file)")
-    p.add_argument("--zipf-s", type=float, default=None, help="override every feature's Zipf exponent")
-    p.add_argument("--click-rate", type=float, default=None, help="override the click rate (default 0.25)")
+    p.add_argument("--seed", type=SEED, default=0, help="random seed (same seed, same file)")
+    p.add_argument("--zipf-s", type=ZIPF_S, default=None, help="override every feature's Zipf exponent")
+    p.add_argument("--click-rate", type=CLICK_RATE, default=None, help="override the click rate (default 0.25)")
     p.set_defaults(func=run)
-
-
-def _rows(text: str) -> int:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a row count, got {text!r}") from None
-    if v < 0 or v != int(v):
-        raise argparse.ArgumentTypeError(f"expected a non-negative whole row count, got {text!r}")
-    return int(v)
 
 
 def run(args) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.flags import RANKS, REPEATS, ROWS, SECONDS, STEPS, Whole
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("validate", parents=[common],
@@ -13,23 +15,23 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--hardware", default="local-cpu",
                    help="hardware spec: `picasso calibrate` output, a preset or a file")
     p.add_argument("--model", default="dlrm-criteo-kaggle", help="model preset")
-    p.add_argument("--row-cap", type=int, default=50_000, help="cap every table at N rows (CPU runs)")
-    p.add_argument("--plans", type=int, default=28, help="plans in the sweep (validated plus fit)")
-    p.add_argument("--fit-plans", type=int, default=8,
+    p.add_argument("--row-cap", type=ROWS, default=50_000, help="cap every table at N rows (CPU runs)")
+    p.add_argument("--plans", type=REPEATS, default=28, help="plans in the sweep (validated plus fit)")
+    p.add_argument("--fit-plans", type=Whole(0, 1 << 16, "a plan count"), default=8,
                    help="of the plans, K (every n-th) form a disjoint fit set: per-op-class coefficients "
                         "are fitted on them before the others are validated (0: microbenchmarks only); where "
                         "a world size lacks a batch size among them, a plan of that pair joins the fit set "
                         "and one more plan joins the sweep")
-    p.add_argument("--nproc-max", type=int, default=4, help="largest world size in the sweep")
+    p.add_argument("--nproc-max", type=RANKS, default=4, help="largest world size in the sweep")
     p.add_argument("--batch-sizes", default="256,512,1024", help="batch sizes per rank, comma-separated")
-    p.add_argument("--steps", type=int, default=8, help="timed steps per plan, at least")
-    p.add_argument("--timed-seconds", type=float, default=1.0,
+    p.add_argument("--steps", type=STEPS, default=8, help="timed steps per plan, at least")
+    p.add_argument("--timed-seconds", type=SECONDS, default=1.0,
                    help="more timed steps, up to --max-steps, until a plan's predicted timed window is this long")
-    p.add_argument("--max-steps", type=int, default=40, help="timed steps per plan, at most")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up steps per plan (not timed)")
-    p.add_argument("--repeats", type=int, default=2,
+    p.add_argument("--max-steps", type=STEPS, default=40, help="timed steps per plan, at most")
+    p.add_argument("--warmup", type=Whole(0, 1 << 40, "a step count"), default=2, help="warm-up steps per plan (not timed)")
+    p.add_argument("--repeats", type=REPEATS, default=2,
                    help="passes over the sweep: each plan runs once per pass, its iteration is the passes' mean")
-    p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take")
+    p.add_argument("--run-timeout", type=SECONDS, default=300.0, help="seconds one run may take")
     p.add_argument("--no-planner", action="store_true", help="leave the planner's own plan out of the sweep")
     p.add_argument("--variants", default="none", choices=("none", "gpu"),
                    help="gpu: cycle the plans through fp32/tf32/bf16 dense layers, 16-bit tables and host rows")
