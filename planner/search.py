@@ -129,6 +129,9 @@ def evaluate(plan: Plan, hw: HardwareSpec, access: dict[str, TableAccess], engin
         return Evaluation(label, plan, None, engine, problem=str(exc))
     graph = lowered.graph
     result = simulate(graph, spec, engine=engine)
+    if not math.isfinite(result.iteration_us):  # a figure past every range check still must not print inf
+        raise PlanError(f"hardware {hw.name}: predicts a step of {result.iteration_us} us for {label or 'the plan'}; "
+                        "check its bandwidths and rates")
     return Evaluation(label, plan, float(result.iteration_us), engine, lowered, result, graph=graph)
 
 

@@ -32,7 +32,7 @@ from foundation.documents import DocumentError, read_spec
 from foundation.fields import MAX_RANKS
 from foundation.files import atomic_write_text
 from simulator.calibration_spec import Calibration, CalibrationSpecError, from_legacy_efficiency
-from simulator.device_perf import DevicePerf, DevicePerfError, GemmShape
+from simulator.device_perf import RANDOM_KEY, DevicePerf, DevicePerfError, GemmShape
 
 
 class HardwareError(ValueError):
@@ -41,6 +41,16 @@ class HardwareError(ValueError):
 
 RESOURCE_EFF_KEYS = ("compute", "hbm", "host", "pcie", "intra", "nic")
 COLLECTIVE_EFF_KEYS = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter", "broadcast")
+OP_EFF_KEYS = ("gemm", "gather", RANDOM_KEY)  # the eff_key lowering gives an op
+EFF_KEYS = RESOURCE_EFF_KEYS + COLLECTIVE_EFF_KEYS + OP_EFF_KEYS
+
+# Physical ranges, far past any machine either way: a figure outside is a unit slip or a forged file,
+# and would predict infinite or NaN times (1e-300 B/s) rather than be refused.
+BANDWIDTH = (1e6, 1e16)  # B/s: 1 MB/s .. 10 PB/s
+FLOP_RATE = (1e6, 1e19)  # FLOP/s
+MEMORY = (1e6, 1e16)  # bytes
+LATENCY_US = (0.0, 1e6)  # a second
+EFFICIENCY = (1e-4, 1e4)  # a factor on a peak rate (calibrate clips its fits to the same)
 
 
 @dataclass
@@ -174,7 +184,8 @@ _REQUIRED_DEV = {"hbm_bytes", "hbm_bw", "flops"}
 _REQUIRED_HOST = {"dram_bytes", "dram_bw"}
 
 
-def _num(v: Any, where: str, *, positive: bool = False, integer: bool = False) -> float:
+def _num(v: Any, where: str, *, positive: bool = False, integer: bool = False,
+         within: tuple[float, float] | None = None) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         if isinstance(v, str):
             v = parse_quantity(v, where)
@@ -191,7 +202,21 @@ def _num(v: Any, where: str, *, positive: bool = False, integer: bool = False) -
         if int(v) != v:
             raise HardwareError(f"{where}: expected an integer, got {v!r}")
         return int(v)
+    if within is not None:
+        _check_range(float(v), within, where)
     return float(v)
+
+
+def _check_range(v: float, within: tuple[float, float], where: str) -> None:
+    lo, hi = within
+    if not lo <= v <= hi:
+        raise HardwareError(f"{where}: {_shown(v)} is outside [{lo:g}, {hi:g}], the range of any real machine")
+
+
+def _check_eff_keys(eff: Mapping[str, Any], where: str) -> None:
+    unknown = sorted(set(eff) - set(EFF_KEYS))
+    if unknown:
+        raise HardwareError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(EFF_KEYS)})")
 
 
 def _shown(v: Any) -> str:
@@ -222,16 +247,17 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
     if not isinstance(g["flops"], Mapping) or not g["flops"]:
         raise HardwareError(f"{where}: gpu.flops: expected a mapping dtype -> FLOP/s")
     dev = DeviceSpec(
-        hbm_bytes=_num(g["hbm_bytes"], f"{where}: gpu.hbm_bytes", positive=True),
-        hbm_bw=_num(g["hbm_bw"], f"{where}: gpu.hbm_bw", positive=True),
-        flops={str(k): _num(v, f"{where}: gpu.flops.{k}", positive=True) for k, v in g["flops"].items()},
-        launch_us=_num(g.get("launch_us", 5.0), f"{where}: gpu.launch_us"),
+        hbm_bytes=_num(g["hbm_bytes"], f"{where}: gpu.hbm_bytes", positive=True, within=MEMORY),
+        hbm_bw=_num(g["hbm_bw"], f"{where}: gpu.hbm_bw", positive=True, within=BANDWIDTH),
+        flops={str(k): _num(v, f"{where}: gpu.flops.{k}", positive=True, within=FLOP_RATE)
+               for k, v in g["flops"].items()},
+        launch_us=_num(g.get("launch_us", 5.0), f"{where}: gpu.launch_us", within=LATENCY_US),
         streams=_num(g.get("streams", 4), f"{where}: gpu.streams", positive=True, integer=True),
         cores=_num(g.get("cores", 0), f"{where}: gpu.cores", integer=True),
     )
     host = HostSpec(
-        dram_bytes=_num(h["dram_bytes"], f"{where}: host.dram_bytes", positive=True),
-        dram_bw=_num(h["dram_bw"], f"{where}: host.dram_bw", positive=True),
+        dram_bytes=_num(h["dram_bytes"], f"{where}: host.dram_bytes", positive=True, within=MEMORY),
+        dram_bw=_num(h["dram_bw"], f"{where}: host.dram_bw", positive=True, within=BANDWIDTH),
     )
     eff = d.get("efficiency") or {}
     if not isinstance(eff, Mapping):
@@ -245,6 +271,7 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
         raise HardwareError(str(exc)) from None
     # an old file's string keys (or such a key set by an override) go into the typed calibration
     eff, cal = from_legacy_efficiency(eff, cal)
+    _check_eff_keys(eff, f"{where}: efficiency")
     try:
         perf = DevicePerf.from_dict(d.get("perf"), f"{where}: perf")
     except DevicePerfError as exc:
@@ -256,17 +283,25 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
         gpus_per_node=_num(d["gpus_per_node"], f"{where}: gpus_per_node", positive=True, integer=True),
         gpu=dev,
         host=host,
-        pcie_bw=_num(d["pcie_bw"], f"{where}: pcie_bw", positive=True),
-        nvlink_bw=_num(d["nvlink_bw"], f"{where}: nvlink_bw"),
-        nic_bw=_num(d["nic_bw"], f"{where}: nic_bw", positive=True),
+        pcie_bw=_num(d["pcie_bw"], f"{where}: pcie_bw", positive=True, within=BANDWIDTH),
+        nvlink_bw=_nvlink(_num(d["nvlink_bw"], f"{where}: nvlink_bw"), f"{where}: nvlink_bw"),
+        nic_bw=_num(d["nic_bw"], f"{where}: nic_bw", positive=True, within=BANDWIDTH),
         nic_per=str(d.get("nic_per", "gpu")),
-        nic_latency_us=_num(d.get("nic_latency_us", 5.0), f"{where}: nic_latency_us"),
-        intra_latency_us=_num(d.get("intra_latency_us", 2.0), f"{where}: intra_latency_us"),
-        efficiency={str(k): _num(v, f"{where}: efficiency.{k}", positive=True) for k, v in eff.items()},
+        nic_latency_us=_num(d.get("nic_latency_us", 5.0), f"{where}: nic_latency_us", within=LATENCY_US),
+        intra_latency_us=_num(d.get("intra_latency_us", 2.0), f"{where}: intra_latency_us", within=LATENCY_US),
+        efficiency={str(k): _num(v, f"{where}: efficiency.{k}", positive=True, within=EFFICIENCY)
+                    for k, v in eff.items()},
         source={str(k): str(v) for k, v in dict(src).items()},
         calibration=cal,
         perf=perf,
     )
+
+
+def _nvlink(v: float, where: str) -> float:
+    """0 means no link of its own (collectives inside a node then use PCIe); else a bandwidth."""
+    if v != 0:
+        _check_range(v, BANDWIDTH, where)
+    return v
 
 
 def validate_hardware(hw: HardwareSpec) -> None:
@@ -299,6 +334,18 @@ def validate_hardware(hw: HardwareSpec) -> None:
     for k, v in hw.efficiency.items():
         if not v > 0:
             raise HardwareError(f"{w}: efficiency.{k}: expected a positive factor, got {v!r}")
+    # the physical ranges, for specs built by hand as well as read
+    for key, value, within in (("pcie_bw", hw.pcie_bw, BANDWIDTH), ("nic_bw", hw.nic_bw, BANDWIDTH),
+                               ("gpu.hbm_bw", hw.gpu.hbm_bw, BANDWIDTH), ("host.dram_bw", hw.host.dram_bw, BANDWIDTH),
+                               ("gpu.hbm_bytes", hw.gpu.hbm_bytes, MEMORY), ("host.dram_bytes", hw.host.dram_bytes, MEMORY),
+                               ("gpu.launch_us", hw.gpu.launch_us, LATENCY_US),
+                               ("nic_latency_us", hw.nic_latency_us, LATENCY_US),
+                               ("intra_latency_us", hw.intra_latency_us, LATENCY_US),
+                               *((f"gpu.flops.{k}", v, FLOP_RATE) for k, v in hw.gpu.flops.items()),
+                               *((f"efficiency.{k}", v, EFFICIENCY) for k, v in hw.efficiency.items())):
+        _check_range(float(value), within, f"{w}: {key}")
+    _nvlink(hw.nvlink_bw, f"{w}: nvlink_bw")
+    _check_eff_keys(hw.efficiency, f"{w}: efficiency")
 
 
 # ----------------------------------------------------------------------------- units
