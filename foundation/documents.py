@@ -7,6 +7,7 @@ one line naming the file.
 - nesting: at most MAX_DEPTH lists or mappings deep, checked without recursion, so no later walk
   of the value (a copy, a dump) can overflow the stack either;
 - numbers: an integer longer than Python converts is refused, not an anonymous ValueError;
+- keys: a key written twice in one mapping (JSON object) is refused; parsers keep the last silently;
 - YAML: plain data only (mappings, lists, strings, numbers, booleans, null): another tag is refused,
   and aliases may neither refer to the node that holds them nor expand the document past
   MAX_YAML_NODES values (a "billion laughs" file of a few hundred bytes is refused unexpanded).
@@ -65,7 +66,9 @@ def read_json(path: str | os.PathLike, what: str, max_bytes: int | None = None) 
     """The parsed JSON of a regular file, bounded in size, nesting and number length."""
     text = read_text(path, what, max_bytes)
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:
+        raise DocumentError(f"{path}: {what} has the key {exc.key!r} twice in one object") from None
     except RecursionError:
         raise _too_deep(path, what) from None
     except json.JSONDecodeError:
@@ -74,6 +77,21 @@ def read_json(path: str | os.PathLike, what: str, max_bytes: int | None = None) 
         raise _long_number(path, what) from None
     check_depth(doc, path, what)
     return doc
+
+
+class DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """An object's members as a dict; a name given twice is refused (json keeps the last silently)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
 
 
 def read_yaml(path: str | os.PathLike, what: str, max_bytes: int | None = None) -> object:

@@ -132,5 +132,19 @@ def regular_file(path: str | os.PathLike, what: str) -> Path:
     except OSError as exc:
         raise OSError(f"{path}: cannot read {what} ({exc.strerror})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{path}: {what} is not a regular file")
+        raise ValueError(f"{path}: {what} is {file_kind(st.st_mode)}, not a regular file")
     return path
+
+
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, as a message says it: a pipe never ends or
+    blocks, a device such as /dev/zero is endless."""
+    if stat.S_ISFIFO(mode):
+        return "a pipe (its bytes can be read once, and it may never end)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device (endless, or not a file's bytes)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a file"

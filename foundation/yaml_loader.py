@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import yaml
 from yaml.events import AliasEvent, CollectionStartEvent, ScalarEvent
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 _CORE = "tag:yaml.org,2002:"
 PLAIN_TAGS = frozenset(_CORE + t for t in ("str", "int", "float", "bool", "null", "seq", "map"))
@@ -58,8 +58,24 @@ class BoundedLoader(yaml.SafeLoader):
             if n.tag not in PLAIN_TAGS and n.tag != _CORE + "merge":
                 raise YamlRefused(f"has a {n.tag.removeprefix(_CORE)} value at line {n.start_mark.line + 1}; "
                                   "only plain data is read (quote it to make it a string)", too_large=False)
+            if isinstance(n, MappingNode):
+                _check_unique_keys(n)
         _check_expansion(node, self.max_nodes)
         return self.construct_document(node)
+
+
+def _check_unique_keys(node: MappingNode) -> None:
+    """A key written twice in one mapping: PyYAML keeps the last silently (the first is what a reader
+    of the file sees)."""
+    first: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == _CORE + "merge":
+            continue
+        line = key.start_mark.line + 1
+        seen = first.setdefault((key.tag, key.value), line)
+        if seen != line:
+            raise YamlRefused(f"has the key {key.value!r} twice in one mapping (lines {seen} and {line})",
+                              too_large=False)
 
 
 def _written(tag: str) -> str:

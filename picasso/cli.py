@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -102,8 +103,15 @@ def _stop_signals_raise():
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        os.getcwd()
+    except OSError:  # every relative path, and some libraries' start-up, would fail obscurely
+        print("picasso: error: the working folder no longer exists (deleted or moved); cd to one that does",
+              file=sys.stderr)
+        return 2
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -125,26 +133,33 @@ def main(argv: list[str] | None = None) -> int:
         # User-facing errors: one line, no traceback (PICASSO_DEBUG=1 shows it).
         if os.environ.get("PICASSO_DEBUG"):
             traceback.print_exc()
-        print(f"picasso {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        print(f"picasso {args.command}: error: {one_line(exc, words)}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - a bug, still reported on one line
         if os.environ.get("PICASSO_DEBUG"):
             traceback.print_exc()
         print(
-            f"picasso {args.command}: internal error: {type(exc).__name__}: {one_line(exc)} "
+            f"picasso {args.command}: internal error: {type(exc).__name__}: {one_line(exc, words)} "
             "(set PICASSO_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 1
 
 
-def one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException, words: list[str] = ()) -> str:
+    """The error's first line; a name from the command line holding a line break or another control
+    character is shown escaped (as repr does), so the line is neither cut nor forged by it."""
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, KeyError) and exc.args:
         key = exc.args[0]
         # a bare key is a lookup that failed; a sentence (pyarrow's 'Field "0" exists 5 times') says itself
         text = key if isinstance(key, str) and " " in key.strip() else f"unknown key {key!r}"
+    for word in sorted((w for w in words if _CONTROL.search(w)), key=len, reverse=True):
+        text = text.replace(word, repr(word)[1:-1])
     return text.splitlines()[0]
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 if __name__ == "__main__":

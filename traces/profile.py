@@ -31,7 +31,7 @@ from foundation.npz import BoundedNpz, NpzError
 from traces.counting import IdCounter, unique_counts
 from traces.coverage import presence, top_ids
 from traces.errors import TraceError
-from traces.readers import open_reader
+from traces.readers import no_rows_reason, open_reader
 
 PROFILE_VERSION = 1
 COVERAGE_X = np.concatenate([np.logspace(-6, -2, 25)[:-1], np.linspace(0.01, 1.0, 100)])
@@ -609,8 +609,7 @@ def profile_file(
     names = list(reader.feature_names)
     stats = reader.stats
     if stats.rows_ok == 0:
-        why = f": {stats.first_bad_reasons[0]}" if stats.first_bad_reasons else ""
-        raise TraceError(f"{reader.path}: no valid rows ({stats.rows_bad} malformed; first{why})")
+        raise TraceError(no_rows_reason(reader))
     feats = b.finish(names, stats.rows_ok)
     meta = {
         "format": reader.fmt or fmt,

@@ -15,6 +15,7 @@ import csv
 import io
 import os
 import re
+import stat
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from foundation.documents import read_text
+from foundation.files import file_kind
 from foundation.text import sniff, transcoded
 from traces.errors import TraceError
 from traces.filetype import text_head
@@ -97,13 +99,19 @@ def check_width(path: str, count: int, what: str) -> None:
 def check_file(path: str | os.PathLike) -> str:
     """The path as str, or a TraceError in one line when it is missing/empty/unreadable."""
     p = os.fspath(path)
-    if not os.path.exists(p):
-        raise TraceError(f"{p}: no such file")
-    if os.path.isdir(p):
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise TraceError(f"{p}: cannot read ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
         raise TraceError(f"{p}: is a directory, expected a data file")
+    if not stat.S_ISREG(st.st_mode):  # a log is read more than once (layout check, byte ranges)
+        raise TraceError(f"{p}: is {file_kind(st.st_mode)}, not a regular file: save the data to a file first")
     if not os.access(p, os.R_OK):
         raise TraceError(f"{p}: not readable (permission denied)")
-    if os.path.getsize(p) == 0:
+    if st.st_size == 0:
         raise TraceError(f"{p}: file is empty")
     return p
 
@@ -318,6 +326,15 @@ def sample_lines(path: str, max_lines: int = 200, max_bytes: int = 1 << 20) -> l
         if len(lines) > max_lines or size >= max_bytes:
             break
     return [x.rstrip("\r") for x in lines[:max_lines]]
+
+
+def no_rows_reason(reader: Reader) -> str:
+    """Why a file gave no rows, in one line: every row malformed (the first reason), or none there."""
+    stats = reader.stats
+    if stats.rows_bad == 0:
+        return f"{reader.path}: no data rows in the file (only a header, blank lines or nothing to read)"
+    first = f"; first: {stats.first_bad_reasons[0]}" if stats.first_bad_reasons else ""
+    return f"{reader.path}: no valid rows ({stats.rows_bad:,} malformed{first})"
 
 
 def _first_line(exc: BaseException) -> str:
