@@ -8,10 +8,11 @@ socket, a folder) is refused: renaming over `/dev/full` would replace the device
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -50,6 +51,28 @@ def check_creatable(path: str | os.PathLike) -> None:
         raise UnwritableTarget(f"{path}: {above} is not a folder")
     if not os.access(above, os.W_OK | os.X_OK):
         raise UnwritableTarget(f"{path}: folder {above} is not writable")
+
+
+@contextlib.contextmanager
+def folders_for(path: str | os.PathLike) -> Iterator[None]:
+    """The missing folders above `path`, created for the block's work and removed again (when
+    still empty) if it fails: a refused command leaves no folder behind."""
+    made: list[Path] = []
+    above = Path(os.path.abspath(path)).parent
+    while not os.path.lexists(above):
+        made.append(above)
+        above = above.parent
+    try:
+        for folder in reversed(made):
+            folder.mkdir()
+        yield
+    except BaseException:
+        for folder in made:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def fsync_dir(folder: str | os.PathLike) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from foundation.documents import read_json
-from foundation.files import check_creatable, fsync_dir
+from foundation.files import check_creatable, folders_for, fsync_dir
 from foundation.locks import one_writer_beside
 from traces.dataset import (
     COLUMN_DTYPES,
@@ -121,11 +121,9 @@ def convert(
     out = Path(out)
     _check_target(out, force)
     check_creatable(out)  # missing folders are created (foundation's rule for every output)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)  # the writer lock sits beside the output
-    except OSError as exc:
-        raise TraceError(f"{out}: cannot write ({exc.strerror or exc})") from None
-    with one_writer_beside(out, "dataset folder"):  # a second conversion to `out` is refused, not raced
+    # the writer lock sits beside the output (its folder made now, gone again if this fails); a second
+    # conversion to `out` is refused, not raced
+    with folders_for(out), one_writer_beside(out, "dataset folder"):
         _clear_leftovers(out)
         _check_target(out, force)  # again: another conversion may have ended while this one checked
         return _convert(files, fmt, out, dense_transform, shard_rows, strict, chunk_bytes, progress,
