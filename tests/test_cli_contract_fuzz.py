@@ -269,17 +269,20 @@ def _mutate_log(raw: bytes, kind: str, at: int) -> bytes:
     return b"\n".join(lines)
 
 
+_LAYOUTS = (("--format", "criteo"), ("--format", "csv", "--sep", "tab", "--no-header", "--dense", "c2,c3"))
+
+
 @settings(FUZZ, max_examples=14)
 @given(kind=st.sampled_from(["long_field", "wide", "nul", "cut", "crlf", "blank", "garbage", "gzip_cut"]),
-       at=st.integers(0, 10_000), command=st.sampled_from(["analyze", "convert"]))
-@example(kind="long_field", at=1, command="analyze")
-@example(kind="wide", at=0, command="convert")
-def test_a_mutated_click_log_keeps_the_contract(seeds, kind, at, command):
+       at=st.integers(0, 10_000), command=st.sampled_from(["analyze", "convert"]), layout=st.sampled_from(_LAYOUTS))
+@example(kind="long_field", at=1, command="analyze", layout=_LAYOUTS[1])
+@example(kind="wide", at=0, command="convert", layout=_LAYOUTS[0])
+def test_a_mutated_click_log_keeps_the_contract(seeds, kind, at, command, layout):
     with _work(seeds) as work:
         path = work / "log.tsv"
         path.write_bytes(_mutate_log(path.read_bytes(), kind, at))
         out = "out/p.json" if command == "analyze" else "out/ds"
-        _invoke(command, [command, "log.tsv", "--format", "criteo", "-o", out], work, [path], must_refuse=False)
+        _invoke(command, [command, "log.tsv", *layout, "-o", out], work, [path], must_refuse=False)
 
 
 @pytest.mark.parametrize("compressed", [False, True])
