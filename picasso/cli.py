@@ -111,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(words)
+    try:
+        args = parser.parse_args(words)
+    except SystemExit as exc:  # --help, or a refused flag (its line is printed): a code, as for any refusal
+        return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -64,7 +64,7 @@ def test_synth_refuses_more_rows_than_the_disk_holds(tmp_path, capsys, monkeypat
     monkeypatch.setattr(synth.shutil, "disk_usage", lambda p: real(p)._replace(free=1 << 20))
     out = tmp_path / "big.tsv"
     rc, err = _cli(["synth", "--rows", "100000", "-o", str(out)], capsys)
-    _refused(rc, err, str(out), "GB free")
+    _refused(rc, err, str(out), "No space left on device", "MB free")
     assert not out.exists()
 
 

@@ -235,8 +235,15 @@ def check_room(path: str, rows: int, row_bytes: int) -> None:
     except OSError:
         return  # a missing folder is named by the output check
     if need > free:
-        raise TraceError(f"{path}: {rows:,} rows take at least {need / 1e9:,.1f} GB, more than the "
-                         f"{free / 1e9:,.1f} GB free there")
+        raise TraceError(f"{path}: No space left on device for {rows:,} rows (they take at least "
+                         f"{_size(need)}; {_size(free)} free there)")
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 1e3:,.1f} kB"
 
 
 def generate_criteo(
