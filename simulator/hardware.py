@@ -51,6 +51,8 @@ FLOP_RATE = (1e6, 1e19)  # FLOP/s
 MEMORY = (1e6, 1e16)  # bytes
 LATENCY_US = (0.0, 1e6)  # a second
 EFFICIENCY = (1e-4, 1e4)  # a factor on a peak rate (calibrate clips its fits to the same)
+STREAMS = (1, 1024)  # concurrent streams of one device
+CORES = (0, 1 << 20)  # CPU cores of one worker
 
 
 @dataclass
@@ -198,12 +200,12 @@ def _num(v: Any, where: str, *, positive: bool = False, integer: bool = False,
     if not finite or v < 0 or (positive and v == 0):  # NaN and infinity too (JSON and YAML allow both)
         raise HardwareError(f"{where}: expected a finite {'positive' if positive else 'non-negative'} number, "
                             f"got {_shown(v)}")
+    if within is not None:
+        _check_range(float(v), within, where)
     if integer:
         if int(v) != v:
             raise HardwareError(f"{where}: expected an integer, got {v!r}")
         return int(v)
-    if within is not None:
-        _check_range(float(v), within, where)
     return float(v)
 
 
@@ -252,8 +254,8 @@ def _build(d: dict[str, Any], where: str) -> HardwareSpec:
         flops={str(k): _num(v, f"{where}: gpu.flops.{k}", positive=True, within=FLOP_RATE)
                for k, v in g["flops"].items()},
         launch_us=_num(g.get("launch_us", 5.0), f"{where}: gpu.launch_us", within=LATENCY_US),
-        streams=_num(g.get("streams", 4), f"{where}: gpu.streams", positive=True, integer=True),
-        cores=_num(g.get("cores", 0), f"{where}: gpu.cores", integer=True),
+        streams=_num(g.get("streams", 4), f"{where}: gpu.streams", positive=True, integer=True, within=STREAMS),
+        cores=_num(g.get("cores", 0), f"{where}: gpu.cores", integer=True, within=CORES),
     )
     host = HostSpec(
         dram_bytes=_num(h["dram_bytes"], f"{where}: host.dram_bytes", positive=True, within=MEMORY),
@@ -341,6 +343,7 @@ def validate_hardware(hw: HardwareSpec) -> None:
                                ("gpu.launch_us", hw.gpu.launch_us, LATENCY_US),
                                ("nic_latency_us", hw.nic_latency_us, LATENCY_US),
                                ("intra_latency_us", hw.intra_latency_us, LATENCY_US),
+                               ("gpu.streams", hw.gpu.streams, STREAMS), ("gpu.cores", hw.gpu.cores, CORES),
                                *((f"gpu.flops.{k}", v, FLOP_RATE) for k, v in hw.gpu.flops.items()),
                                *((f"efficiency.{k}", v, EFFICIENCY) for k, v in hw.efficiency.items())):
         _check_range(float(value), within, f"{w}: {key}")

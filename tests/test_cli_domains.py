@@ -101,6 +101,7 @@ def _spec(tmp_path, edit) -> str:
     (lambda d: d["gpu"].update(hbm_bw=1e-3), "gpu.hbm_bw: 0.001 is outside"),
     (lambda d: d["gpu"]["flops"].update(fp32=1e-9), "gpu.flops.fp32"),
     (lambda d: d.update(efficiency={"nic": 1e-30}), "efficiency.nic"),
+    (lambda d: d["gpu"].update(streams=1e300), "gpu.streams"),
     (lambda d: d.update(efficiency={"bogus": 1.0}), "efficiency: unknown key 'bogus' (known: compute"),
 ])
 def test_a_hardware_figure_outside_any_machine_is_refused(tmp_path, capsys, edit, says):
