@@ -115,9 +115,7 @@ def execute(args: argparse.Namespace) -> Planned:
     model, hw, profile, access = load_inputs(args.model, args.hardware, args.set, args.profile, args.scale_to,
                                              args.row_cap, args.dense_dtype)
     sources = _check_profile(model, profile, args)
-    batch = args.batch_size or (4096 if hw.kind == "gpu" else 256)
-    if batch < 1:
-        raise PlanError(f"--batch-size must be at least 1, got {batch}")
+    batch = args.batch_size if args.batch_size is not None else 4096 if hw.kind == "gpu" else 256
     hot_ids = None
     search_info = None
     if args.baseline:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.flags import BATCH
+
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("score", parents=[common], help="evaluate an exported model (AUC, logloss) on new data")
     p.add_argument("model", help="model file from `picasso export-model`")
     p.add_argument("--data", required=True, help="labelled click-log file or glob, or a folder from `picasso convert`")
     p.add_argument("--format", default="criteo", help="data format: criteo, avazu, csv, parquet, libsvm")
-    p.add_argument("--batch-size", type=int, default=4096, help="rows scored at a time")
+    p.add_argument("--batch-size", type=BATCH, default=4096, help="rows scored at a time")
     p.set_defaults(func=run)
 
 
@@ -20,8 +22,6 @@ def execute(args: argparse.Namespace) -> dict:
     from executor.run.model_file import load
     from foundation.files import regular_file
 
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     regular_file(args.model, "model file")
     net = load(args.model)
     check_input(net.spec, args.data, args.format, "data file")
