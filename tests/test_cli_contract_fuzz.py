@@ -141,6 +141,10 @@ def _flags(work: Path) -> dict[str, tuple[list[str], dict[str, list[str]]]]:
                   "--trace", "out/t.json"],
                  {"--batch-size": BAD_WHOLE, "--scale-to": BAD_WHOLE, "--row-cap": BAD_WHOLE,
                   "--time-budget": BAD_SECONDS}),
+        "run": (["run", "plan.json", "--data", "log.tsv", "--steps", "2", "--checkpoint", "out/ck", "--trace",
+                 "out/t.json"],
+                {"--steps": BAD_WHOLE, "--nproc": BAD_WHOLE, "--keep": BAD_WHOLE, "--check-every": BAD_WHOLE,
+                 "--eval-every": BAD_WHOLE, "--eval-batch": BAD_WHOLE, "--timeout": BAD_SECONDS}),
         "simulate": (["simulate", "plan.json", "--engine", "fast", "--trace", "out/t.json"], {"--scale-to": BAD_WHOLE}),
         "export": (["export", "plan.json", "--torchrec", "-o", "out/e.json"], {"--gpus-per-node": BAD_WHOLE}),
         "calibrate": (["calibrate", "--quick", "-o", "out/hw.json"], {"--nproc": BAD_WHOLE}),
@@ -163,8 +167,9 @@ def bad_flag(draw):
     return command, flag, draw(st.sampled_from(flags[flag]))
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=60)
 @given(case=bad_flag())
+@example(case=("run", "--eval-batch", "0"))
 @example(case=("plan", "--batch-size", "0"))
 @example(case=("synth", "--rows", "1e30"))
 @example(case=("export", "--gpus-per-node", "-3"))
@@ -197,7 +202,7 @@ def _duplicate_key(text: str, yaml_doc: bool, pick: int) -> tuple[str, str]:
     return text[: m.start()] + f'"{m.group(1)}": 0, ' + text[m.start():], m.group(1)
 
 
-@settings(FUZZ, max_examples=12)
+@settings(FUZZ, max_examples=30)
 @given(doc=st.sampled_from(sorted(_DOCS)), pick=st.integers(0, 10_000), export=st.booleans())
 @example(doc="model.yaml", pick=1, export=False)
 @example(doc="hw.json", pick=3, export=False)
@@ -227,7 +232,7 @@ def _leaves(doc, path=()):
         yield path
 
 
-@settings(FUZZ, max_examples=24)
+@settings(FUZZ, max_examples=60)
 @given(doc=st.sampled_from(sorted(_DOCS)), pick=st.integers(0, 10_000), value=st.sampled_from(_ODD_VALUES))
 def test_an_odd_value_in_any_document_keeps_the_contract(seeds, doc, pick, value):
     import yaml
@@ -272,7 +277,7 @@ def _mutate_log(raw: bytes, kind: str, at: int) -> bytes:
 _LAYOUTS = (("--format", "criteo"), ("--format", "csv", "--sep", "tab", "--no-header", "--dense", "c2,c3"))
 
 
-@settings(FUZZ, max_examples=14)
+@settings(FUZZ, max_examples=30)
 @given(kind=st.sampled_from(["long_field", "wide", "nul", "cut", "crlf", "blank", "garbage", "gzip_cut"]),
        at=st.integers(0, 10_000), command=st.sampled_from(["analyze", "convert"]), layout=st.sampled_from(_LAYOUTS))
 @example(kind="long_field", at=1, command="analyze", layout=_LAYOUTS[1])
