@@ -54,6 +54,7 @@ def seeds(tmp_path_factory) -> Path:
         assert main(["synth", "--rows", "300", "-o", str(folder / "log.tsv")]) == 0, out.getvalue()
         assert main(["plan", "--model", "dlrm-criteo-kaggle", "--hardware", "local-cpu", "--baseline", "naive",
                      "--row-cap", "1000", "-o", str(folder / "plan.json")]) == 0, out.getvalue()
+        assert main(["analyze", str(folder / "log.tsv"), "--format", "criteo", "-o", str(folder / "prof.json")]) == 0
         assert main(["plan", "--model", "dlrm-criteo-kaggle", "--print-spec"]) == 0
     spec = out.getvalue()
     (folder / "model.yaml").write_text(spec[spec.index("name:"):])
@@ -183,10 +184,12 @@ def test_a_numeric_flag_outside_its_domain_is_refused(seeds, case):
 
 
 # ------------------------------------------------------------------------------- documents
-_DOCS = {  # document -> (command line reading it, the document's role in the message)
+_DOCS = {  # document -> a command line reading it
     "model.yaml": ["plan", "--model", "model.yaml", "--hardware", "hw.json", "--baseline", "naive", "-o", "out/p.json"],
     "hw.json": ["plan", "--model", "model.yaml", "--hardware", "hw.json", "--baseline", "naive", "-o", "out/p.json"],
     "plan.json": ["simulate", "plan.json", "--engine", "fast", "--trace", "out/t.json"],
+    "prof.json": ["plan", "--model", "dlrm-criteo-kaggle", "--hardware", "local-cpu", "--profile", "prof.json",
+                  "--baseline", "naive", "--row-cap", "1000", "-o", "out/p.json"],
 }
 _PLAN_EXPORT = ["export", "plan.json", "--torchrec", "-o", "out/e.json"]
 
@@ -207,13 +210,14 @@ def _duplicate_key(text: str, yaml_doc: bool, pick: int) -> tuple[str, str]:
 @example(doc="model.yaml", pick=1, export=False)
 @example(doc="hw.json", pick=3, export=False)
 @example(doc="plan.json", pick=5, export=True)
+@example(doc="prof.json", pick=2, export=False)
 def test_a_key_written_twice_in_any_document_is_refused(seeds, doc, pick, export):
     with _work(seeds) as work:
         path = work / doc
         text, key = _duplicate_key(path.read_text(), doc.endswith(".yaml"), pick)
         path.write_text(text)
         argv = _PLAN_EXPORT if export and doc == "plan.json" else _DOCS[doc]
-        res = _invoke(argv[0], argv, work, [path], must_refuse=True)
+        res = _invoke(argv[0], argv, work, list(work.iterdir()), must_refuse=True)
         assert doc in res.err[-1] and repr(key) in res.err[-1], res.err
 
 
@@ -247,7 +251,7 @@ def test_an_odd_value_in_any_document_keeps_the_contract(seeds, doc, pick, value
             node = node[k]
         node[where[-1]] = value
         path.write_text(yaml.safe_dump(parsed) if doc.endswith(".yaml") else json.dumps(parsed))
-        _invoke(_DOCS[doc][0], _DOCS[doc], work, [path], must_refuse=False)
+        _invoke(_DOCS[doc][0], _DOCS[doc], work, list(work.iterdir()), must_refuse=False)
 
 
 # ------------------------------------------------------------------------------- click logs
