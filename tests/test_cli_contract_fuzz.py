@@ -55,6 +55,7 @@ def seeds(tmp_path_factory) -> Path:
         assert main(["plan", "--model", "dlrm-criteo-kaggle", "--hardware", "local-cpu", "--baseline", "naive",
                      "--row-cap", "1000", "-o", str(folder / "plan.json")]) == 0, out.getvalue()
         assert main(["analyze", str(folder / "log.tsv"), "--format", "criteo", "-o", str(folder / "prof.json")]) == 0
+        assert main(["convert", str(folder / "log.tsv"), "--format", "criteo", "-o", str(folder / "ds")]) == 0
         assert main(["plan", "--model", "dlrm-criteo-kaggle", "--print-spec"]) == 0
     spec = out.getvalue()
     (folder / "model.yaml").write_text(spec[spec.index("name:"):])
@@ -125,7 +126,7 @@ def _work(seeds: Path):
     with tempfile.TemporaryDirectory(prefix="picasso-fuzz-") as tmp:
         work = Path(tmp)
         for f in seeds.iterdir():
-            shutil.copy2(f, work / f.name)
+            (shutil.copytree if f.is_dir() else shutil.copy2)(f, work / f.name)
         yield work
 
 
@@ -192,6 +193,8 @@ _DOCS = {  # document -> a command line reading it
                   "--baseline", "naive", "--row-cap", "1000", "-o", "out/p.json"],
 }
 _PLAN_EXPORT = ["export", "plan.json", "--torchrec", "-o", "out/e.json"]
+# read only where a key is written twice: an odd value a run accepts would train for real
+_MANIFESTS = {"ds/manifest.json": ["run", "plan.json", "--data", "ds", "--steps", "2", "--checkpoint", "out/ck"]}
 
 
 def _duplicate_key(text: str, yaml_doc: bool, pick: int) -> tuple[str, str]:
@@ -206,18 +209,19 @@ def _duplicate_key(text: str, yaml_doc: bool, pick: int) -> tuple[str, str]:
 
 
 @settings(FUZZ, max_examples=30)
-@given(doc=st.sampled_from(sorted(_DOCS)), pick=st.integers(0, 10_000), export=st.booleans())
+@given(doc=st.sampled_from(sorted({**_DOCS, **_MANIFESTS})), pick=st.integers(0, 10_000), export=st.booleans())
 @example(doc="model.yaml", pick=1, export=False)
 @example(doc="hw.json", pick=3, export=False)
 @example(doc="plan.json", pick=5, export=True)
 @example(doc="prof.json", pick=2, export=False)
+@example(doc="ds/manifest.json", pick=4, export=False)
 def test_a_key_written_twice_in_any_document_is_refused(seeds, doc, pick, export):
     with _work(seeds) as work:
         path = work / doc
         text, key = _duplicate_key(path.read_text(), doc.endswith(".yaml"), pick)
         path.write_text(text)
-        argv = _PLAN_EXPORT if export and doc == "plan.json" else _DOCS[doc]
-        res = _invoke(argv[0], argv, work, list(work.iterdir()), must_refuse=True)
+        argv = _PLAN_EXPORT if export and doc == "plan.json" else {**_DOCS, **_MANIFESTS}[doc]
+        res = _invoke(argv[0], argv, work, [f for f in work.rglob("*") if f.is_file()], must_refuse=True)
         assert doc in res.err[-1] and repr(key) in res.err[-1], res.err
 
 
