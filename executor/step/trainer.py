@@ -205,6 +205,17 @@ class _Inputs:
     sent: bool = False  # the IDs went ahead (input pipeline)
 
 
+@dataclass
+class _GradSync:
+    """A step's gradient collectives once launched: the flat all-reduced gradients (None on one
+    rank) and their work, and the open op spans of replicated and sparse hot packs' syncs."""
+
+    flat: torch.Tensor | None = None
+    work: object = None
+    replica_toks: dict[str, object] = field(default_factory=dict)
+    hot_toks: dict[str, object] = field(default_factory=dict)
+
+
 class Trainer:
     def __init__(self, plan: Plan, hot_ids: dict[str, np.ndarray], comm: Comm, timer: OpTimer | None = None) -> None:
         plan.validate()
@@ -259,37 +270,57 @@ class Trainer:
         go to their owners on the input process group after the pooling of micro-batch
         `plan.ids_launch_mb` (by default the last: the forward exchanges the step waits for
         go first); the next step then starts from those lookups (TorchRec's
-        TrainPipelineSparseDist). The IDs are data, not parameters: the step computes the same."""
-        plan, T, ov = self.plan, self.timer, self.overlap
-        k = plan.micro_batches
+        TrainPipelineSparseDist). The IDs are data, not parameters: the step computes the same.
+
+        The stages below run in this order, each a method: inputs, the packs' forward
+        exchanges, the dense forward/backward with the packs' backward, the gradient sync, the
+        updates (cold, hot, dense)."""
+        inputs = self._step_inputs(local)
+        self._launch_lookups(inputs)
+        # the next step's lookups are routed now, beside this step's exchanges
+        if self.plan.pipelines_inputs and upcoming is not None:
+            self._ahead = self._route(upcoming, self._split(upcoming))
+        loss_sum = self._forward_backward(inputs)
+        sync = self._start_grad_sync()
+        self._update_cold(sync)
+        sync.work.wait()
+        self._update_hot(sync)
+        self._update_dense(sync)
+        self.steps_done += 1
+        return loss_sum
+
+    def _step_inputs(self, local: Batch) -> _Inputs:
+        """The step's input and buffers: its rows copied (a no-op when the loader already did,
+        or when they went ahead) and split into micro-batches, the gradient buffers zeroed,
+        every lookup deduplicated, routed and sized (done already when its IDs went ahead)."""
+        plan, T = self.plan, self.timer
         if len(local) != plan.batch_size_per_rank:
             raise ValueError(f"expected {plan.batch_size_per_rank} rows per rank, got {len(local)}")
         ahead, self._ahead = self._ahead, None
         if ahead is not None and (ahead.source is not local or not ahead.sent):
             raise RuntimeError("input pipeline: the step's rows are not the ones whose IDs went ahead")
-        # the step's input and buffers: copy the rows (a no-op when the loader already did, or
-        # when they went ahead), split them into micro-batches, zero the gradient buffers;
-        # lowering's fwd/input/h2d carries it
-        with T.op("fwd", "input", "h2d"):
+        with T.op("fwd", "input", "h2d"):  # lowering's fwd/input/h2d carries the copy, split and zeroing
             mbs = ahead.mbs if ahead is not None else self._split(local)
             self.opt.zero_grad(set_to_none=False)
             for p in self.packs:
                 p.zero_grad()
                 p.step_index = self.steps_done
-        # 1-2. dedup + route every lookup of the step, the sizes of every exchange (done already
-        # when its IDs went ahead)
         if ahead is not None:
             inputs = ahead
         else:
             inputs = self._route(local, mbs)
             self._size(inputs, lane="comm")
-        lks = inputs.lks
         for j, sizes in inputs.hot_sizes.items():
             self.packs[j].hot_sizes = sizes
         for j, p in enumerate(self.packs):
             if p.replicated and self.comm.world > 1:  # every rank's cold rows size the gradient all-gather
-                p.replica_sizes = [sum(row[j].recv_splits[r] for row in lks) for r in range(self.comm.world)]
-        # 3. hot reads; launch every ID exchange (gone ahead already with the input pipeline)
+                p.replica_sizes = [sum(row[j].recv_splits[r] for row in inputs.lks) for r in range(self.comm.world)]
+        return inputs
+
+    def _launch_lookups(self, inputs: _Inputs) -> None:
+        """The packs' forward exchanges: hot reads and every ID exchange launched (gone ahead
+        already with the input pipeline), then the owners gather and return rows."""
+        T, ov, lks, k = self.timer, self.overlap, inputs.lks, self.plan.micro_batches
         for i in range(k):
             for j, p in enumerate(self.packs):
                 lk = lks[i][j]
@@ -304,22 +335,23 @@ class Trainer:
                     self._send_ids(inputs, i, j, "comm", async_op=ov)
                 if not ov and not p.fused:
                     self._gather(p, lk, i)
-        # 4. owners gather and return rows (in overlap mode, while other exchanges fly); the
-        # members of a fused exchange once all of them have sent their IDs, in any mode
+        # in overlap mode the owners gather while other exchanges fly; the members of a fused
+        # exchange once all of them have sent their IDs, in any mode
         for i in range(k):
             for j, p in enumerate(self.packs):
                 if not p.local_only and (ov or p.fused):
                     self._gather(p, lks[i][j], i)
-        # the next step's lookups are routed now, beside this step's exchanges
-        if plan.pipelines_inputs and upcoming is not None:
-            self._ahead = self._route(upcoming, self._split(upcoming))
+
+    def _forward_backward(self, inputs: _Inputs) -> torch.Tensor:
+        """Per micro-batch: pool, dense forward/backward, launch the packs' gradient exchange (a
+        layered backward: every forward first, then the backward layer by layer); returns the
+        loss summed over the micro-batches."""
+        plan, lks = self.plan, inputs.lks
         # every micro-batch's bottom MLP reads the dense features only: run while rows fly
-        bottoms = [self._bottom_forward(mb, i) for i, mb in enumerate(mbs)]
-        # 5. per micro-batch: pool, dense forward/backward, launch the gradient exchange (a
-        # layered backward: every forward first, then the backward layer by layer)
+        bottoms = [self._bottom_forward(mb, i) for i, mb in enumerate(inputs.mbs)]
         loss_sum = torch.zeros((), device=self.dev)
         held: list[tuple[list, _DenseForward]] = []
-        for i, mb in enumerate(mbs):
+        for i, mb in enumerate(inputs.mbs):
             embs, seqs, leaves = self._pool(lks, i, mb)
             if i == plan.ids_launch_mb and self._ahead is not None:  # the next step's IDs go
                 self._send_ahead(self._ahead)
@@ -333,44 +365,55 @@ class Trainer:
             self._packs_backward(lks, leaves, i)
         if held:
             self._layered_backward(lks, held)
-        # 6. gradient sync and updates (replicated packs' row gradients first: gloo runs
-        # collectives in launch order, and the cold updates wait for them)
-        rep_toks = {}
+        return loss_sum
+
+    def _start_grad_sync(self) -> _GradSync:
+        """Launch the step's gradient collectives: replicated packs' row gradients first (gloo
+        runs collectives in launch order, and the cold updates wait for them), then sparse hot
+        packs' touched rows, then one all-reduce of the dense gradients and every other pack's
+        hot-row gradients (hot rows are data-parallel parameters, as in P2RES): one collective
+        latency per step."""
+        T, ov = self.timer, self.overlap
+        sync = _GradSync()
         for p in self.packs:
             if p.replicated:  # lowering: one all_gather + apply, named opt/<pack>/cold_update
-                rep_toks[p.name] = T.start("opt", p.name, "cold_update", lane="comm")
+                sync.replica_toks[p.name] = T.start("opt", p.name, "cold_update", lane="comm")
                 p.start_replicated_sync(async_op=ov)
-        # one all-reduce for the dense gradients and every pack's hot-row gradients (hot rows
-        # are data-parallel parameters, as in P2RES): one collective latency per step
-        # sparse hot sync: each such pack's touched hot rows, all-gathered (launched before the
-        # all-reduce: gloo runs collectives in launch order, and the hot updates wait for them)
-        hot_toks = {}
-        for p in self.packs:
+        for p in self.packs:  # launched before the all-reduce: the hot updates wait for them
             if p.sparse_hot:
-                hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
+                sync.hot_toks[p.name] = T.start("opt", p.name, "hot_sync", lane="comm")
                 p.start_hot_sync(async_op=ov)
         if self.weights is not None:
             self.weights.grads_to_masters()
-        dtok = T.start("bwd", "dense", "allreduce", lane=SYNC_LANE if plan.buckets_grads else "comm")
-        flat, dwork = self._start_grad_allreduce(ov)
-        T.end_when_done(dtok, dwork)
-        # replicated packs first: their all-gather was launched last, so waiting for it waits
-        # for nothing else, and its span (launch to the gathered rows) holds no other pack's
-        # update; the apply that follows is host work of the same op
+        dtok = T.start("bwd", "dense", "allreduce", lane=SYNC_LANE if self.plan.buckets_grads else "comm")
+        sync.flat, sync.work = self._start_grad_allreduce(ov)
+        T.end_when_done(dtok, sync.work)
+        return sync
+
+    def _update_cold(self, sync: _GradSync) -> None:
+        """Each pack's cold rows updated once its gradients are in. Replicated packs first: their
+        all-gather was launched last, so waiting for it waits for nothing else, and its span
+        (launch to the gathered rows) holds no other pack's update; the apply that follows is
+        host work of the same op."""
+        T = self.timer
         for p in sorted(self.packs, key=lambda q: not q.replicated):
             p.wait_grads()
             if p.replicated:
-                tok = rep_toks.pop(p.name)
+                tok = sync.replica_toks.pop(p.name)
                 p.apply_cold(on_gathered=lambda tok=tok: T.end(tok))
                 continue
             with T.op("opt", p.name, "cold_update"):
                 p.apply_cold()
-        dwork.wait()
-        off = sum(q.numel() for q in self._synced)  # the hot gradients follow the dense ones
+
+    def _update_hot(self, sync: _GradSync) -> None:
+        """Each pack's hot rows updated: from its sparse all-gather, or from its slice of the
+        reduced flat gradients (which follow the dense ones)."""
+        T, flat = self.timer, sync.flat
+        off = sum(q.numel() for q in self._synced)
         for p in self.packs:
             if p.sparse_hot:
                 synced = p.finish_hot_sync()
-                T.end(hot_toks.pop(p.name))
+                T.end(sync.hot_toks.pop(p.name))
                 with T.op("opt", p.name, "hot_update"):
                     p.apply_hot(synced)
             elif p.num_hot:
@@ -380,13 +423,14 @@ class Trainer:
                         p.hot_grad.copy_(flat[off : off + n].view_as(p.hot_grad))
                     off += n
                     p.apply_hot()
-        with T.op("opt", "dense", "update"):  # the copy back of the reduced gradients is the update's
-            self._finish_dense_allreduce(flat)
+
+    def _update_dense(self, sync: _GradSync) -> None:
+        """The dense update, the bf16 copies refreshed where the run keeps them."""
+        with self.timer.op("opt", "dense", "update"):  # the copy back of the reduced gradients is the update's
+            self._finish_dense_allreduce(sync.flat)
             self.opt.step()
             if self.weights is not None:
                 self.weights.refresh()
-        self.steps_done += 1
-        return loss_sum
 
     def _split(self, local: Batch) -> list[Batch]:
         local = local.to(self.dev)
