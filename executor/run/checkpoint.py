@@ -323,6 +323,11 @@ def read_manifest(folder: str | os.PathLike, plan: Plan | None = None, checksums
     except (OSError, ValueError) as exc:
         raise CheckpointError(str(exc)) from None
     validate_manifest(m, mpath)
+    if "model_spec" in m:  # the model a checkpoint carries is checked as it is read, as every other field
+        try:
+            ModelSpec.from_dict(m["model_spec"], "model_spec")
+        except (PlanError, ValueError, TypeError, KeyError) as exc:
+            raise CheckpointError(f"{mpath}: {exc}") from None
     base = folder / m["dir"] if "dir" in m else folder
     for name, info in m["files"].items():
         f = base / name

@@ -13,7 +13,6 @@ from __future__ import annotations
 from executor.sparse.row_optimizers import TORCH_ONLY
 from planner.errors import PlanError
 from planner.plan import Plan, table_optimizer
-from planner.sharding import Sharding
 
 
 def check_trainable(plan: Plan) -> None:
@@ -27,7 +26,7 @@ def check_trainable(plan: Plan) -> None:
             if t.dtype != "fp32":
                 raise PlanError(f"table {t.name}: optimizer {opt} on a {t.dtype} table is planned and simulated, "
                                 "but the executor updates 16-bit tables with sgd or rowwise_adagrad only")
-            if pack.sharding == Sharding.COLUMN_WISE and plan.world_size > 1:
+            if plan.geometry(pack).splits_columns and plan.world_size > 1:
                 raise PlanError(f"table {t.name}: optimizer {opt} in column_wise pack {pack.name} is planned and "
                                 "simulated, but the executor splits only row-wise Adagrad's state by columns; "
                                 "shard it another way to run it")

@@ -31,8 +31,10 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from foundation.outputs import Outputs
+    from planner.errors import PlanError
     from planner.plan import Plan
     from planner.whatif import inputs_for, parse_sweep, predict, sweep, what_if
+    from simulator.hardware import HardwareError
 
     Outputs().read("PLAN", args.plan, beside=(".hot.npz",)).read("--hardware", args.hardware).read(
         "--profile", args.profile, beside=(".npz",)).file("--trace", args.trace).file("--html", args.html).check()
@@ -61,7 +63,12 @@ def run(args: argparse.Namespace) -> int:
 
     ex = predict(plan, hw, access, args.engine)
     asked = [*([f"--hardware {args.hardware}"] if args.hardware else []), *args.set]
-    change = what_if(plan, ex, access, " ".join(asked), args.engine) if asked else None
+    change, no_change = None, None
+    if asked:
+        try:
+            change = what_if(plan, ex, access, " ".join(asked), args.engine)
+        except (HardwareError, PlanError) as exc:  # the plan names no hardware, or one this machine cannot load
+            no_change = f"no what-if against the plan's own hardware: {exc}"
     d = ex.to_dict()
     d.pop("baselines_us"), d.pop("baseline_problems"), d.pop("speedups")
     d["fits_in_memory"] = ex.evaluation.lowered.memory.fits()
@@ -77,12 +84,16 @@ def run(args: argparse.Namespace) -> int:
         d["html"] = args.html
     if change is not None:
         d["what_if"] = change.to_dict()
+    elif no_change:
+        d["what_if_note"] = no_change
     if args.json:
         print(json.dumps({"plan": args.plan, **d}, indent=1, default=float))
         return 0
     print(ex.text().split("\nspeedup over baselines")[0].rstrip("\n"))
     if change is not None:
         print(change.text())
+    elif no_change:
+        print(no_change)
     wrote = [f"{f} ({what})" for f, what in ((args.html, "report"), (args.trace, "trace")) if f]
     if wrote:
         print("wrote " + ", ".join(wrote))
