@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from planner.plan import Plan, atomic_write_bytes
     from planner.torchrec_bridge import torchrec_available, torchrec_sharding
 
-    Outputs().read("PLAN", args.plan).file("-o", args.output).check()
+    Outputs().read("PLAN", args.plan, beside=(".hot.npz",)).file("-o", args.output).check()
     plan = Plan.load(args.plan)
     neutral, lost = torchrec_sharding(plan)
     doc = {

@@ -21,7 +21,7 @@ def execute(args: argparse.Namespace):
     from foundation.outputs import Outputs
     from planner.plan import Plan
 
-    Outputs().read("CHECKPOINT", args.checkpoint).read("--plan", args.plan).file("-o", args.output).check()
+    Outputs().read("CHECKPOINT", args.checkpoint).read("--plan", args.plan, beside=(".hot.npz",)).file("-o", args.output).check()
     return export(args.checkpoint, args.output, Plan.load(args.plan) if args.plan else None)
 
 
