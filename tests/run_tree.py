@@ -3,6 +3,8 @@ two-rank plan, a process's command line, and waiting until the tree is in a give
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -13,7 +15,7 @@ from typing import TypeVar
 import numpy as np
 import pytest
 
-from executor.process.process_tree import descendants
+from executor.process.process_tree import descendants, running
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
 
@@ -56,3 +58,21 @@ def wait_for(proc: subprocess.Popen, ready: Callable[[dict[int, str]], T | None]
         time.sleep(0.1)
     proc.kill()
     pytest.fail(what)
+
+
+def end_of_run(proc: subprocess.Popen, tree: dict[int, str], limit_s: float) -> tuple[str, float, dict[int, str]]:
+    """Wait up to `limit_s` for `proc` to end: (its stderr, or "still running"; when it ended or the
+    wait ran out, on the monotonic clock; what of `tree` it left running, read at once and then killed,
+    as is `proc` if still there)."""
+    try:
+        _, err = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        err = "still running"
+    ended = time.monotonic()
+    left = running(tree)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    return err, ended, left

@@ -30,11 +30,11 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from executor.process.process_tree import descendants, running
+from executor.process.process_tree import descendants
 from picasso.cli import main
 from planner.plan import PackPlan, Plan
 from planner.presets import get_model
-from tests.run_tree import ROOT, cmdline, rank_pids, wait_for
+from tests.run_tree import ROOT, cmdline, end_of_run, rank_pids, wait_for
 from tests.test_cli_contract_fuzz import FUZZ, _invoke, _work
 
 FOREIGN = {"name": "someone else's manifest", "version": 7}
@@ -133,6 +133,7 @@ def _target(work: Path, kind: str, inputs: list[str], pick: int, data: str) -> s
 @example(command="run", data="log.tsv", pick=0, kind="inside_checkpoint")  # --trace ck/manifest.json
 @example(command="analyze", data="ds", pick=0, kind="input")  # -o onto the log read
 @example(command="run", data="ds", pick=1, kind="inside_input")  # --trace over a dataset's file
+@example(command="export", data="ds", pick=1, kind="input")  # -o over the plan's hot IDs
 def test_an_output_aimed_at_an_input_another_output_or_a_foreign_folder_is_refused(seeds, command, data, pick,
                                                                                    kind):
     base, inputs, file_flags, folder_flags = _commands(data)[command]
@@ -298,20 +299,10 @@ def test_a_frozen_launcher_ends_the_run_within_its_timeout(seeds):
         tree = descendants(proc.pid)
         os.kill(agent, signal.SIGSTOP)
         frozen = time.monotonic()
-        try:
-            _, err = proc.communicate(timeout=timeout_s + 20.0)
-        except subprocess.TimeoutExpired:
-            err = "still running"
-        took = time.monotonic() - frozen
-        left = running(tree)
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        err, ended, left = end_of_run(proc, tree, timeout_s + 20.0)
         assert left == {}, [cmdline(p) for p in left]
         lines = err.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and "rank launcher" in lines[0], err
-        assert took < timeout_s + 10.0, took
+        assert ended - frozen < timeout_s + 10.0, ended - frozen
         assert "Traceback" not in err
         assert _tree(work) == before

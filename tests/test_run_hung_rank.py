@@ -14,7 +14,7 @@ import pytest
 
 from executor.process.process_tree import descendants, running
 from executor.process.rendezvous import free_port
-from tests.run_tree import ROOT, cmdline, rank_pids, small_plan, wait_for
+from tests.run_tree import ROOT, cmdline, end_of_run, rank_pids, small_plan, wait_for
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -143,17 +143,7 @@ def test_a_frozen_launcher_stops_the_run_and_nothing_is_left(tmp_path, then):
         proc.send_signal(signal.SIGTERM)
     elif then == "dead":
         os.kill(agent, signal.SIGKILL)
-    try:
-        _, err = proc.communicate(timeout=timeout_s + 30.0)
-    except subprocess.TimeoutExpired:
-        err = "still running"
-    ended = time.monotonic()
-    left = running(tree)  # read as soon as picasso ends: what it left behind
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    if proc.poll() is None:
-        proc.kill()
-        proc.communicate()
+    err, ended, left = end_of_run(proc, tree, timeout_s + 30.0)
     assert left == {}, [cmdline(p) for p in left]
     lines = err.strip().splitlines()
     if then == "wait":
