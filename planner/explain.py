@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from planner import op_names as on
@@ -54,6 +55,8 @@ BASELINE_SYNC = {
                    "(world x touched rows) and applies them on every rank; no all-to-all",
 }
 HOT_SCALE_RE = re.compile(r"hot=x([0-9.]+)")
+# the per-table part of a statistics source (planner.access.access_sources)
+SOURCE_FEATURE_RE = re.compile(r"feature '[^']*' (of )?|[0-9,]+ distinct IDs(, )?")
 
 
 def pack_sync(partitioned: bool, hot_rows: int, sparse_hot: bool = False) -> str:
@@ -200,25 +203,35 @@ class Explanation:
         rec["closed_form_rows"] = closed
         chosen = self.plan.hot_rows.get(t.name, 0)
         if not pack.sharding.exchanges:
-            why = "replicated pack: every row is local (sparse gradients all-gathered), no hot set needed"
+            reason = HotReason.REPLICATED
         elif world <= 1 and not on_host:
-            why = "one rank: nothing is exchanged, so no row is worth replicating"
+            reason = HotReason.ONE_RANK
         elif theta >= 1:
-            why = (f"a hot row's all-reduce ({rb} B, {rb * c_ar:.3g} us) costs more than the exchange it saves even "
-                   f"in every micro-batch ({k * per_mb} B, {k * (per_mb * c_a2a + rb * c_gather):.3g} us)")
+            reason = HotReason.COSTS_MORE
         elif closed == 0:
-            why = (f"no row is hot enough: the hottest ({p1:.1%} of lookups, in {q1:.0%} of micro-batches) saves "
-                   f"{rec['top_row_saves_us']:.3g} us < the {rb * c_ar:.3g} us its all-reduce costs")
+            reason = HotReason.NONE_HOT_ENOUGH
         elif chosen == 0 and scale == 0:
-            why = f"{closed:,} rows pass the threshold, but the search simulated scale x0 (no hot rows) as faster"
+            reason = HotReason.SEARCH_CHOSE_NONE
         elif scale is not None and chosen < round(closed * scale) * 0.99:
-            why = f"{closed:,} rows pass the threshold x{scale:g}, cut to fit the device-memory budget"
+            reason = HotReason.CUT_TO_FIT
         else:
-            why = (f"rows above {rec['threshold_share']:.2e} of lookups (in >= {theta:.1%} of micro-batches) "
-                   f"save more than they cost: {closed:,}" + (f", kept at scale x{scale:g}" if scale is not None
-                                                                else ""))
-        rec["why"] = why
+            reason = HotReason.ABOVE_THRESHOLD
+        rec["reason"] = reason.value
+        rec["why"] = _why(reason, [{**rec, "hot_rows": chosen}])
         return rec
+
+    def hot_reasons(self) -> list[dict[str, Any]]:
+        """The hot-set reasons grouped: one row per pack and reason (the tables of a pack share
+        their row size and sync, so they mostly share the reason), numbers summed over its tables."""
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for rec in self.tables():
+            if "reason" in rec:
+                groups[(rec["pack"], rec["reason"])].append(rec)
+        return [{"pack": pack, "reason": reason, "tables": [r["table"] for r in recs],
+                 "hot_rows": sum(r["hot_rows"] for r in recs),
+                 "top_row_share": [min(r["top_row_share"] for r in recs), max(r["top_row_share"] for r in recs)],
+                 "why": _why(HotReason(reason), recs)}
+                for (pack, reason), recs in groups.items()]
 
     def _sparse_row_us(self, pack: Any) -> float | None:
         from planner.lowering import sparse_sync_row_us
@@ -301,6 +314,7 @@ class Explanation:
             "samples_per_s": samples_per_s(self.plan, ev.iteration_us),
             "packs": self.packs(),
             "tables": self.tables(),
+            "hot_reasons": self.hot_reasons(),
             "baseline_sync": {n: BASELINE_SYNC.get(n, "") for n in self.baselines},
             "time_by_phase_us": self.time_by_phase(),
             "time_by_resource_us": self.time_by_resource(),
@@ -353,12 +367,13 @@ class Explanation:
             *_exchange_lines(d["packs"]),
             *_host_cache_lines(d["packs"], self.hw),
             *fused_lines(self.plan, self.evaluation.lowered.packs),
-            *(["", "per table: access statistics and hot set (a hot row costs its gradient in the all-reduce each "
-               "step; cold, it is exchanged in each micro-batch it appears in):",
-               _table(["table", "hot rows", "top row", "hot row costs", "top row saves", "why", "statistics"],
-                      [[r["table"], f"{r['hot_rows']:,}", f"{r.get('top_row_share', 0):.1%}",
-                        f"{r.get('hot_row_cost_bytes', 0)} B", f"{r.get('top_row_saves_bytes', 0):,.0f} B",
-                        r.get("why", ""), r["source"]] for r in d["tables"]])] if d["tables"] else []),
+            "",
+            *(["hot rows, per pack (a hot row costs its gradient in the all-reduce each step; cold, it is "
+               "exchanged in each micro-batch it appears in):"] if d["hot_reasons"] else []),
+            _table(["pack", "tables", "hot rows", "top row", "why"],
+                   [[g["pack"], _tables(g["tables"]), f"{g['hot_rows']:,}", _share_range(g["top_row_share"]),
+                     g["why"]] for g in d["hot_reasons"]]) if d["hot_reasons"] else "",
+            *_source_lines(d["tables"]),
             "",
             "time by phase (us, busy per lane, one rank):",
             _table(["phase"] + list(_lanes(d)), [[ph] + [f"{lanes.get(la, 0.0):.1f}" for la in _lanes(d)]
@@ -417,6 +432,69 @@ def _host_cache_lines(packs: list[dict[str, Any]], hw: HardwareSpec | None) -> l
                    f"{p['hot_coverage']:.1%} of its lookups and spares {saved / 1e6:,.1f} MB of PCIe reads a "
                    f"step{us}")
     return out
+
+
+class HotReason(str, Enum):
+    """Why a table's hot set has its size (the cases of Explanation._hot_reason)."""
+
+    REPLICATED = "replicated"
+    ONE_RANK = "one_rank"
+    COSTS_MORE = "costs_more"
+    NONE_HOT_ENOUGH = "none_hot_enough"
+    SEARCH_CHOSE_NONE = "search_chose_none"
+    CUT_TO_FIT = "cut_to_fit"
+    ABOVE_THRESHOLD = "above_threshold"
+
+
+def _why(reason: HotReason, recs: list[dict[str, Any]]) -> str:
+    """The reason in words for one table or a group of a pack's tables (numbers summed, ranges
+    where the tables differ)."""
+    first = recs[0]
+    rb, cost = first["hot_row_cost_bytes"], first["hot_row_cost_us"]
+    closed = sum(r["closed_form_rows"] for r in recs)
+    chosen = sum(r["hot_rows"] for r in recs)
+    scale = first.get("scale_kept")
+    if reason == HotReason.REPLICATED:
+        return "replicated pack: every row is local (sparse gradients all-gathered), no hot set needed"
+    if reason == HotReason.ONE_RANK:
+        return "one rank: nothing is exchanged, so no row is worth replicating"
+    if reason == HotReason.COSTS_MORE:
+        saves = max(r["top_row_saves_us"] / max(r["top_row_in_micro_batch"], 1e-12) for r in recs)
+        return (f"a hot row's all-reduce ({rb} B, {cost:.3g} us) costs more than the exchange it saves even in "
+                f"every micro-batch (at most {saves:.3g} us)")
+    if reason == HotReason.NONE_HOT_ENOUGH:
+        return (f"no row is hot enough: the hottest ({_share_range([r['top_row_share'] for r in recs])} of lookups) "
+                f"saves at most {max(r['top_row_saves_us'] for r in recs):.3g} us < the {cost:.3g} us its "
+                "all-reduce costs")
+    if reason == HotReason.SEARCH_CHOSE_NONE:
+        return f"{closed:,} rows pass the threshold, but the search simulated scale x0 (no hot rows) as faster"
+    if reason == HotReason.CUT_TO_FIT:
+        return f"{closed:,} rows pass the threshold x{scale:g}, cut to {chosen:,} to fit the device-memory budget"
+    theta = [r["threshold_in_micro_batch"] for r in recs if r.get("threshold_in_micro_batch") is not None]
+    share = [r["threshold_share"] for r in recs if r.get("threshold_share") is not None]
+    at = f"above {min(share):.2e} of lookups " if share else ""
+    seen = f"(in >= {min(theta):.1%} of micro-batches) " if theta else ""
+    return f"rows {at}{seen}save more than they cost: {closed:,}" + (
+        f", kept at scale x{scale:g}" if scale is not None else "")
+
+
+def _share_range(shares: list[float]) -> str:
+    lo, hi = min(shares), max(shares)
+    return f"{lo:.1%}" if f"{lo:.1%}" == f"{hi:.1%}" else f"{lo:.1%}-{hi:.1%}"
+
+
+def _source_lines(tables: list[dict[str, Any]]) -> list[str]:
+    """Where the access statistics came from, grouped: a table's own name and ID count left out
+    (per table they are in --json), so 26 tables measured alike are one line."""
+    by_source: dict[str, list[str]] = defaultdict(list)
+    for r in tables:
+        src = SOURCE_FEATURE_RE.sub("", str(r["source"]))
+        by_source[src.replace("()", "").strip()].append(r["table"])
+    if not by_source:
+        return []
+    return ["access statistics: " + "; ".join(f"{src} ({len(names)} tables: {_tables(names)})"
+                                              if len(by_source) > 1 else f"{src} (all {len(names)} tables)"
+                                              for src, names in by_source.items())]
 
 
 def _exchange_lines(packs: list[dict[str, Any]]) -> list[str]:

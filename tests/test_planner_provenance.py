@@ -84,7 +84,25 @@ def test_explain_says_why_each_hot_set_has_its_size(criteo_profile, tmp_path, ca
             assert t["closed_form_rows"] > 0 and t["threshold_share"] > 0
     assert main([*argv, "--explain"]) == 0
     text = capsys.readouterr().out
-    assert "per table: access statistics and hot set" in text and "hot row costs" in text and "top row saves" in text
+    assert "hot rows, per pack" in text and "access statistics: measured: " in text
+
+
+def test_explain_says_why_per_pack_not_per_table(criteo_profile, tmp_path, capsys):
+    """26 tables in one replicated pack: one reason, not the same sentence 26 times; the
+    statistics' source once, not per table; per table the reasons stay in --json."""
+    argv = ["plan", "--model", "dlrm-criteo-kaggle", *CPU, "--row-cap", "2000", "--batch-size", "64",
+            "--profile", str(criteo_profile), "-o", str(tmp_path / "p.json"), "--time-budget", "2"]
+    assert main([*argv, "--explain"]) == 0
+    text = capsys.readouterr().out
+    packs = [x.split()[0] for x in text.splitlines() if x.startswith(("pack", "g0"))]
+    assert text.count("replicated pack: every row is local") == 1, text
+    assert text.count("access statistics: measured: criteo") <= 1 and "(all 26 tables)" in text, text
+    reasons = [x for x in text.splitlines() if "replicated pack: every row is local" in x]
+    assert reasons and reasons[0].split()[0] in packs
+    assert main([*argv, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["tables"]) == 26 and all(t["reason"] == "replicated" for t in d["tables"])
+    assert [g["tables"] for g in d["hot_reasons"]] == [[t["table"] for t in d["tables"]]]
 
 
 def test_replicated_pack_is_not_hot_cover_zero_and_baselines_say_how_they_sync(tmp_path, capsys):
