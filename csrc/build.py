@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from foundation.progress import activity
+
 SRC_DIR = Path(__file__).resolve().parent
 CPU_SOURCES = ("kernels_cpu.cpp", "interaction_cpu.cpp", "binding.cpp")
 HEADERS = ("kernels.h", "binding.h")
@@ -58,8 +60,11 @@ def load(verbose: bool = False) -> ModuleType:
             raise NativeBuildError(f"torch.utils.cpp_extension unavailable: {exc}") from exc
         directory = build_dir()
         directory.mkdir(parents=True, exist_ok=True)
+        # a first build takes about 40 s on two cores: say so rather than stall in silence
+        built = any(directory.glob("picasso_native*.so"))
+        label = "loading the native C++ kernels" if built else "building the native C++ kernels (first use, ~40 s)"
         try:
-            with _build_lock(directory):
+            with _build_lock(directory), activity(label):
                 module = cpp_extension.load(
                     name="picasso_native",
                     sources=[str(SRC_DIR / s) for s in CPU_SOURCES],

@@ -103,6 +103,8 @@ def _stop_signals_raise():
 
 
 def main(argv: list[str] | None = None) -> int:
+    from foundation.progress import silence
+
     try:
         os.getcwd()
     except OSError:  # every relative path, and some libraries' start-up, would fail obscurely
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    silence(bool(getattr(args, "json", False)))  # --json: the output is for a program, no bar beside it
     try:
         with _stop_signals_raise():
             status = int(args.func(args) or 0)

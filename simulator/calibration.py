@@ -57,7 +57,25 @@ class AffineFit:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["residuals"] = [round(r, 5) for r in self.residuals]
+        d["problem"] = fit_problem(self.rate, self.rel_rms, self.rel_max)
         return d
+
+
+UNCONSTRAINED_RATE = 1e15  # B/s or FLOP/s: no link or core of a machine comes near; a fit there saw no slope
+POOR_FIT_RMS = 0.25  # relative residuals above this (rms): the line does not describe the samples
+
+
+def fit_problem(rate: float, rel_rms: float, rel_max: float) -> str | None:
+    """What is wrong with a fit, in words (None: nothing): a rate the samples do not constrain (the
+    times did not grow with the work, so the fixed cost took all of it), or residuals too large
+    for the line to describe the samples."""
+    if not rate > 0 or rate >= UNCONSTRAINED_RATE:
+        return ("degenerate: the times did not grow with the size measured, so the rate is not measured "
+                "(the fixed cost holds all of it)")
+    if rel_rms > POOR_FIT_RMS:
+        return (f"poor fit: residuals {rel_rms:.0%} rms, up to {rel_max:.0%}; predictions of this kind are "
+                "uncertain (a busy machine or too few sizes)")
+    return None
 
 
 def fit_affine(

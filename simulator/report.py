@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.files import atomic_write_text
+from foundation.numbers import cell, header
 
 ERROR_MARK = "[picasso-js-error]"
 
@@ -68,42 +70,87 @@ class Section:
     figures: list[Any] = field(default_factory=list)  # plotly.graph_objects.Figure
 
 
-def table_html(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, fmt: str = "{:.4g}") -> Html:
-    """A plain HTML table of records (numbers formatted, text escaped)."""
+def table_html(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None, fmt: str | None = None) -> Html:
+    """A plain HTML table of records: keys as headers in words (foundation.numbers.header), numbers
+    as people read them (foundation.numbers.cell, or `fmt`), text escaped."""
     if not rows:
         return Html("<p><em>(none)</em></p>")
     cols = list(columns or rows[0].keys())
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    head = "".join(f"<th>{html.escape(header(str(c)))}</th>" for c in cols)
 
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
+    def text(v: Any) -> str:
+        if fmt is not None and isinstance(v, float):
             return html.escape(fmt.format(v))
-        if isinstance(v, (list, tuple)):
-            return html.escape(", ".join(str(x) for x in v))
-        return html.escape(str(v))
+        return html.escape(cell(v))
 
-    body = "".join("<tr>" + "".join(f"<td>{cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{text(r.get(c))}</td>" for c in cols) + "</tr>" for r in rows)
     return Html(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
-def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str) -> Any:
-    """Coverage curves: fraction of accesses covered by the top x of IDs, one line per feature."""
-    import plotly.graph_objects as go
+SMALL_MULTIPLES_ABOVE = 8  # more curves than this: one small chart per curve, not one crowded chart
+GRID_COLUMNS = 4
 
-    fig = go.Figure()
-    for name, (x, y) in curves.items():
-        fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines", name=name))
-    fig.update_layout(
-        title=title, xaxis_title="top fraction of distinct IDs", yaxis_title="fraction of accesses covered",
-        xaxis_type="log", height=420, margin={"t": 50},
-    )
+
+def fraction_ticks(lo: float) -> tuple[list[float], list[str]]:
+    """Decade ticks for a log axis of fractions from `lo` to 1, labelled as percentages (0.01%,
+    ..., 100%), not plotly's SI prefixes (1µ, 10µ, ...) that read as units."""
+    vals, v = [], 1.0
+    while v >= lo * 0.999 and len(vals) < 12:
+        vals.append(v)
+        v /= 10
+    vals.reverse()
+    return vals, [f"{x * 100:.{max(0, -int(math.floor(math.log10(x * 100))))}f}%" for x in vals]
+
+
+def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str) -> Any:
+    """Coverage curves: the share of lookups the hottest x of IDs serve. Up to SMALL_MULTIPLES_ABOVE
+    curves share one chart; more get one small chart each on shared axes."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    xs = [v for x, _ in curves.values() for v in x if v > 0]
+    ticks, labels = fraction_ticks(min(xs) if xs else 1e-3)
+    xaxis = {"type": "log", "tickvals": ticks, "ticktext": labels}
+    yaxis = {"tickformat": ".0%", "range": [0, 1.02]}
+    if len(curves) <= SMALL_MULTIPLES_ABOVE:
+        fig = go.Figure()
+        for name, (x, y) in curves.items():
+            fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines", name=name))
+        fig.update_layout(title=title, xaxis_title="hottest share of distinct IDs",
+                          yaxis_title="share of lookups served", height=420)
+        fig.update_xaxes(**xaxis)
+        fig.update_yaxes(**yaxis)
+        return fig
+    rows = math.ceil(len(curves) / GRID_COLUMNS)
+    fig = make_subplots(rows=rows, cols=GRID_COLUMNS, subplot_titles=list(curves), shared_xaxes=True,
+                        shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=min(0.08, 0.5 / rows))
+    for i, (name, (x, y)) in enumerate(curves.items()):
+        fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines", name=name, showlegend=False,
+                                 line={"color": "#4C78A8"}), row=i // GRID_COLUMNS + 1, col=i % GRID_COLUMNS + 1)
+    fig.update_xaxes(**xaxis)
+    fig.update_yaxes(**yaxis)
+    fig.update_layout(title=f"{title} (x: hottest share of distinct IDs, y: share of lookups served)",
+                      height=140 + 170 * rows)
+    fig.update_annotations(font_size=11)
     return fig
+
+
+def padded_range(values: Sequence[float], min_span: float, include: Sequence[float] = ()) -> list[float]:
+    """An axis range over `values` (and `include`, e.g. a chance level) at least `min_span` wide, so
+    that differences smaller than what matters do not fill the chart (an AUC moving 0.4935-0.4950)."""
+    vals = [float(v) for v in (*values, *include) if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return [0.0, 1.0]
+    lo, hi = min(vals), max(vals)
+    pad = max(min_span - (hi - lo), 0.0) / 2 + 0.05 * (hi - lo)
+    return [lo - pad, hi + pad]
 
 
 def line_figure(series: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, xaxis: str,
                 yaxis: str, y2: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
-                y2axis: str = "") -> Any:
-    """Lines with markers, one per series; `y2` series on a second y axis at the right."""
+                y2axis: str = "", yrange: Sequence[float] | None = None) -> Any:
+    """Lines with markers, one per series; `y2` series on a second y axis at the right; `yrange`
+    fixes the first axis (see padded_range)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -112,7 +159,9 @@ def line_figure(series: dict[str, tuple[Sequence[float], Sequence[float]]], titl
     for name, (x, y) in (y2 or {}).items():
         fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines+markers", name=name, yaxis="y2",
                                  line={"dash": "dot"}))
-    layout = {"title": title, "xaxis_title": xaxis, "yaxis_title": yaxis, "height": 420, "margin": {"t": 50}}
+    layout: dict[str, Any] = {"title": title, "xaxis_title": xaxis, "yaxis_title": yaxis, "height": 420}
+    if yrange is not None:
+        layout["yaxis_range"] = list(yrange)
     if y2:
         layout["yaxis2"] = {"title": y2axis, "overlaying": "y", "side": "right"}
     fig.update_layout(**layout)
@@ -138,7 +187,7 @@ def scatter_figure(points: Sequence[dict[str, Any]], title: str) -> Any:
         hovertemplate="%{text}<br>measured %{x:.2f} ms<br>predicted %{y:.2f} ms<extra></extra>",
     ))
     fig.update_layout(title=title, xaxis_title="measured iteration (ms)", yaxis_title="predicted iteration (ms)",
-                      height=480, margin={"t": 50})
+                      height=480)
     return fig
 
 
@@ -148,7 +197,7 @@ def bar_figure(labels: Sequence[str], series: dict[str, Sequence[float]], title:
     fig = go.Figure()
     for name, vals in series.items():
         fig.add_trace(go.Bar(x=list(labels), y=list(vals), name=name))
-    fig.update_layout(title=title, yaxis_title=yaxis, barmode="group", height=380, margin={"t": 50})
+    fig.update_layout(title=title, yaxis_title=yaxis, barmode="group", height=380)
     return fig
 
 
@@ -181,6 +230,20 @@ window.addEventListener('load', function () {
 """
 
 
+TOOLBAR_PX = 34  # plotly's toolbar: a row this high at the top right of the figure
+TITLE_ROOM_PX = 84  # above the plot: the toolbar's row, then the title's line
+
+
+def readable(fig: Any) -> None:
+    """The page's one layout rule for figures: the toolbar keeps its row at the top, the title sits
+    on the line beneath it (left-aligned), the plot below both, so none covers another whatever
+    the title's length or the figure's width."""
+    height = fig.layout.height or 450
+    fig.update_layout(margin={"t": max(TITLE_ROOM_PX, int(fig.layout.margin.t or 0))},
+                      title={"x": 0.01, "xanchor": "left", "xref": "container", "yref": "container",
+                             "y": 1 - TOOLBAR_PX / height, "yanchor": "top"})
+
+
 def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_side: Sequence[int] = ()) -> str:
     """The whole page. Figures of sections whose index is in `side_by_side` share a row."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
@@ -196,6 +259,7 @@ def render(title: str, sections: Sequence[Section], subtitle: str = "", side_by_
         figs = []
         pair = i in side_by_side and len(sec.figures) > 1
         for fig in sec.figures:
+            readable(fig)
             if pair:  # a fixed width: plotly sizes a figure before the flex row shares the page
                 fig.update_layout(width=620, autosize=False)
             figs.append(fig.to_html(full_html=False, include_plotlyjs=bool(first),

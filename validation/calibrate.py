@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from executor.measure.microbench import CudaBench, DeviceBench, measure_device, run_microbenchmarks
+from foundation.progress import activity
 from planner.dense import mlp_shapes
 from planner.modes import Mode
 from planner.presets import get_model
-from simulator.calibration import calibrated_spec, fit_samples, gpu_calibrated_spec, summarize
+from simulator.calibration import calibrated_spec, fit_problem, fit_samples, gpu_calibrated_spec, summarize
 from simulator.hardware import HardwareSpec, load_hardware
 
 
@@ -106,8 +107,13 @@ def calibrate(cfg: CalibrateConfig, log: Callable[[str], None] | None = None,
         t0 = time.perf_counter()
         if log:
             log(f"calibrate: microbenchmarks at {n} rank(s) ...")
-        samples = run_microbenchmarks(n, mlp_shapes=shapes, quick=cfg.quick)
+        with activity(f"calibrate: microbenchmarks at {n} rank(s)"):
+            samples = run_microbenchmarks(n, mlp_shapes=shapes, quick=cfg.quick)
         fits_by_world[n] = fit_samples(samples)
+        for k, f in fits_by_world[n].items():
+            problem = fit_problem(f.rate, f.rel_rms, f.rel_max)
+            if problem and log:
+                log(f"calibrate: warning: {k} at {n} rank(s): {problem}")
         samples_by_world[n] = samples
         timings[n] = time.perf_counter() - t0
     hw = calibrated_spec(base_hw, fits_by_world, nproc)

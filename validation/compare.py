@@ -50,13 +50,18 @@ def predict(plan: Plan, hw: HardwareSpec, profile: AccessProfile | None = None, 
     return Predicted(float(ev.iteration_us), mean_op_durations(tl), tl, ev.graph)
 
 
-def unfitted_classes(graph: Any, world: int, fitted: dict[str, Any]) -> list[str]:
+def unfitted_classes(graph: Any, world: int, fitted: dict[str, Any],
+                     measured: dict[str, float] | None = None) -> list[str]:
     """The op classes of a lowered graph that the fit plans never ran at its world size
     (`fitted`: refit_on_runs' report of op classes, with the worlds each was fitted at):
     their coefficients there are extrapolated from other worlds or from the
-    microbenchmarks, so a plan made of them is predicted with less behind it."""
+    microbenchmarks, so a plan made of them is predicted with less behind it. With `measured`
+    (the plan's own per-op times) only ops its run measured count: an op this device does not
+    run (the next batch's host-to-device copy on a CPU rank) is in every plan and says nothing."""
     out = set()
     for _, a in graph.ops():
+        if measured is not None and not measured.get(a["name"]):
+            continue
         cls = class_key(op_class(a["name"]), a.get("collective") is not None)
         if str(int(world)) not in (fitted.get(cls) or {}).get("worlds", {}):
             out.add(cls)

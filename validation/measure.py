@@ -46,7 +46,7 @@ def run_measured(
     try:
         config = RunConfig(plan=str(plan_path), data=data, format=fmt, nproc=world, steps=steps + warmup,
                            warmup=warmup, timeline=str(trace), preload=preload)
-        res = launch(config, timeout_s=timeout_s)
+        res = launch(config, timeout_s=timeout_s, progress=None)  # the sweep draws its own bar
     except (LaunchError, ValueError, OSError) as exc:
         raise ValidateError(f"run of {plan_path.name} failed: {exc}") from None
     wall = time.perf_counter() - t0

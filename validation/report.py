@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.export import timeline_figure
+from foundation.numbers import percent
+from simulator.export import shared_timelines
 from simulator.measured import one_step
 from simulator.report import Section, bar_figure, bold, markup, paragraph, scatter_figure, table_html, tag
 from validation.compare import spearman_text
@@ -33,13 +34,13 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
                      + "."))
     u = result.get("unfitted")
     if u and u["plans"]:
-        those, others = (("-" if v is None else f"{v:.1%}") for v in (u["mape_those"], u["mape_others"]))
-        lines.append(paragraph(f"{u['plans']} of {s['plans']} validated plans hold op classes that no fit plan ran at "
+        others = "" if u["mape_others"] is None else f", {percent(u['mape_others'])} on the others"
+        lines.append(paragraph(f"{u['plans']} of {s['plans']} validated plans ran op classes that no fit plan ran at "
                      f"their world size (their coefficients there are extrapolated; listed per plan below): "
-                     f"MAPE {those} on those, {others} on the others."))
+                     f"MAPE {percent(u['mape_those'])} on those{others}."))
     rows = [{"plan": r["name"], "role": r["role"], "ranks": r["knobs"].get("world"),
-             "batch/rank": r["knobs"].get("batch"), "measured ms": r["measured_us"] / 1e3,
-             "predicted ms": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
+             "batch/rank": r["knobs"].get("batch"), "measured (ms)": r["measured_us"] / 1e3,
+             "predicted (ms)": r["predicted_us"] / 1e3, "error": f"{r['error']:+.1%}",
              "samples/s": r["samples_per_s"],
              "op classes not fitted at its world": ", ".join(r.get("unfitted_classes", [])) or "-"}
             for r in result["per_plan"]]
@@ -61,9 +62,9 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
         # The plan with the median error: a typical case, not the best one.
         order = sorted(range(len(runs)), key=lambda i: abs(result["per_plan"][i]["error"]))
         c, m, p = runs[order[len(order) // 2]]
-        secs.append(Section(f"Timelines of a typical plan: {c.name}", "",
-                            [timeline_figure(p.timeline, "simulated"),
-                             timeline_figure(one_step(m.timeline), "measured (median timed step)")]))
+        secs.append(Section(f"Timelines of a typical plan: {c.name}, one time axis", "",
+                            shared_timelines({"simulated": p.timeline,
+                                              "measured (median timed step)": one_step(m.timeline)})))
     return secs
 
 

@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from foundation.files import atomic_write_text
+from foundation.numbers import duration_us
 from foundation.outputs import Outputs, holds_document, mark
+from foundation.progress import Progress
 from planner.access import table_access
 from planner.builders import build_sweep
 from planner.inputs import load_inputs
@@ -146,6 +148,11 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
     preds: list[Any] = [None] * len(cases)
     dead: set[int] = set()
     paths = [out_dir / "plans" / f"{i:02d}-{case.name}.json" for i, case in enumerate(cases)]
+    n_fit = sum(1 for c in cases if c.role == "fit")
+    log(f"validate: {len(cases)} plans, {len(cases) - n_fit} to validate" + (
+        f" and {n_fit} to refit the simulator on" if n_fit else "") + (f", {passes} passes" if passes > 1 else ""))
+    bar = Progress("validate runs", total=len(cases) * passes, unit="run")
+    k = 0
     # every plan once per pass: a shared machine drifts over minutes, and runs of one plan
     # at two moments average that drift out where runs back to back would not
     for r in range(passes):
@@ -157,8 +164,8 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
                 case.plan.save(plan_path, hot_ids=case.hot_ids or None)
                 preds[i] = predict(case.plan, spec_for_world(hw, case.plan.world_size), profile=profile, access=access)
             p = preds[i]
-            log(f"validate: [{i + 1}/{len(cases)}]{f' pass {r + 1}/{passes}' if passes > 1 else ''} "
-                f"{case.name} ({case.role}) ...")
+            k += 1
+            bar.note(case.name)
             steps = timed_steps_for(p.iteration_us, cfg.steps, cfg.timed_seconds, cfg.max_steps)
             m = None
             for attempt in range(2):  # one retry: a rank can die on a loaded machine
@@ -172,11 +179,16 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
                     if attempt == 1:
                         failed.append({"name": case.name, "plan_file": str(plan_path), "error": str(exc)})
                         dead.add(i)
+            bar.update()
             if m is None:
                 continue
             measured[i].append(m)
-            log(f"validate:   measured {m.iteration_us / 1e3:8.2f} ms  predicted {p.iteration_us / 1e3:8.2f} ms  "
-                f"error {(p.iteration_us - m.iteration_us) / m.iteration_us:+.1%}")
+            # the error is known only after the refit (when there is one): here the measurement alone
+            final = "" if cfg.fit_plans else (f", predicted {duration_us(p.iteration_us)}, error "
+                                              f"{(p.iteration_us - m.iteration_us) / m.iteration_us:+.1%}")
+            log(f"validate: [{k}/{len(cases) * passes}] {case.name} ({case.role}): measured "
+                f"{duration_us(m.iteration_us)}{final}")
+    bar.close()
     for i, case in enumerate(cases):
         if i in dead:
             continue
@@ -214,11 +226,14 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
         for j, (rec, (c, m, _p)) in enumerate(zip(results, runs)):
             p2 = predict(c.plan, refined, profile, access)
             runs[j] = (c, m, p2)  # the report's simulated timelines are the refined predictions too
-            rec["unfitted_classes"] = unfitted_classes(p2.graph, c.plan.world_size, fit_report["op_classes"])
+            rec["unfitted_classes"] = unfitted_classes(p2.graph, c.plan.world_size, fit_report["op_classes"], m.op_us)
             rec["predicted_us_microbench"] = rec["predicted_us"]
             rec["predicted_us"] = round(p2.iteration_us, 1)
             rec["error"] = round((p2.iteration_us - m.iteration_us) / m.iteration_us, 4)
             rec["abs_error"] = abs(rec["error"])
+            if c.role == "validate":
+                log(f"validate: {c.name}: measured {duration_us(m.iteration_us)}, predicted after the refit "
+                    f"{duration_us(p2.iteration_us)}, error {rec['error']:+.1%}")
             pops = by_base_name(p2.op_us)
             for o in rec["dominant_ops"]:
                 v = pops.get(o["op"])

@@ -16,6 +16,7 @@ from executor.process.threads import rank_env
 from executor.run.config import RunConfig
 from executor.run.result import RunResult
 from foundation.files import regular_file
+from foundation.progress import PROGRESS_FILE_ENV, RankProgressWatcher, drawing
 
 __all__ = ["LaunchError", "first_error", "launch"]
 
@@ -24,8 +25,11 @@ class LaunchError(RuntimeError):
     """A worker failed; the message is the first worker error (one line)."""
 
 
-def launch(config: RunConfig, timeout_s: float | None = None, env: dict[str, str] | None = None) -> RunResult | None:
+def launch(config: RunConfig, timeout_s: float | None = None, env: dict[str, str] | None = None,
+           progress: str | None = "run steps") -> RunResult | None:
     """Run the plan on `config.nproc` local workers; returns rank 0's result (None on another node).
+    `progress`: the label of the bar of rank 0's steps (foundation.progress: drawn only on a
+    terminal; None: no bar, for a caller drawing its own).
 
     The config (checked when it was built) reaches every rank as one JSON file. The workers'
     output goes to a log in a private temp folder (mode 0700), kept and named in the error when
@@ -59,17 +63,25 @@ def launch(config: RunConfig, timeout_s: float | None = None, env: dict[str, str
         cmd = agent_command([str(config_path)], nproc, nnodes, config.node_rank, config.master_addr,
                             config.master_port)
         defaults = rank_env(nproc)  # executor.process.threads: the policy; the agent sets the socket interface
-        full_env = {**defaults, **os.environ, **(env or {})}
+        inherited = {k: v for k, v in os.environ.items() if k != PROGRESS_FILE_ENV}  # another launcher's
+        full_env = {**defaults, **inherited, **(env or {})}
+        watcher = RankProgressWatcher(str(tmp / "progress.json"), progress) if progress and drawing() else None
+        if watcher is not None:
+            full_env[PROGRESS_FILE_ENV] = watcher.path
         try:
             # the launcher is held to the ranks' own watch: stopped for their --timeout, the run ends
             rc, output, _ = run_tree(cmd, env=full_env, timeout_s=timeout_s, log_path=log,
-                                     frozen_after_s=config.timeout)
+                                     frozen_after_s=config.timeout,
+                                     on_poll=watcher.poll if watcher is not None else None)
         except subprocess.TimeoutExpired:
             raise LaunchError(f"the workers did not finish within {timeout_s:.0f} s") from None
         except ChildFrozen as exc:
             raise LaunchError(f"the rank launcher (python -m executor.process.agent) stayed stopped (SIGSTOP or a "
                               f"debugger) for more than {exc.after_s:g} s, the ranks' --timeout; stopped the run "
                               "and its ranks") from None
+        finally:
+            if watcher is not None:
+                watcher.close()
         if rc != 0:
             keep_log = True  # the one-line error names where to read the whole output
             raise LaunchError(f"{agent_ended(rc) or first_error(output)} (full worker log: {log})")

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 GRACE_S = 5.0
@@ -161,8 +162,10 @@ def _signals_deferred():
 
 def run_tree(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float | None = None,
              log_path: str | os.PathLike | None = None, grace_s: float = GRACE_S,
-             frozen_after_s: float | None = None) -> tuple[int, str, str]:
-    """Run `cmd` in its own process group; returns (exit code, stdout, stderr).
+             frozen_after_s: float | None = None,
+             on_poll: Callable[[], None] | None = None) -> tuple[int, str, str]:
+    """Run `cmd` in its own process group; returns (exit code, stdout, stderr). `on_poll` is
+    called every quarter second while it runs (a progress bar's redraw).
 
     With `log_path` both streams go to that file and come back as stdout. On a timeout
     the tree is stopped and subprocess.TimeoutExpired raised; when the child stays stopped
@@ -195,6 +198,8 @@ def run_tree(cmd: list[str], env: dict[str, str] | None = None, timeout_s: float
                         raise ChildFrozen(proc.pid, frozen_after_s)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=0.25)
+                if on_poll is not None:
+                    on_poll()
         except BaseException:
             if proc is not None:
                 stop_tree(proc, grace_s, seen)

@@ -38,6 +38,7 @@ from executor.sparse import kernels
 from executor.step.timing import LossLog, OpTimer, StepClock
 from executor.step.trainer import Trainer
 from foundation.files import atomic_write_bytes
+from foundation.progress import rank_step
 from planner.plan import Plan
 
 
@@ -208,6 +209,8 @@ class RankRun:
         self.losses.add(self.stepper.step(local, upcoming))
         self.trimmer.after_step()  # freed buffers back to the system once RSS grows: not with the run's length
         self.clock.stop(timed=timed)
+        if self.rank == 0:  # the launcher draws it (foundation.progress); nothing when none asked
+            rank_step(s + 1, self.steps, self.plan.global_batch)
         if timed:
             self.timer.flush(self.start_step + s)
         else:

@@ -15,9 +15,14 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--row-cap", type=ROWS, default=50_000, help="cap every table at N rows (CPU runs)")
     p.add_argument("--batch", type=BATCH, default=512, help="batch size per rank of the planned run")
     p.add_argument("--steps", type=STEPS, default=6, help="timed steps of each real run")
-    p.add_argument("--run-repeats", type=REPEATS, default=3, help="runs of the plan and each baseline, taking turns")
+    p.add_argument("--run-repeats", type=REPEATS, default=2,
+                   help="runs of the plan and each baseline, taking turns, then more while a comparison stays "
+                        "inside the runs' spread")
+    p.add_argument("--max-run-repeats", type=REPEATS, default=4, help="most runs of each")
+    p.add_argument("--cluster-rows", type=ROWS, default=100_000,
+                   help="rows of the skewed log planned for simulated GPU clusters")
     p.add_argument("--plans", type=REPEATS, default=9, help="plans in the small validation sweep (a third of them fit)")
-    p.add_argument("--repeats", type=REPEATS, default=2, help="passes over the validation sweep (picasso validate --repeats)")
+    p.add_argument("--repeats", type=REPEATS, default=1, help="passes over the validation sweep (picasso validate --repeats)")
     p.set_defaults(func=run)
 
 
@@ -28,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
     summary = run_demo(DemoConfig(out=args.out, rows=args.rows, seed=args.seed, row_cap=args.row_cap,
                                   batch=args.batch, steps=args.steps, plans=args.plans, repeats=args.repeats,
-                                  run_repeats=args.run_repeats, quiet=args.json))
+                                  run_repeats=args.run_repeats, max_run_repeats=args.max_run_repeats,
+                                  cluster_rows=args.cluster_rows, quiet=args.json))
     if args.json:
         print(json.dumps(summary, indent=1, default=str))
         return 0
