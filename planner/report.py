@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from foundation.numbers import count, duration_us, percent
 from planner.explain import Explanation
 from simulator.export import timeline_figure
-from simulator.report import Section, bar_figure, json_block, table_html, write_page
+from simulator.report import Section, bar_figure, coverage_figure, json_block, table_html, write_page
 
 
 def _memory_rows(mem: dict) -> list[dict]:
@@ -29,23 +30,33 @@ def _memory_rows(mem: dict) -> list[dict]:
 def write_plan_html(path: str | os.PathLike, ex: Explanation) -> None:
     """The explanation as one HTML page: tables, the simulated timeline, speedups."""
     d = ex.to_dict()
-    packs = [{**p, "tables": ", ".join(p["tables"][:8]) + (" ..." if len(p["tables"]) > 8 else "")}
+    packs = [{**p, "tables": ", ".join(p["tables"][:8]) + (" ..." if len(p["tables"]) > 8 else ""),
+              "ranks": p["ranks"] if p["ranks"] == "all" else ", ".join(map(str, p["ranks"])),
+              "hot_coverage": percent(p["hot_coverage"]),
+              # the pack's cold exchange as rows and as pooled vectors; none where only rows can run
+              "exchange_us": "" if not p["exchange_us"] else ", ".join(
+                  f"{k} {duration_us(v)}" for k, v in p["exchange_us"].items())}
              for p in d["packs"]]
     names = [n for n, v in d["baselines_us"].items() if v]
     sections = [
         Section("Packs", table_html(packs)),
         Section("Predicted timeline", figures=[timeline_figure(ex.evaluation.result.timeline)]),
         Section("Speedup over baselines", table_html(
-            [{"baseline": n, "iteration_us": d["baselines_us"][n], "speedup": d["speedups"][n]} for n in d["speedups"]]
+            [{"baseline": n, "iteration": duration_us(d["baselines_us"][n]),
+              "speedup": f"{d['speedups'][n]:.2f}x" if d["speedups"][n] else d["baseline_problems"].get(n, "n/a")}
+             for n in d["speedups"]]
         ), figures=[bar_figure(["plan"] + names, {"iteration (us)": [d["predicted_iteration_us"]]
                                                    + [d["baselines_us"][n] for n in names]},
                                "predicted iteration time", "us")]),
+        Section("Hot rows, per pack", table_html([{"pack": g["pack"], "tables": ", ".join(g["tables"]),
+                                                   "hot rows": g["hot_rows"], "why": g["why"]}
+                                                  for g in d["hot_reasons"]])),
         Section("Memory per rank (peak over ranks, GiB)", table_html(_memory_rows(d["memory"]))),
         Section("Time by phase and resource", json_block({"phase": d["time_by_phase_us"],
                                                            "resource": d["time_by_resource_us"]})),
     ]
     sub = (f"{d['model']} on {d['hardware']}: {d['world_size']} ranks, predicted "
-           f"{d['predicted_iteration_us']:.1f} us per step ({d['engine']})")
+           f"{duration_us(d['predicted_iteration_us'])} per step ({d['engine']}), {count(d['samples_per_s'])} samples/s")
     write_page(path, "picasso plan", sections, subtitle=sub)
 
 
@@ -70,52 +81,35 @@ def _cover(f, x: float) -> str:
 
 
 def write_profile_html(path: str | os.PathLike, prof: Any, measured: Any = None) -> None:
-    """Self-contained plotly report: coverage curves, batch presence, top-k coverage table."""
+    """Self-contained report: coverage curves (one small chart per feature beyond a few, the
+    sample's own curve dotted beside an extrapolation), batch presence, top-k coverage table."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     feats = list(prof.features.values())
-    fig = make_subplots(
-        rows=3, cols=1, row_heights=[0.38, 0.30, 0.32], vertical_spacing=0.08,
-        specs=[[{"type": "xy"}], [{"type": "xy"}], [{"type": "table"}]],
-        subplot_titles=(
-            "Coverage: share of accesses served by the top x of distinct IDs",
-            "Batch presence: IDs by the number of sampled batches they appear in"
-            + (f" (batch {measured.batch_size if measured else prof.batch_size})"),
-            "Top-k coverage",
-        ),
-    )  # fmt: skip
-    for f in feats:
-        x, y = f.coverage_curve()
-        fig.add_trace(go.Scatter(x=x, y=y, name=f.name, mode="lines", legendgroup=f.name), row=1, col=1)
-        if measured is not None and f.name in measured.features:
-            mx, my = measured.features[f.name].coverage_curve()
-            fig.add_trace(go.Scatter(x=mx, y=my, name=f"{f.name} (sample)", mode="lines", legendgroup=f.name,
-                                     line={"dash": "dot"}, visible="legendonly"), row=1, col=1)  # fmt: skip
+    curves = {f.name: f.coverage_curve() for f in feats}
+    sample = ({f.name: measured.features[f.name].coverage_curve() for f in feats if f.name in measured.features}
+              if measured is not None else None)
+    coverage = coverage_figure(curves, "Coverage: share of lookups served by the hottest IDs", second=sample,
+                               second_name="sample before extrapolation")
     src = measured if measured is not None else prof
+    presence = go.Figure()
     for f in src.features.values():
         h = np.asarray(f.presence_hist)
         if f.presence_batches and h.sum():
             j = np.arange(len(h))
-            fig.add_trace(go.Bar(x=j[1:] / f.presence_batches, y=h[1:], name=f"{f.name} presence",
-                                 legendgroup=f.name, showlegend=False), row=2, col=1)  # fmt: skip
+            presence.add_trace(go.Bar(x=j[1:] / f.presence_batches, y=h[1:], name=f.name))
+    presence.update_layout(title="Batch presence: IDs by the share of sampled batches they appear in"
+                           + f" (batch {measured.batch_size if measured else prof.batch_size})",
+                           barmode="overlay", height=420)
+    presence.update_xaxes(title_text="share of sampled batches an ID appears in", tickformat=".0%")
+    presence.update_yaxes(type="log", title_text="IDs")
     ks = (10, 100, 1000, 10000, 100000)
-    header = ["feature", "distinct", "pooling", "top 0.1% (IDs)", "top 1% (IDs)", "top 10% (IDs)", *[f"top {k:,}" for k in ks], "kind"]
-    cells = [
-        [f.name for f in feats],
-        [f"{f.distinct:,}" for f in feats],
-        [f"{f.pooling:.3f}" for f in feats],
-        *[[_cover(f, x) for f in feats] for x in (0.001, 0.01, 0.1)],
-        *[[f"{f.coverage_at(k):.1%}" for f in feats] for k in ks],
-        ["exact" if f.exact else ("extrapolated" if f.extrapolated_to else "sketch") for f in feats],
-    ]
-    fig.add_trace(go.Table(header={"values": header}, cells={"values": cells}), row=3, col=1)
-    fig.update_xaxes(type="log", title_text="top fraction of distinct IDs", row=1, col=1)
-    fig.update_yaxes(title_text="coverage", range=[0, 1.02], row=1, col=1)
-    fig.update_xaxes(title_text="fraction of sampled batches an ID appears in", row=2, col=1)
-    fig.update_yaxes(type="log", title_text="IDs", row=2, col=1)
+    rows = [{"feature": f.name, "distinct": f.distinct, "pooling": f"{f.pooling:.3f}",
+             **{f"top {x:.1%} (IDs)".replace(".0%", "%"): _cover(f, x) for x in (0.001, 0.01, 0.1)},
+             **{f"top {k:,}": percent(f.coverage_at(k)) for k in ks},
+             "kind": "exact" if f.exact else ("extrapolated" if f.extrapolated_to else "sketch")} for f in feats]
     title = f"picasso analyze: {os.path.basename(prof.source)}, {prof.rows:,} rows"
     if measured is not None:
         title += f" (extrapolated from {measured.rows:,})"
-    fig.update_layout(title=title, height=1500, barmode="overlay", template="plotly_white")
-    write_page(path, title, [Section("Coverage, batch presence, top-k coverage", figures=[fig])])
+    write_page(path, title, [Section("Coverage", figures=[coverage]), Section("Batch presence", figures=[presence]),
+                             Section("Top-k coverage", table_html(rows))])

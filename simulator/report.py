@@ -102,9 +102,12 @@ def fraction_ticks(lo: float) -> tuple[list[float], list[str]]:
     return vals, [f"{x * 100:.{max(0, -int(math.floor(math.log10(x * 100))))}f}%" for x in vals]
 
 
-def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str) -> Any:
+def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], title: str,
+                    second: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+                    second_name: str = "") -> Any:
     """Coverage curves: the share of lookups the hottest x of IDs serve. Up to SMALL_MULTIPLES_ABOVE
-    curves share one chart; more get one small chart each on shared axes."""
+    curves share one chart; more get one small chart each on shared axes. `second`: per curve a
+    second one (dotted, hidden until clicked in one chart; beside it in small multiples)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -115,7 +118,11 @@ def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     if len(curves) <= SMALL_MULTIPLES_ABOVE:
         fig = go.Figure()
         for name, (x, y) in curves.items():
-            fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines", name=name))
+            fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines", name=name, legendgroup=name))
+            if second and name in second:
+                fig.add_trace(go.Scatter(x=list(second[name][0]), y=list(second[name][1]), mode="lines",
+                                         name=f"{name} ({second_name})", legendgroup=name, line={"dash": "dot"},
+                                         visible="legendonly"))
         fig.update_layout(title=title, xaxis_title="hottest share of distinct IDs",
                           yaxis_title="share of lookups served", height=420)
         fig.update_xaxes(**xaxis)
@@ -125,8 +132,13 @@ def coverage_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     fig = make_subplots(rows=rows, cols=GRID_COLUMNS, subplot_titles=list(curves), shared_xaxes=True,
                         shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=min(0.08, 0.5 / rows))
     for i, (name, (x, y)) in enumerate(curves.items()):
+        at = {"row": i // GRID_COLUMNS + 1, "col": i % GRID_COLUMNS + 1}
         fig.add_trace(go.Scatter(x=list(x), y=list(y), mode="lines", name=name, showlegend=False,
-                                 line={"color": "#4C78A8"}), row=i // GRID_COLUMNS + 1, col=i % GRID_COLUMNS + 1)
+                                 line={"color": "#4C78A8"}), **at)
+        if second and name in second:
+            fig.add_trace(go.Scatter(x=list(second[name][0]), y=list(second[name][1]), mode="lines",
+                                     name=f"{name} ({second_name})", showlegend=i == 0,
+                                     line={"color": "#F58518", "dash": "dot"}), **at)
     fig.update_xaxes(**xaxis)
     fig.update_yaxes(**yaxis)
     fig.update_layout(title=f"{title} (x: hottest share of distinct IDs, y: share of lookups served)",

@@ -11,7 +11,8 @@ CRITEO_SAMPLE = SHARED_DATA / "criteo_kaggle_head8k"
 def criteo_sample_dir() -> Path:
     """The real Criteo head sample, or a skip where ../shared/data is absent."""
     if not CRITEO_SAMPLE.is_dir():
-        pytest.skip(f"real Criteo sample not present at {CRITEO_SAMPLE}")
+        pytest.skip(f"real Criteo sample (the first 8,000 rows of Criteo's Kaggle 2014 log; docs/guide.md, "
+                    f"'Install and tests') not present at {CRITEO_SAMPLE}")
     return CRITEO_SAMPLE
 
 

@@ -11,7 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from validation.demo import demo_summary, measured_line, summary_lines
-from validation.repeats import Repeated, measure_interleaved, noisy, speedup, typical_spread
+from validation.repeats import (
+    MachineLoad,
+    Repeated,
+    Verdict,
+    compare_to,
+    measure_interleaved,
+    measure_until_decided,
+    noisy,
+    speedup,
+    typical_spread,
+)
 
 
 def test_plans_take_turns_and_the_median_ignores_one_slow_spell():
@@ -74,3 +84,48 @@ def test_the_headline_says_when_runs_disagree():
     assert "dp-hot-only 1.61x" in line and "dp-hot-only's runs disagree" in line and "naive 2.35x (spread" in line
     printed = summary_lines(s)
     assert printed[0].startswith("picasso demo: done in") and line.strip() in [p.strip() for p in printed]
+
+
+def test_runs_repeat_until_decided_and_only_the_undecided_run_again():
+    """Two rounds of every plan; then only the baselines still inside the spread, with the plan."""
+    times = {"picasso": [25.0, 26.0, 25.5, 25.2], "slow": [60.0, 61.0, 59.0, 60.0],
+             "close": [25.5, 27.0, 24.0, 26.0]}
+    calls, rounds = [], []
+
+    def measure(name, r):
+        calls.append((name, r))
+        return times[name][r] * 1e3
+
+    reps = measure_until_decided(list(times), 2, 4, measure, lambda n: 1024, lambda r, todo: rounds.append(todo))
+    assert calls[:6] == [(n, r) for r in range(2) for n in times]
+    assert rounds[2:] == [["picasso", "close"], ["picasso", "close"]]  # 'slow' was decided after two rounds
+    assert len(reps["slow"].runs_us) == 2 and len(reps["close"].runs_us) == 4 == len(reps["picasso"].runs_us)
+    slow, close = compare_to(reps["picasso"], reps["slow"]), compare_to(reps["picasso"], reps["close"])
+    assert slow.verdict == Verdict.FASTER and "faster than slow, 2.39x" in slow.text()
+    assert close.verdict == Verdict.UNDECIDED
+
+
+def test_undecided_says_because_with_the_numbers_and_what_to_do():
+    mine = Repeated("picasso", 512, [30e3, 33e3, 36e3])
+    base = Repeated("torchrec-like", 512, [31e3, 34e3, 37e3])
+    c = compare_to(mine, base)
+    busy = MachineLoad(9.5, 11.2, 2)
+    text = c.text(busy)
+    assert c.verdict == Verdict.UNDECIDED and "undecided, because" in text
+    assert "3.0%" in text and "18.2% + 17.6%" in text and "after 3 and 3 runs" in text
+    assert "load average 9.5 at the start and 11.2 at the end on 2 cores" in text and "quiet" in text
+    quiet = c.text(MachineLoad(0.3, 0.4, 2))
+    assert "other work" not in quiet and "--run-repeats" in quiet
+
+
+def test_terminal_lines_carry_the_conclusion_the_report_shows():
+    reps = {"picasso": Repeated("picasso", 1024, [25e3, 26e3]), "naive": Repeated("naive", 1024, [60e3, 61e3])}
+    ctx = {"predicted": {n: SimpleNamespace(iteration_us=1e4) for n in reps}, "repeats": reps,
+           "load": MachineLoad(1.0, 1.2, 2),
+           "validate": ({"plans": 6, "plans_fit": 3, "mape": 0.252, "spearman": 0.8, "failed": [],
+                         "microbench_only": {"mape": 0.4}}, [])}
+    s = demo_summary(ctx, [], 12.0, Path("r.html"))
+    printed = "\n".join(summary_lines(s))
+    assert s["verdicts"] == {"naive": "faster"} and s["conclusion"][0] in printed
+    assert "validation: 6 plans validated after a refit on 3 others, MAPE 25.2% (microbenchmarks alone: 40.0%)" \
+        in printed

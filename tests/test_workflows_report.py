@@ -68,7 +68,7 @@ def test_report_is_self_contained_with_plotly_once(tmp_path):
 
 def test_table_html_formats_and_escapes():
     html = table_html([{"a": 1.23456, "b": "<x>", "c": [1, 2]}])
-    assert "1.235" in html and "&lt;x&gt;" in html and "1, 2" in html
+    assert "1.23" in html and "&lt;x&gt;" in html and "1, 2" in html
     assert "(none)" in table_html([])
 
 
@@ -93,12 +93,34 @@ def test_browser_renders_a_small_report(tmp_path):
     assert res.screenshot is not None and png_size(res.screenshot)[0] > 100
 
 
+# Appended to the demo's page by the browser test: after plotly drew the figures, each timeline's
+# time axis and its lanes' colours, as the browser holds them, on the console.
+FIGURES_PROBE = """<script>
+window.addEventListener('load', function () {
+  var out = [];
+  document.querySelectorAll('.plotly-graph-div').forEach(function (d) {
+    var title = (d.layout && d.layout.title && (d.layout.title.text || d.layout.title)) || '';
+    if (String(title).indexOf('(median timed step)') < 0 && String(title).indexOf('(calibrated spec)') < 0) { return; }
+    var lanes = {};
+    (d.data || []).forEach(function (t) { lanes[t.name] = t.marker && t.marker.color; });
+    out.push({title: String(title), range: d._fullLayout.xaxis.range, lanes: lanes});
+  });
+  console.log('picasso-timelines: ' + JSON.stringify(out));
+});
+</script>"""
+
+
 @pytest.mark.slow
 def test_demo_report_opens_without_javascript_errors(tmp_path, monkeypatch):
-    """The whole demo (synth -> ... -> validate) writes a report that renders cleanly."""
+    """The whole demo (synth -> ... -> validate) writes a report that renders cleanly; its timelines
+    share one time axis and give every lane its own colour in the browser; the report says what the
+    terminal says."""
     need_chromium()
+    import html as html_lib
+    import json as json_lib
+
     import validation.demo as demo
-    from validation.demo import DemoConfig, run_demo
+    from validation.demo import DemoConfig, run_demo, summary_lines
 
     # the quality stage's run, shortened: two evaluations on a few held-out rows draw the AUC curve
     monkeypatch.setattr(demo, "QUALITY_STEPS", 16)
@@ -106,18 +128,36 @@ def test_demo_report_opens_without_javascript_errors(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "QUALITY_ROWS", 2_000)
     out = tmp_path / "demo"
     summary = run_demo(DemoConfig(out=str(out), rows=60_000, seed=0, row_cap=20_000, batch=256, steps=4, plans=4,
-                                  repeats=1, run_repeats=2, quiet=True))
+                                  repeats=1, run_repeats=2, max_run_repeats=2, cluster_rows=30_000, quiet=True))
     assert summary["report"] == str(out / "report.html")
     report = out / "report.html"
     assert report.is_file()
     page = report.read_text()
     for title in ("coverage curves", "The plan and why", "Simulated and measured timelines",
-                  "Speedups over the baselines", "Predicted against measured", "AUC curve on held-out data"):
+                  "Speedups over the baselines", "Predicted against measured", "AUC curve on held-out data",
+                  "What-if: a skewed log on simulated GPU clusters"):
         assert title in page, title
+    # what the terminal prints, the report shows (numbers included)
+    for line in summary_lines(summary)[1:]:
+        text = line.strip().removeprefix("validation: ")
+        if text.endswith(":"):
+            continue
+        assert html_lib.escape(text.split(": ", 1)[-1]) in page, text
+    assert any(c["hot_rows"] > 0 and c["packs"] >= 3 for c in summary["clusters"]), summary["clusters"]
+    assert all(v in ("faster", "slower", "undecided") for v in summary["verdicts"].values())
+    probed = report.with_name("probed.html")
+    probed.write_text(page.replace("</body>", FIGURES_PROBE + "</body>"))
     shot = out / "report.png"
-    res = open_in_chromium(report, shot)
+    res = open_in_chromium(probed, shot)
     assert res.errors == [], res.errors
     rendered = [c for c in res.console if c.startswith("picasso-report:")]
     assert rendered and "figures rendered" in rendered[0], res.console
     assert shot.is_file() and png_size(shot)[0] > 100
+    timelines = json_lib.loads(next(c for c in res.console if c.startswith("picasso-timelines: "))
+                               .removeprefix("picasso-timelines: "))
+    assert len(timelines) == 2, timelines
+    assert timelines[0]["range"] == timelines[1]["range"], timelines  # one time axis
+    for t in timelines:
+        colours = [c for c in t["lanes"].values()]
+        assert len(set(colours)) == len(colours), t["lanes"]  # one colour per lane
     assert [e["step"] for e in summary["eval"]] == [8, 16]

@@ -134,7 +134,7 @@ class Comparison:
         spreads = f"the runs' spreads ({percent(self.spread_mine)} + {percent(self.spread_base)})"
         if self.verdict != Verdict.UNDECIDED:
             word = "faster" if self.verdict == Verdict.FASTER else "slower"
-            return (f"picasso's plan is {self.ratio:.2f}x against {self.baseline} ({word}): the difference, "
+            return (f"picasso's plan is {word} than {self.baseline}, {self.ratio:.2f}x: the difference, "
                     f"{percent(self.difference)}, is larger than {spreads} over {self.runs_mine} and "
                     f"{self.runs_base} runs")
         busy = f"; {load.text()}" if load is not None else ""
