@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from foundation.numbers import count
 from planner import op_names as on
 from planner import peer_compare
 from planner.access import TableAccess, table_access
@@ -352,7 +353,7 @@ class Explanation:
             f"dense layers in {d['dense_dtype']}{_dtype_origin(d['dense_dtype'], self.hw)})",
             *(f"note: {n}" for n in d["lowering_notes"]),
             f"predicted iteration: {d['predicted_iteration_us']:.1f} us ({d['engine']}), "
-            f"{d['samples_per_s']:.0f} samples/s",
+            f"{count(d['samples_per_s'])} samples/s",
             "",
             _table(
                 ["pack", "tables", "sharding", "ranks", "place", "rows", "hot rows", "hot cover",

@@ -115,7 +115,7 @@ def test_undecided_says_because_with_the_numbers_and_what_to_do():
     assert "3.0%" in text and "18.2% + 17.6%" in text and "after 3 and 3 runs" in text
     assert "load average 9.5 at the start and 11.2 at the end on 2 cores" in text and "quiet" in text
     quiet = c.text(MachineLoad(0.3, 0.4, 2))
-    assert "other work" not in quiet and "--run-repeats" in quiet
+    assert "other work" not in quiet and "--max-run-repeats" in quiet
 
 
 def test_terminal_lines_carry_the_conclusion_the_report_shows():

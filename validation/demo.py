@@ -81,7 +81,7 @@ class DemoConfig:
     # in the small validation sweep (a third of them fit); with the run stage's 4 plans x 3 runs the demo
     # launches about 30 rank groups, each a few seconds of start-up on a CPU machine
     plans: int = 9
-    repeats: int = 2  # passes over the validation sweep
+    repeats: int = 1  # passes over the validation sweep (the run stage repeats the comparison that concludes)
     # runs of the plan and of each baseline, taking turns (validation.repeats): at least run_repeats,
     # then more of those still inside the runs' spread, up to max_run_repeats
     run_repeats: int = 2
@@ -232,7 +232,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
                              trace=str(out / "plan.quality.trace.json")))
         ctx["quality"] = [asdict(e) for e in q.eval]
 
-    with st.stage("validate", f"{n_plans} varied plans at 1-{WORLD} ranks, predicted against measured"):
+    with st.stage("validate", f"a sweep of varied plans at 1-{WORLD} ranks, predicted against measured"):
         vcfg = ValidateConfig(
             data=str(data), format="criteo", hardware=str(out / "hardware.json"), model=MODEL, row_cap=row_cap,
             plans=n_plans, fit_plans=min(max(2, n_plans // 3), n_plans - 2) if n_plans >= 4 else 0,
@@ -322,9 +322,9 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         lines.append("  what-if, the skewed log planned for simulated clusters:")
         lines += [f"    {x}" for x in cluster_lines(summary["clusters"])]
     lines.append(f"  on this machine ({summary['world']} CPU ranks):")
-    for k in ("predicted_speedup", "predicted_speedup_refit"):
+    for k, words in (("predicted_speedup", "predicted speedup"), ("predicted_speedup_refit", "after the refit")):
         if summary[k]:
-            lines.append(f"    {k.replace('_', ' ')}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
+            lines.append(f"    {words}: " + ", ".join(f"{n} {v:.2f}x" for n, v in summary[k].items() if v))
     lines.append(f"    {measured_line(summary)}")
     lines += [f"    {c}" for c in summary["conclusion"]]
     return [*lines, f"  {validation_line(summary['validate'])}"]

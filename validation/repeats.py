@@ -138,8 +138,8 @@ class Comparison:
                     f"{percent(self.difference)}, is larger than {spreads} over {self.runs_mine} and "
                     f"{self.runs_base} runs")
         busy = f"; {load.text()}" if load is not None else ""
-        todo = ("run the demo on a quieter machine or with more --run-repeats or --steps"
-                if load is None or not load.busy else "rerun when the machine is quiet, or with more --run-repeats")
+        todo = ("rerun with more --max-run-repeats or --steps" if load is None or not load.busy else
+                "rerun when the machine is quiet, or with more --max-run-repeats")
         return (f"against {self.baseline}: undecided, because the difference, {percent(self.difference)} "
                 f"({self.ratio:.2f}x), is inside {spreads} after {self.runs_mine} and {self.runs_base} runs{busy}; "
                 f"to decide, {todo}")

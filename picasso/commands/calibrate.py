@@ -55,11 +55,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"hbm stream {perf['hbm_stream']:.3f}  random {perf['hbm_random']:.3f}  pcie {perf['pcie']:.3f}  "
               f"launch_us {report['launch_us']:.2f}  step_host_us {perf['step_host_us']:.1f}")
         return 0
-    print(f"{'world':>5} {'kind':<12} {'fixed us':>9} {'rate':>12} {'unit':<7} {'rel rms':>8} {'rel max':>8}")
+    from foundation.numbers import si
+
+    print(f"{'world':>5} {'kind':<12} {'fixed us':>9} {'rate':>16} {'rel rms':>8} {'rel max':>8}")
     for n, fits in report["fits"].items():
         for k, f in fits.items():
-            print(f"{n:>5} {k:<12} {f['latency_us']:9.1f} {f['rate']:12.4g} {f['unit']:<7} "
-                  f"{f['rel_rms']:8.3f} {f['rel_max']:8.3f}")
+            print(f"{n:>5} {k:<12} {f['latency_us']:9.1f} {si(f['rate'], f['unit']):>16} "
+                  f"{f['rel_rms']:8.3f} {f['rel_max']:8.3f}" + (f"  {f['problem']}" if f.get("problem") else ""))
     live = ", ".join(f"{k}={v:.3g}" for k, v in sorted(report["efficiency"].items()))
     print(f"efficiency (live, world {args.nproc}): {live}")
     print(f"launch_us={hw.gpu.launch_us:.1f} intra_latency_us={hw.intra_latency_us:.1f}")
