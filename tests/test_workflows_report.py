@@ -99,11 +99,11 @@ FIGURES_PROBE = """<script>
 window.addEventListener('load', function () {
   var out = [];
   document.querySelectorAll('.plotly-graph-div').forEach(function (d) {
-    var title = (d.layout && d.layout.title && (d.layout.title.text || d.layout.title)) || '';
-    if (String(title).indexOf('(median timed step)') < 0 && String(title).indexOf('(calibrated spec)') < 0) { return; }
+    var title = String((d.layout && d.layout.title && (d.layout.title.text || d.layout.title)) || '');
+    if (title.indexOf('simulated') !== 0 && title.indexOf('measured (median timed step)') !== 0) { return; }
     var lanes = {};
     (d.data || []).forEach(function (t) { lanes[t.name] = t.marker && t.marker.color; });
-    out.push({title: String(title), range: d._fullLayout.xaxis.range, lanes: lanes});
+    out.push({title: title, range: d._fullLayout.xaxis.range, lanes: lanes});
   });
   console.log('picasso-timelines: ' + JSON.stringify(out));
 });
@@ -155,8 +155,10 @@ def test_demo_report_opens_without_javascript_errors(tmp_path, monkeypatch):
     assert shot.is_file() and png_size(shot)[0] > 100
     timelines = json_lib.loads(next(c for c in res.console if c.startswith("picasso-timelines: "))
                                .removeprefix("picasso-timelines: "))
-    assert len(timelines) == 2, timelines
-    assert timelines[0]["range"] == timelines[1]["range"], timelines  # one time axis
+    # in page order: the plan's simulated and measured step, then the validation's typical plan's
+    assert len(timelines) == 4 and timelines[0]["title"].startswith("simulated"), timelines
+    for sim, meas in (timelines[:2], timelines[2:]):
+        assert meas["title"].startswith("measured") and sim["range"] == meas["range"], timelines  # one time axis
     for t in timelines:
         colours = [c for c in t["lanes"].values()]
         assert len(set(colours)) == len(colours), t["lanes"]  # one colour per lane
