@@ -203,13 +203,17 @@ def scatter_figure(points: Sequence[dict[str, Any]], title: str) -> Any:
     return fig
 
 
-def bar_figure(labels: Sequence[str], series: dict[str, Sequence[float]], title: str, yaxis: str) -> Any:
+def bar_figure(labels: Sequence[str], series: dict[str, Sequence[float]], title: str, yaxis: str,
+               percent: bool = False) -> Any:
+    """Grouped bars; `percent`: the values are fractions of one, shown as percentages."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for name, vals in series.items():
         fig.add_trace(go.Bar(x=list(labels), y=list(vals), name=name))
     fig.update_layout(title=title, yaxis_title=yaxis, barmode="group", height=380)
+    if percent:
+        fig.update_yaxes(tickformat=".0%")
     return fig
 
 

@@ -44,7 +44,8 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
              "samples/s": r["samples_per_s"],
              "op classes not fitted at its world": ", ".join(r.get("unfitted_classes", [])) or "-"}
             for r in result["per_plan"]]
-    ops = [{"op": k, **v} for k, v in result["op_errors"].items()]
+    ops = [{"op": k, **{name: percent(x) if "error" in name else x for name, x in v.items()}}
+           for k, v in result["op_errors"].items()]
     secs = [
         Section("Predicted against measured", markup(*lines),
                 [scatter_figure([{"name": r["name"], "measured_us": r["measured_us"],
@@ -56,7 +57,7 @@ def validation_sections(result: dict[str, Any], runs: list[Any]) -> list[Section
                 [bar_figure(list(result["op_errors"]),
                             {"mean abs error": [v["mean_abs_error"] for v in result["op_errors"].values()],
                              "mean error": [v["mean_error"] for v in result["op_errors"].values()]},
-                            "Per-op error", "relative error")] if ops else []),
+                            "Per-op error", "error (predicted - measured) / measured", percent=True)] if ops else []),
     ]
     if runs:
         # The plan with the median error: a typical case, not the best one.
