@@ -87,8 +87,9 @@ def timeline_figure(timeline: Timeline, title: str | None = None, max_events: in
     fig.update_layout(
         title=title or f"timeline ({timeline.meta.get('source', '')}, makespan {duration_us(timeline.makespan_us())})",
         barmode="overlay", xaxis_title="time (ms)", xaxis_range=[0, end_ms * 1.02],
-        height=max(260, 40 * len(rows) + 120), margin={"l": 140, "r": 20, "t": 50, "b": 40},
-        legend={"orientation": "h"},
+        height=max(280, 40 * len(rows) + 150), margin={"l": 140, "r": 20, "t": 50, "b": 90},
+        # the lanes' legend on the figure's bottom edge, below the time axis's title
+        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom"},
     )
     fig.update_yaxes(categoryorder="array", categoryarray=[label[k] for k in reversed(rows)])
     return fig
