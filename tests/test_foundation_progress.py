@@ -107,6 +107,7 @@ def test_a_run_reports_its_steps_to_the_launcher(tmp_path):
     from dataclasses import replace
 
     from executor.process.launch import launch
+    from executor.run.config import RunConfig
     from planner.plan import PackPlan, Plan
     from planner.presets import get_model
     from traces.synth import generate_criteo
@@ -115,7 +116,7 @@ def test_a_run_reports_its_steps_to_the_launcher(tmp_path):
     m = replace(get_model("dlrm-criteo-kaggle").with_row_cap(200), bottom_mlp=(16, 16), top_mlp=(16, 1))
     Plan(m, 1, 32, [PackPlan("pack0", m.table_names, "replicated")]).save(tmp_path / "plan.json")
     path = tmp_path / "progress.json"
-    res = launch(str(tmp_path / "plan.json"), str(tmp_path / "data.tsv"), nproc=1, steps=5, progress=None,
-                 env={fp.PROGRESS_FILE_ENV: str(path)})
+    config = RunConfig(plan=str(tmp_path / "plan.json"), data=str(tmp_path / "data.tsv"), nproc=1, steps=5)
+    res = launch(config, progress=None, env={fp.PROGRESS_FILE_ENV: str(path)})
     assert res is not None and res.timed_steps > 0
     assert json.loads(path.read_text()) == {"done": 5, "total": 5, "samples": 32, "phase": ""}
