@@ -368,13 +368,12 @@ class Explanation:
             *_exchange_lines(d["packs"]),
             *_host_cache_lines(d["packs"], self.hw),
             *fused_lines(self.plan, self.evaluation.lowered.packs),
-            "",
-            *(["hot rows, per pack (a hot row costs its gradient in the all-reduce each step; cold, it is "
-               "exchanged in each micro-batch it appears in):"] if d["hot_reasons"] else []),
-            _table(["pack", "tables", "hot rows", "top row", "why"],
-                   [[g["pack"], _tables(g["tables"]), f"{g['hot_rows']:,}", _share_range(g["top_row_share"]),
-                     g["why"]] for g in d["hot_reasons"]]) if d["hot_reasons"] else "",
-            *_source_lines(d["tables"]),
+            *(["", "hot rows, per pack (a hot row costs its gradient in the all-reduce each step; cold, it is "
+               "exchanged in each micro-batch it appears in):",
+               _table(["pack", "tables", "hot rows", "top row", "why"],
+                      [[g["pack"], _tables(g["tables"]), f"{g['hot_rows']:,}", _share_range(g["top_row_share"]),
+                        g["why"]] for g in d["hot_reasons"]]),
+               *_source_lines(d["tables"])] if d["hot_reasons"] else []),
             "",
             "time by phase (us, busy per lane, one rank):",
             _table(["phase"] + list(_lanes(d)), [[ph] + [f"{lanes.get(la, 0.0):.1f}" for la in _lanes(d)]
