@@ -66,7 +66,9 @@ class Progress:
         if drawing(enabled):
             self._bar = _tqdm()(total=total, desc=label, unit=unit or "it", unit_scale=unit == "B",
                                 file=sys.stderr, leave=False, dynamic_ncols=True, mininterval=REDRAW_S,
-                                bar_format=None if total else "{desc}: {n_fmt}{unit} [{elapsed}{postfix}]")
+                                # no end known: the count so far (none for a phase without counts) and the time
+                                bar_format=None if total else "{desc}: " + ("{n_fmt} {unit} " if unit else "")
+                                + "[{elapsed}{postfix}]")
 
     @property
     def drawn(self) -> bool:
