@@ -129,3 +129,7 @@ def test_terminal_lines_carry_the_conclusion_the_report_shows():
     assert s["verdicts"] == {"naive": "faster"} and s["conclusion"][0] in printed
     assert "validation: 6 plans validated after a refit on 3 others, MAPE 25.2% (microbenchmarks alone: 40.0%)" \
         in printed
+    ctx["validate"][0]["refit"] = {"choice": {"kept": "microbench"}}
+    kept = "\n".join(summary_lines(demo_summary(ctx, [], 12.0, Path("r.html"))))
+    assert "6 plans validated with the measured rates (a refit on 3 others did worse, so it was not kept)" in kept
+    assert "microbenchmarks alone" not in kept

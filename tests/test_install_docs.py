@@ -21,7 +21,7 @@ def test_readme_gives_the_cpu_and_cuda_installs_with_their_times():
     readme = (ROOT / "README.md").read_text()
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in readme
     assert "CUDA build" in readme and "keeps pip on the CPU build" not in readme
-    assert re.search(r"about\s+\d+\s+minutes\s+on\s+a\s+quiet\s+2-core\s+machine", readme)  # the demo's time
+    assert re.search(r"\d+\s+minutes\s+on\s+a\s+2-core\s+machine\s+after\s+the\s+install", readme)  # the demo's time
     assert re.search(r"about\s+\d+\s+minutes\s+on\s+2\s+cores", readme)  # the tests' time
     assert 'python -m pytest -q -m "not slow and not dist"' in readme
     assert "docs/guide.md#install-and-tests" in readme

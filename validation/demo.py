@@ -309,10 +309,17 @@ def _runs_text(runs: dict[str, int]) -> str:
 def validation_line(v: dict[str, Any]) -> str:
     """The validation's accuracy with its plan counts (validated, fit, failed): the same words in the
     terminal and the report."""
-    fit = f" after a refit on {v['plans_fit']} others" if v.get("plans_fit") else ""
+    refit_kept = v.get("refit_kept", "refit")
+    if not v.get("plans_fit"):
+        fit = ""
+    elif refit_kept == "refit":
+        fit = f" after a refit on {v['plans_fit']} others"
+    else:  # the refit did worse on held-out fit plans than the microbenchmarks' rates (validation.refit)
+        fit = f" with the measured rates (a refit on {v['plans_fit']} others did worse, so it was not kept)"
     failed = f"; {v['failed']} failed to run" if v.get("failed") else ""
     before = v.get("microbench_only") or {}
-    was = f" (microbenchmarks alone: {percent(before['mape'])})" if before.get("mape") is not None else ""
+    was = (f" (microbenchmarks alone: {percent(before['mape'])})"
+           if before.get("mape") is not None and refit_kept == "refit" else "")
     return (f"validation: {v['plans']} plans validated{fit}{failed}, MAPE {percent(v['mape'])}{was}, "
             f"Spearman {_fmt(v['spearman'])}")
 
@@ -345,9 +352,16 @@ def demo_summary(ctx: dict[str, Any], stages: list[dict[str, Any]], total: float
         **measured_summary(ctx["repeats"], ctx.get("load")),
         "eval": ctx.get("quality", []),
         "validate": {"plans": vres["plans"], "plans_fit": vres.get("plans_fit", 0), "mape": vres["mape"],
+                     "refit_kept": _kept(vres),
                      "spearman": vres["spearman"], "microbench_only": vres.get("microbench_only"),
                      "failed": len(vres.get("failed", []))},
     }
+
+
+def _kept(vres: dict[str, Any]) -> str:
+    """Which rates the validation kept: "refit", or "microbench" where the refit did worse."""
+    kept = ((vres.get("refit") or {}).get("choice") or {}).get("kept", "refit")
+    return str(getattr(kept, "value", kept))
 
 
 def write_demo_report(path: Path, ctx: dict[str, Any], ms: dict[str, Any]) -> None:

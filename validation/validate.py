@@ -231,15 +231,17 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
             rec["predicted_us"] = round(p2.iteration_us, 1)
             rec["error"] = round((p2.iteration_us - m.iteration_us) / m.iteration_us, 4)
             rec["abs_error"] = abs(rec["error"])
-            if c.role == "validate":
-                log(f"validate: {c.name}: measured {duration_us(m.iteration_us)}, predicted after the refit "
-                    f"{duration_us(p2.iteration_us)}, error {rec['error']:+.1%}")
             pops = by_base_name(p2.op_us)
             for o in rec["dominant_ops"]:
                 v = pops.get(o["op"])
                 o["predicted_us"] = None if v is None else round(v, 1)
                 o["error"] = None if v is None else round((v - o["measured_us"]) / o["measured_us"], 4)
         result["refit"] = fit_report
+    if choice is not None:  # the errors the results hold, now that the rates are chosen
+        kept = "after the refit" if choice["kept"] != Kept.MICROBENCH else "with the measured rates"
+        for rec in validated:
+            log(f"validate: {rec['name']}: measured {duration_us(rec['measured_us'])}, predicted {kept} "
+                f"{duration_us(rec['predicted_us'])}, error {rec['error']:+.1%}")
         fit_worlds = {c.plan.world_size for c, _m, _p in runs if c.role == "fit"}
         for w in sorted({c.plan.world_size for c, _m, _p in runs} - fit_worlds):
             log(f"validate: warning: no fit plan ran at {w} rank(s); plans there are predicted from other "
