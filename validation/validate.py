@@ -237,11 +237,6 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
                 o["predicted_us"] = None if v is None else round(v, 1)
                 o["error"] = None if v is None else round((v - o["measured_us"]) / o["measured_us"], 4)
         result["refit"] = fit_report
-    if choice is not None:  # the errors the results hold, now that the rates are chosen
-        kept = "after the refit" if choice["kept"] != Kept.MICROBENCH else "with the measured rates"
-        for rec in validated:
-            log(f"validate: {rec['name']}: measured {duration_us(rec['measured_us'])}, predicted {kept} "
-                f"{duration_us(rec['predicted_us'])}, error {rec['error']:+.1%}")
         fit_worlds = {c.plan.world_size for c, _m, _p in runs if c.role == "fit"}
         for w in sorted({c.plan.world_size for c, _m, _p in runs} - fit_worlds):
             log(f"validate: warning: no fit plan ran at {w} rank(s); plans there are predicted from other "
@@ -255,6 +250,11 @@ def run_validate(cfg: ValidateConfig, log: Callable[[str], None] | None = None) 
         refined_path = Path(cfg.save_refined or out_dir / "hardware.refined.json")
         refined.save(refined_path)
         result["refined_hardware"] = str(refined_path)
+    if choice is not None:  # the errors the results hold, now that the rates are chosen
+        kept = "after the refit" if choice["kept"] != Kept.MICROBENCH else "with the measured rates"
+        for rec in validated:
+            log(f"validate: {rec['name']}: measured {duration_us(rec['measured_us'])}, predicted {kept} "
+                f"{duration_us(rec['predicted_us'])}, error {rec['error']:+.1%}")
     s = summary(validated)
     result.update({
         "plans": len(validated), "plans_fit": len(results) - len(validated), "plans_total": len(results),
