@@ -93,9 +93,9 @@ def test_symmetric_default_weights():
 def test_in_place_edits_are_seen_after_refresh():
     g = OpGraph(1)
     g.add_op("gather", 0, "compute", hbm_bytes=1e8)
-    hw = toy_hw(gpus_per_node=1, efficiency={"slow": 0.5})
+    hw = toy_hw(gpus_per_node=1, efficiency={"gather": 0.5})
     assert simulate(g, hw).iteration_us == pytest.approx(100.0)
-    g.op("0:gather")["args"]["eff_key"] = "slow"
+    g.op("0:gather")["args"]["eff_key"] = "gather"
     g.op("0:gather")["args"]["fixed_us"] = 7.0
     g.refresh()
     assert simulate(g, hw).iteration_us == pytest.approx(207.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from foundation.flags import RANKS, REPEATS, ROWS, SECONDS, STEPS, Whole
+from foundation.flags import RANKS, REPEATS, ROWS, SECONDS, STEPS, Real, Whole
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--nproc-max", type=RANKS, default=4, help="largest world size in the sweep")
     p.add_argument("--batch-sizes", default="256,512,1024", help="batch sizes per rank, comma-separated")
     p.add_argument("--steps", type=STEPS, default=8, help="timed steps per plan, at least")
-    p.add_argument("--timed-seconds", type=SECONDS, default=1.0,
-                   help="more timed steps, up to --max-steps, until a plan's predicted timed window is this long")
+    p.add_argument("--timed-seconds", type=Real(0.0, 7 * 86400.0, what="seconds"), default=1.0,
+                   help="more timed steps, up to --max-steps, until a plan's predicted timed window is this long "
+                        "(0: --steps exactly)")
     p.add_argument("--max-steps", type=STEPS, default=40, help="timed steps per plan, at most")
     p.add_argument("--warmup", type=Whole(0, 1 << 40, "a step count"), default=2, help="warm-up steps per plan (not timed)")
     p.add_argument("--repeats", type=REPEATS, default=2,
