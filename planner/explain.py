@@ -437,7 +437,7 @@ def _host_cache_lines(packs: list[dict[str, Any]], hw: HardwareSpec | None) -> l
 class HotReason(str, Enum):
     """Why a table's hot set has its size (the cases of Explanation._hot_reason)."""
 
-    REPLICATED = "replicated"
+    REPLICATED = "replicated_pack"
     ONE_RANK = "one_rank"
     COSTS_MORE = "costs_more"
     NONE_HOT_ENOUGH = "none_hot_enough"

@@ -101,7 +101,7 @@ def test_explain_says_why_per_pack_not_per_table(criteo_profile, tmp_path, capsy
     assert reasons and reasons[0].split()[0] in packs
     assert main([*argv, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert len(d["tables"]) == 26 and all(t["reason"] == "replicated" for t in d["tables"])
+    assert len(d["tables"]) == 26 and all(t["reason"] == "replicated_pack" for t in d["tables"])
     assert [g["tables"] for g in d["hot_reasons"]] == [[t["table"] for t in d["tables"]]]
 
 

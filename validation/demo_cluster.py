@@ -23,6 +23,7 @@ from planner.explain import Explanation, explain
 from planner.model_spec import ModelSpec
 from planner.presets import get_model
 from planner.search import search
+from planner.sharding import Sharding
 from simulator.hardware import HardwareSpec, load_hardware
 from simulator.report import Section, bar_figure, markup, paragraph, table_html, tag
 from traces.profile import AccessProfile, profile_file
@@ -122,7 +123,7 @@ def cluster_section(plans: list[ClusterPlan], summaries: list[dict[str, Any]]) -
     for cp, s in zip(plans, summaries):
         ex = cp.explanation
         packs = [{"pack": p["pack"], "tables": len(p["tables"]), "sharding": p["sharding"], "width": p["dim"],
-                  "rows": p["rows"], "hot rows": "all" if p["sharding"] == "replicated" else p["hot_rows"],
+                  "rows": p["rows"], "hot rows": "all" if p["sharding"] == Sharding.REPLICATED else p["hot_rows"],
                   "lookups served by hot rows": percent(p["hot_coverage"])}
                  for p in ex.packs()]
         why = [{"pack": g["pack"], "tables": ", ".join(g["tables"]), "hot rows": g["hot_rows"], "why": g["why"]}
