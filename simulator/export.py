@@ -21,12 +21,8 @@ SPARE_COLOURS = ("#A6761D", "#E7298A", "#66A61E", "#17BECF", "#BCBD22", "#8C564B
 HOVER_ARGS = 6  # event args shown on hover
 
 
-def _fmt(v: Any) -> str:
-    return cell(v)
-
-
 def _args_text(args: dict[str, Any]) -> str:
-    return html.escape(", ".join(f"{k}={_fmt(v)}" for k, v in list(args.items())[:HOVER_ARGS]))
+    return html.escape(", ".join(f"{k}={cell(v)}" for k, v in list(args.items())[:HOVER_ARGS]))
 
 
 def lane_colours(lanes: list[str]) -> dict[str, str]:

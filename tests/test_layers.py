@@ -95,11 +95,10 @@ WIRING = {
     "__main__": "python -m picasso",
     "api": "the Python API: the commands as functions",
     "cli": "the parser built from the commands; every error as one line",
-    "progress": "the progress line long commands print",
     "layout_args": "the click-log layout flags analyze and convert share",
 }
-# the stateful wiring types: a terminal progress line, and argparse's parser and help formatter
-WIRING_CLASSES = {"progress.Progress", "cli.Parser", "cli.DefaultsShown"}
+# the stateful wiring types: argparse's parser and help formatter
+WIRING_CLASSES = {"cli.Parser", "cli.DefaultsShown"}
 ENTRY_POINTS = ("register", "run")  # what cli.py calls of every command
 
 

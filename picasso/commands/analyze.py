@@ -62,7 +62,7 @@ def run(args) -> int:
 def execute(args) -> tuple[AccessProfile, AccessProfile]:
     """Profile the log, extrapolate it if asked, and write what was asked: the work of
     `picasso analyze` and `picasso.analyze`. Returns (profile, the profile as measured)."""
-    from picasso.progress import Progress
+    from foundation.progress import Progress
     from traces.extrapolate import scale_profile
     from traces.profile import check_output, profile_file
 
@@ -77,7 +77,7 @@ def execute(args) -> tuple[AccessProfile, AccessProfile]:
 
     Outputs().read("DATA", args.data).read("--field-map", args.field_map).file("-o", args.output, beside=(".npz",)).file(
         "--html", args.html).check()
-    bar = Progress("analyze")
+    bar = Progress("analyze", unit="B")
     try:
         prof = profile_file(args.data, args.format, batch_size=args.batch_size, strict=args.strict,
                             progress=bar, exact_cap=args.exact_cap, **layout_options(args))  # fmt: skip

@@ -29,13 +29,13 @@ def run(args) -> int:
     import sys
 
     from foundation.outputs import Outputs
-    from picasso.progress import Progress
+    from foundation.progress import Progress
     from traces.convert import convert
 
     Outputs().read("DATA", [f for d in args.data for f in (glob.glob(d) if glob.has_magic(d) else [d])]).read("--field-map", args.field_map).folder(
         "-o", args.output, "dataset", replaced=True).check()
     options = layout_options(args)
-    bar = Progress("convert")
+    bar = Progress("convert", unit="B")
     try:
         m = convert(args.data, args.format, args.output, dense_transform=args.dense, shard_rows=args.shard_rows,
                     strict=args.strict, force=args.force, progress=bar, **options)

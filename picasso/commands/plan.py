@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
 def execute(args: argparse.Namespace) -> Planned:
     """Search (or build the baseline), explain, and save the plan: the work of `picasso plan`
     and `picasso.plan`."""
-    from picasso.progress import Progress
+    from foundation.progress import Progress
     from planner.builders import BASELINES, PEER_BASELINES, TORCHREC, baseline_plan
     from planner.errors import PlanError
     from planner.explain import explain

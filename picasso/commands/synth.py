@@ -25,7 +25,7 @@ def run(args) -> int:
     import json
     import time
 
-    from picasso.progress import Progress
+    from foundation.progress import Progress
     from traces.synth import MULTIHOT_PRESETS, generate_criteo, generate_criteo_multihot
 
     params = {}
