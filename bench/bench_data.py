@@ -1,4 +1,4 @@
-"""Input pipeline speed: batches from a converted dataset vs parsing the text log (issue 16).
+"""Input pipeline speed: batches from a converted dataset vs parsing the text log.
 
 One process, synthetic Criteo (26 categorical, 13 dense). For each source it measures
 samples/s of (a) the loader alone (raw rows of a rank's share: labels, dense, per-feature

@@ -1,4 +1,4 @@
-"""Input during `picasso run` (issue 16): the time steps wait for input, and peak memory per rank.
+"""Input during `picasso run`: the time steps wait for input, and peak memory per rank.
 
 wait:    the planner's plan (local-cpu, 2 ranks, searched from a profile of the data) trains on a
          converted synthetic Criteo dataset and on the same rows as plain text (byte ranges);

@@ -1,6 +1,6 @@
 """Hot-row gradient sync: sparse all-gather of the touched hot rows vs the dense all-reduce.
 
-Where few hot rows are touched per step (large hot sets, small batches), issue 20's goal is
+Where few hot rows are touched per step (large hot sets, small batches), the goal is
 the sparse sync at least 2x cheaper than the dense one, at 2 and 4 gloo ranks. Both plans
 (identical but for PackPlan.hot_sync) run in one process group, steps alternating, through
 the real Trainer with op timing. The sync cost of a step is the sum of its ops that exist

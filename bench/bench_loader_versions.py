@@ -1,4 +1,4 @@
-"""The binary loader against its previous version (issue 16), in one command, per CPU-second.
+"""The binary loader against its previous version, in one command, per CPU-second.
 
 Reads rank 0's share of 4096-row global batches (one process, world 1) from a converted
 dataset with this tree's traces.dataset and with the version at BASE (taken from git),

@@ -1,4 +1,4 @@
-"""Planner goals (issue 4), measured in one run; results in bench/results/planner/<machine>.json.
+"""Planner goals, measured in one run; results in bench/results/planner/<machine>.json.
 
 - DLRM Criteo Kaggle with the profile of the real Criteo sample (8,000 rows of day 1)
   extrapolated to the 45,840,617 rows of the full training set, on 8 x H100 (dgx-h100) and

@@ -1,4 +1,4 @@
-"""Planner against TorchRec's own planner (issue 18), scored by the same simulator.
+"""Planner against TorchRec's own planner, scored by the same simulator.
 
 For DLRM-DCNv2 (multi-hot) and DLRM Criteo Kaggle on three clusters -- the P2RES cluster
 (p2res-v100), 4 x 8 H100 with 400 Gb/s per node, 16 x 8 H100 (dgx-h100, one 400 Gb/s NIC

@@ -1,11 +1,11 @@
-"""Planning time (issue 18, goal 3): 26 tables on 8 GPUs under 1 s, meta-856 on 1,024 GPUs under 30 s.
+"""Planning time: 26 tables on 8 GPUs under 1 s, meta-856 on 1,024 GPUs under 30 s.
 
 Each case runs `planner.search.search` with its time budget lifted (--budget, default 300 s),
 so the figure is the time the search needs to finish, not a cap; the default budget of
 `picasso plan` (20 s) is reported beside it. Imports are warmed by a first small search (a
 `picasso plan` process pays them once more, ~1-2 s here). Profiles: Zipf(1.05) per table, as
 `picasso plan` without --profile. TorchRec's planner took 825 s for meta-856 on 128 GPUs with
-a 600 s search cap, measured on this machine (issue 18); it is not re-run here.
+a 600 s search cap, measured on this machine; it is not re-run here.
 
 Run under the exclusive lock of the shared machine (PICASSO_BENCH_LOCK_HELD: how it ran, recorded):
     flock -x /work/bench.lock python bench/bench_planning_time.py [-o bench/results/planning_time/<machine>.json]

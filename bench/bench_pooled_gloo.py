@@ -1,6 +1,6 @@
 """picasso's plan vs TorchRec's plan for DLRM-DCNv2 on 4 gloo ranks, both run by `picasso run`.
 
-Issue 18, goal 2. The model is `dlrm-dcnv2` scaled to fit this machine: every table capped
+The model is `dlrm-dcnv2` scaled to fit this machine: every table capped
 at --row-cap rows and dim 32, the multi-hot sizes kept (bags of up to 100 IDs), and the dense
 part either scaled with the dim (--dense quarter: bottom 128-64-32, cross rank 128, top
 256-256-128-64-1) or kept as MLPerf's (--dense full; then the dense GEMMs are ~90% of a step

@@ -1,4 +1,4 @@
-"""Model quality on the real Criteo sample (issue 16): DLRM under several plans vs logistic regression.
+"""Model quality on the real Criteo sample: DLRM under several plans vs logistic regression.
 
 Data: ../shared/data/criteo_kaggle_head8k (train_split 7,200 rows, dev_split 409, test_split 391;
 the first 8,000 rows of Kaggle's train.txt). DLRM (dlrm-criteo-kaggle, tables capped at 20,000

@@ -1,7 +1,7 @@
 """Simulator speed: ops/s of the simpy engine and the fast evaluator on a 20k-op graph, their
 ratio, and the time to simulate one iteration at 8, 128 and 1,024 GPUs (symmetric graphs).
 
-Goals (issue 3): simpy >= 30k ops/s, fast >= 150k ops/s, fast/simpy >= 5x.
+Goals: simpy >= 30k ops/s, fast >= 150k ops/s, fast/simpy >= 5x.
 Writes bench/results/simulator/<machine>.json. Usage: python bench/bench_simulator.py [--quick]
 """
 

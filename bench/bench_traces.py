@@ -1,6 +1,6 @@
 """Benchmark of traces/: analyze speed and memory, synth speed, extrapolation accuracy.
 
-Speed (issue 2): on a synthetic Criteo file of --rows rows (2M by default), categorical IDs
+Speed: on a synthetic Criteo file of --rows rows (2M by default), categorical IDs
 counted per second by `profile_file` (what `picasso analyze` runs) against
 (a) pandas read_csv + value_counts per categorical column (pandas' default string dtype;
 also with Python-object strings for reference), and (b) pyarrow reading the

@@ -1,4 +1,4 @@
-"""Issue 16: `picasso convert` (round trip, every format, atomicity), per-rank shares of a dataset,
+"""`picasso convert` (round trip, every format, atomicity), per-rank shares of a dataset,
 the epoch order, and the exact AUC."""
 
 from __future__ import annotations

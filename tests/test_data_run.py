@@ -1,4 +1,4 @@
-"""Issue 16 through `picasso run`: a converted dataset per rank, evaluation equal under any plan,
+"""Data input through `picasso run`: a converted dataset per rank, evaluation equal under any plan,
 malformed training rows counted (or stopping the run with --strict)."""
 
 from __future__ import annotations

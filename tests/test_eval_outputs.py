@@ -1,4 +1,4 @@
-"""Issue 16: evaluation results everywhere: stdout, --json, the trace (counter track), the checkpoint
+"""Evaluation results everywhere: stdout, --json, the trace (counter track), the checkpoint
 manifest (validated at load, reported on resume) and the demo report's AUC curve."""
 
 from __future__ import annotations

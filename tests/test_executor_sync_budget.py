@@ -153,7 +153,7 @@ def plans(world: int) -> list[tuple[str, dict, dict]]:
     out.append(("mixed", mixed.to_dict(), {"C2": np.arange(30) * 7 % 300, "C3": np.arange(500) * 2}))
     din, dhot = random_plan(din_model(), world, 16, rng, micro_batches=2, optimizer=ADAGRAD)
     out.append(("din-sequences", din.to_dict(), dhot))
-    # issue 20's fields: a host-placed pack, 16-bit tables, sparse hot sync (its counts ride
+    # a host-placed pack, 16-bit tables, sparse hot sync (its counts ride
     # in the step's one read)
     features = Plan.from_dict(mixed.to_dict())
     features.packs[0].placement = "host"

@@ -1,4 +1,4 @@
-"""Host placement costed as the executor runs it (issue 20's CPU goal: a host-placed plan within
+"""Host placement costed as the executor runs it (the CPU goal: a host-placed plan within
 15% of its calibrated prediction, bench/bench_host_placement.py).
 
 - On a CPU worker host memory is the worker's own DRAM: a host gather costs what the same

@@ -1,4 +1,4 @@
-"""Hot-set sizing uses the cost of the sync the pack will use (issue 20): a pack whose hot rows
+"""Hot-set sizing uses the cost of the sync the pack will use: a pack whose hot rows
 are synchronised sparsely is sized by what a touched hot row costs in the all-gather and its
 apply (planner.lowering.sparse_sync_row_us), not by the dense all-reduce of every hot row."""
 

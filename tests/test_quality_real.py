@@ -1,4 +1,4 @@
-"""Issue 16's quality check on real data: DLRM trained for a few epochs on the real Criteo sample
+"""The quality check on real data: DLRM trained for a few epochs on the real Criteo sample
 (train_split.tsv, converted) under the planner's plan, under `naive` and under a plan with hot rows
 and micro-batches reaches the single-process reference's test AUC to 1e-4 at every evaluation:
 the parallel plan changes speed, not the model. Skipped where ../shared/data is absent."""

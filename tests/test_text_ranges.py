@@ -1,4 +1,4 @@
-"""Issue 16: plain-text training logs read per rank by byte ranges aligned on line ends; gzip
+"""Plain-text training logs read per rank by byte ranges aligned on line ends; gzip
 streamed whole with a note; global batches and --verify's reference consistent with them."""
 
 from __future__ import annotations
