@@ -56,6 +56,7 @@ from results_path import results_path  # noqa: E402
 
 from executor.process.process_tree import run_tree  # noqa: E402
 from executor.process.threads import rank_env  # noqa: E402
+from executor.run.memory import predicted_peaks  # noqa: E402
 from executor.run.result import RunResult  # noqa: E402
 from foundation.files import atomic_write_bytes, check_output_path  # noqa: E402
 from planner.op_names import op_class  # noqa: E402
@@ -387,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
                 merged = merge_passes(runs[name])
                 row[name] = compare(preds[name], merged)
                 row[name].update(speed_and_memory(args.batch * world, preds[name].iteration_us, merged.result))
+                if row[name]["predicted_host_bytes"] is None:  # the launch here attaches no memory prediction
+                    peaks = predicted_peaks(plan if name == "host" else twin, "cpu", str(data), "criteo", True,
+                                            steps + WARMUP + 1, False)
+                    row[name]["predicted_host_bytes"] = max(peaks["predicted_bytes_per_rank"])
             if not args.no_verify:
                 row["verify"] = verify(paths["host"], data, world)
             results[str(world)] = row
